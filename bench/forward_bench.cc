@@ -1,0 +1,174 @@
+#include "bench/forward_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "base/timer.h"
+#include "bench/membw.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+namespace specd::bench {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+// Decode tokens/s: a short prompt, then n single-row forwards.
+double DecodeTokensPerSecond(Model& model, const KernelContext& ctx, int n_decode) {
+  auto kv = model.NewKvCache({1, 64 + n_decode + 8});
+  const int seq = kv->Acquire();
+  std::vector<float> logits;
+  Batch batch;
+  for (int i = 0; i < 8; ++i) batch.Add(1 + i, i, seq, i == 7);
+  model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  for (int warm = 0; warm < 2; ++warm) {  // first touches of the mapping, page faults
+    batch.Clear();
+    batch.Add(3, kv->Length(seq), seq, true);
+    model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  }
+  Timer t;
+  for (int i = 0; i < n_decode; ++i) {
+    batch.Clear();
+    batch.Add(5 + i % 100, kv->Length(seq), seq, true);
+    model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  }
+  return n_decode / (t.ElapsedMs() / 1000.0);
+}
+
+// Median ms of one forward over m rows of one sequence (a verification chunk: logits for all).
+double ForwardMs(Model& model, const KernelContext& ctx, int m, int reps) {
+  auto kv = model.NewKvCache({1, 256});
+  const int seq = kv->Acquire();
+  std::vector<float> logits;
+  Batch batch;
+  for (int i = 0; i < 16; ++i) batch.Add(1 + i, i, seq, false);
+  model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 1; ++rep) {
+    batch.Clear();
+    for (int i = 0; i < m; ++i) batch.Add(7 + i, 16 + i, seq, true);
+    Timer t;
+    model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    if (rep > 0) times.push_back(t.ElapsedMs());  // rep 0 warms up
+    kv->Truncate(seq, 16);
+  }
+  return Median(times);
+}
+
+}  // namespace
+
+void RunForwardBench(const ForwardBenchOptions& o) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const ModelShape shape = ShapeByName(o.shape);
+  std::filesystem::create_directories(o.model_dir);
+  std::filesystem::create_directories(o.out_dir);
+  auto log = [&](const std::string& s) {
+    if (o.verbose) std::cerr << "[bench] " << s << std::endl;
+  };
+
+  nlohmann::json report;
+  report["date"] = Today();
+  report["cpu"] = CpuName();
+  report["kernels"] = cpu.Name();
+  report["shape"] = o.shape;
+
+  std::map<int, double> bandwidth;
+  for (int t : o.threads) {
+    ThreadPool pool(t);
+    bandwidth[t] = MeasureReadBandwidthGBs(pool, size_t{1} << 30, 5);
+    log(StrCat("read bandwidth with ", t, " thread(s): ", bandwidth[t], " GB/s"));
+    report["bandwidth_gbs"][std::to_string(t)] = bandwidth[t];
+  }
+
+  std::ostringstream md;
+  md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name()
+     << " kernels), synthetic " << o.shape << "\n\n";
+  md << "| weights | GiB read/token | threads | decode tok/s | roofline tok/s | fraction |\n";
+  md << "|---|---|---|---|---|---|\n";
+  std::ostringstream md_rows;
+  md_rows << "| weights |";
+  for (int m : o.rows) md_rows << " M=" << m << " |";
+  md_rows << "\n|---|";
+  for (size_t i = 0; i < o.rows.size(); ++i) md_rows << "---|";
+  md_rows << "\n";
+
+  const int max_threads = *std::max_element(o.threads.begin(), o.threads.end());
+  for (DType type : o.types) {
+    const std::string path =
+        StrCat(o.model_dir, "/", o.shape, "-", DTypeName(type), ".gguf");
+    if (!std::filesystem::exists(path)) {
+      log(StrCat("writing ", path));
+      ThreadPool pool(max_threads);
+      WriteSyntheticModel(shape, type, 1, path, &pool);
+    }
+    auto model = Model::Load(path);
+    const double gib = model->WeightBytesPerToken() / double(1ull << 30);
+    nlohmann::json entry;
+    entry["type"] = DTypeName(type);
+    entry["weight_bytes_per_token"] = model->WeightBytesPerToken();
+    for (int t : o.threads) {
+      ThreadPool pool(t);
+      const KernelContext ctx{&pool, cpu};
+      const double tps = DecodeTokensPerSecond(*model, ctx, o.n_decode);
+      const double roof = bandwidth[t] * 1e9 / model->WeightBytesPerToken();
+      log(StrCat(DTypeName(type), " threads=", t, ": ", tps, " tok/s, roofline ", roof));
+      entry["decode"][std::to_string(t)] = {{"tokens_per_s", tps}, {"roofline_tokens_per_s", roof},
+                                            {"fraction", tps / roof}};
+      char line[256];
+      std::snprintf(line, sizeof(line), "| %s | %.2f | %d | %.1f | %.1f | %.2f |\n",
+                    std::string(DTypeName(type)).c_str(), gib, t, tps, roof, tps / roof);
+      md << line;
+    }
+    ThreadPool pool(max_threads);
+    const KernelContext ctx{&pool, cpu};
+    double base_ms = 0.0;
+    md_rows << "| " << DTypeName(type) << " |";
+    for (int m : o.rows) {
+      const double ms = ForwardMs(*model, ctx, m, o.n_reps);
+      if (m == o.rows.front()) base_ms = ms;
+      log(StrCat(DTypeName(type), " M=", m, ": ", ms, " ms (", ms / base_ms, "x)"));
+      entry["rows"][std::to_string(m)] = {{"ms", ms}, {"relative", ms / base_ms}};
+      char cell[64];
+      std::snprintf(cell, sizeof(cell), " %.2fx (%.0f ms) |", ms / base_ms, ms);
+      md_rows << cell;
+    }
+    md_rows << "\n";
+    report["models"].push_back(entry);
+  }
+  md << "\nCost of one forward over M rows (one sequence, logits for every row) relative to M="
+     << o.rows.front() << ", " << max_threads << " threads:\n\n"
+     << md_rows.str();
+  std::cout << md.str() << std::flush;
+  std::ofstream(o.out_dir + "/forward.md") << md.str();
+  std::ofstream(o.out_dir + "/forward.json") << report.dump(2) << "\n";
+}
+
+}  // namespace specd::bench

@@ -1,0 +1,28 @@
+// `specd bench forward`: decode speed against the memory roofline, and the cost of one forward
+// over M rows relative to one row, for synthetic models of a real shape.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace specd::bench {
+
+struct ForwardBenchOptions {
+  std::string shape = "llama-3.2-1b";
+  std::vector<DType> types = {DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+  std::vector<int> threads = {1, 2};
+  std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};
+  int n_decode = 32;      // timed decode steps per configuration
+  int n_reps = 5;         // repetitions of each M-row forward (median reported)
+  std::string model_dir = "bench/models";
+  std::string out_dir = "bench/results";
+  bool verbose = true;
+};
+
+// Runs the benchmark, prints a Markdown table to stdout and writes forward.md / forward.json
+// into out_dir.
+void RunForwardBench(const ForwardBenchOptions& options);
+
+}  // namespace specd::bench

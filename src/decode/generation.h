@@ -1,0 +1,41 @@
+// What every decoding strategy takes and returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "sampling/sampler.h"
+
+namespace specd {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids, at least one
+  int n_predict = 128;          // new tokens per sequence
+  int n_sequences = 1;          // completions of the prompt, decoded together
+  SamplingParams sampling;
+  AttentionMode attention = AttentionMode::kSplit;
+  bool stop_at_eos = true;
+};
+
+struct SequenceResult {
+  int index = 0;
+  std::vector<int32_t> tokens;  // generated tokens (the EOS that ended a sequence excluded)
+  std::string finish_reason;    // "stop" (EOS) or "length"
+  double sum_logprob = 0.0;     // of the generated tokens (EOS included) under the raw model
+  int n_logprob = 0;
+  double elapsed_ms = 0.0;      // from the start of the request to this sequence's last token
+
+  double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
+};
+
+struct GenerateResult {
+  std::vector<SequenceResult> sequences;
+  double t_prefill_ms = 0.0;
+  double t_decode_ms = 0.0;
+  int64_t n_tokens = 0;  // generated over all sequences
+  int64_t n_forward = 0;
+};
+
+}  // namespace specd

@@ -1,0 +1,164 @@
+#include "kernels/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+// Portable fallback for CPUs without AVX-512: dequantize each weight row once, then dot it with
+// every activation row. Per-row results are independent of m, like the fast path.
+void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
+  pool->ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(w.cols);
+    for (int64_t n = begin; n < end; ++n) {
+      DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
+      for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x + i * w.cols;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
+        y[i * w.rows + n] = sum;
+      }
+    }
+  });
+}
+
+float DotGeneric(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void AxpyGeneric(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
+            MatmulScratch* scratch) {
+  if (m <= 0 || w.rows <= 0) return;
+  if (ctx.cpu.avx512 && w.cols % 32 == 0) {
+    avx512::Matmul(ctx.pool, x, m, w, y, scratch);
+  } else {
+    MatmulGeneric(ctx.pool, x, m, w, y);
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    // Eight partial sums vectorize without -ffast-math and keep the order fixed.
+    float partial[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) partial[j] += xr[i + j] * xr[i + j];
+    }
+    for (; i < n; ++i) partial[0] += xr[i] * xr[i];
+    float sum_sq = 0.0f;
+    for (float p : partial) sum_sq += p;
+    const float inv = 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + eps);
+    for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] * inv * weight[k];
+  }
+}
+
+void RopeAngles(const RopeConfig& c, int64_t pos, float* cos_out, float* sin_out) {
+  const int half = c.rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    double theta = pos * std::pow(static_cast<double>(c.freq_base), -2.0 * i / c.rotary_dim);
+    if (!c.freq_factors.empty()) theta /= c.freq_factors[i];
+    cos_out[i] = static_cast<float>(std::cos(theta));
+    sin_out[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void Rope(const RopeConfig& c, const float* cs, const float* sn, float* x, int n_heads) {
+  const int half = c.rotary_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + static_cast<int64_t>(h) * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int a = c.neox ? i : 2 * i;
+      const int b = c.neox ? i + half : 2 * i + 1;
+      const float x0 = head[a], x1 = head[b];
+      head[a] = x0 * cs[i] - x1 * sn[i];
+      head[b] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode) {
+  const int group = rows.n_head / rows.n_head_kv;
+  const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
+  const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
+  const auto dot = fast ? avx512::Dot : DotGeneric;
+  const auto axpy = fast ? avx512::Axpy : AxpyGeneric;
+  int32_t n_padded = 0;
+  for (int64_t r = 0; r < rows.n_rows; ++r) n_padded = std::max(n_padded, rows.n_visible[r]);
+
+  // One (row, head): scores over n_compute keys, of which the first n_visible count. Keys past
+  // n_visible are computed (PAD's wasted work) and then masked with -inf, so they add exactly 0
+  // to the softmax and to the output: PAD and SPLIT give bit-identical results.
+  auto attend = [&](int64_t r, int h, int32_t n_compute, float* scores) {
+    const float* q = rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
+    const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
+    const float* k = rows.k[r] + kv_off;
+    const float* v = rows.v[r] + kv_off;
+    const int32_t n_visible = rows.n_visible[r];
+    float max = -std::numeric_limits<float>::infinity();
+    for (int32_t t = 0; t < n_compute; ++t) {
+      const float s = dot(q, k + t * kv_stride, rows.head_dim) * rows.scale;
+      scores[t] = t < n_visible ? s : -std::numeric_limits<float>::infinity();
+      max = std::max(max, scores[t]);
+    }
+    float sum = 0.0f;
+    for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+    float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
+    std::fill(out, out + rows.head_dim, 0.0f);
+    for (int32_t t = 0; t < n_compute; ++t) axpy(scores[t], v + t * kv_stride, out, rows.head_dim);
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < rows.head_dim; ++d) out[d] *= inv;
+  };
+
+  if (mode == AttentionMode::kPad) {
+    ctx.pool->ParallelFor(rows.n_rows * rows.n_head, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(n_padded);
+      for (int64_t item = begin; item < end; ++item) {
+        attend(item / rows.n_head, static_cast<int>(item % rows.n_head), n_padded, scores.data());
+      }
+    });
+  } else {
+    const int64_t n_seqs = static_cast<int64_t>(rows.seq_row_begin.size()) - 1;
+    SPECD_CHECK(n_seqs >= 0, "attention: sequence grouping is missing");
+    ctx.pool->ParallelFor(n_seqs * rows.n_head, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(n_padded);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t s = item / rows.n_head;
+        const int h = static_cast<int>(item % rows.n_head);
+        for (int64_t r = rows.seq_row_begin[s]; r < rows.seq_row_begin[s + 1]; ++r) {
+          attend(r, h, rows.n_visible[r], scores.data());
+        }
+      }
+    });
+  }
+}
+
+}  // namespace specd

@@ -1,0 +1,109 @@
+// The compute kernels of a forward pass. Each has a plain scalar version in reference/ (the test
+// oracle) and a fast version here, chosen at run time from the CPU's features.
+//
+// Matmul is written for batch invariance: a row's result does not depend on how many other rows
+// share the call or how the work is split over threads, so one token decoded alone and the same
+// token verified inside a chunk of draft tokens get bit-identical logits. That is what lets greedy
+// speculative decoding reproduce plain greedy decoding token for token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/cpu_features.h"
+#include "tensor/dtype.h"
+#include "threading/thread_pool.h"
+
+namespace specd {
+
+// A weight matrix [rows, cols] in storage type `type`, rows contiguous: y = x W^T.
+struct WeightView {
+  DType type = DType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features (N)
+  int64_t cols = 0;  // input features (K)
+  const uint8_t* Row(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + r * RowBytes(type, cols);
+  }
+};
+
+// Explicit context for every kernel call: threads and the ISA to use.
+struct KernelContext {
+  ThreadPool* pool = nullptr;
+  CpuFeatures cpu;
+};
+
+// Scratch space reused across calls (activations converted for the weight type).
+struct MatmulScratch {
+  AlignedBuffer<uint8_t> bytes;
+};
+
+// y[m, n] = sum_k x[m, k] * W[n, k].  x: [m, cols] f32, y: [m, rows] f32.
+void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
+            MatmulScratch* scratch);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, for each of n_rows rows of n values.
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
+
+// Rotary position embedding of one row [n_heads, head_dim], in place.
+struct RopeConfig {
+  int head_dim = 0;
+  int rotary_dim = 0;  // leading dims of each head that rotate (usually head_dim)
+  float freq_base = 10000.0f;
+  bool neox = false;                      // pairs (i, i + d/2) instead of (2i, 2i+1)
+  std::vector<float> freq_factors;        // Llama 3 long-context factors (rotary_dim / 2), or empty
+};
+// cos/sin of the rotation angles for position pos: [rotary_dim / 2] each.
+void RopeAngles(const RopeConfig& config, int64_t pos, float* cos_out, float* sin_out);
+// Rotates one row [n_heads, head_dim] in place by precomputed angles.
+void Rope(const RopeConfig& config, const float* cos, const float* sin, float* x, int n_heads);
+
+// In-place softmax of n values.
+void Softmax(float* x, int64_t n);
+
+// y = silu(gate) * up, elementwise.
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+
+// Causal attention of query rows against per-sequence key/value caches.
+struct AttentionRows {
+  int64_t n_rows = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  const float* q = nullptr;                // [n_rows, n_head * head_dim]
+  float* out = nullptr;                    // [n_rows, n_head * head_dim]
+  std::vector<const float*> k;             // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
+  std::vector<const float*> v;             // per row: its sequence's V, same layout
+  std::vector<int32_t> n_visible;          // per row: keys [0, n_visible) are visible
+  // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
+  std::vector<int64_t> seq_row_begin;
+};
+
+enum class AttentionMode {
+  kPad,    // every row scores max(n_visible) keys; keys it cannot see get -inf before softmax
+  kSplit,  // one computation per sequence over exactly its own keys
+};
+
+void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode);
+
+// Scalar references (single-threaded, double accumulation where it matters): the test oracle.
+namespace reference {
+void Matmul(const float* x, int64_t m, const WeightView& w, float* y);
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
+void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
+void Softmax(float* x, int64_t n);
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+void Attention(const AttentionRows& rows);
+}  // namespace reference
+
+// Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.
+namespace avx512 {
+void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,
+            MatmulScratch* scratch);
+float Dot(const float* a, const float* b, int64_t n);
+void Axpy(float a, const float* x, float* y, int64_t n);
+}  // namespace avx512
+
+}  // namespace specd

@@ -1,0 +1,292 @@
+// AVX-512 kernels (F/BW/VL/BF16/VNNI). Compiled with those ISA flags and called only after a
+// run-time check. One weight row is decoded once and applied to a tile of up to kTileRows
+// activation rows; every (activation row, weight row) pair accumulates in the same order
+// whatever the tile, the row count or the thread split, so results are batch invariant.
+//
+// Activations are prepared per call for the weight type:
+//   f32, f16 weights: activations stay f32 (f16 weights widen to f32, FMA).
+//   bf16 weights: activations rounded to bf16, vdpbf16ps.
+//   q8_0 / q4_0 weights: activations quantized to int8 per 32-block (like ggml's q8_0), vpdpbusd.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+namespace specd::avx512 {
+namespace {
+
+constexpr int kTileRows = 4;
+constexpr int64_t kWeightChunk = 16;
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// Activation row r of a prepared matrix.
+struct Prepared {
+  const float* f32 = nullptr;      // [m, K]            f32 / f16 weights
+  const uint16_t* bf16 = nullptr;  // [m, K]            bf16 weights
+  const uint8_t* q = nullptr;      // [m, K]            int8 (q4_0) or int8 + 128 (q8_0)
+  const float* dexp = nullptr;     // [m, K / 4]        block scale, repeated for 8 int32 lanes
+  const int32_t* corr = nullptr;   // [m, K / 4]        -8 * (sum of 4 activations), q4_0 only
+  int64_t k = 0;
+};
+
+// Quantizes one activation row to int8 blocks of 32 with a float scale per block.
+void QuantizeActivationRow(const float* x, int64_t k, bool offset_128, uint8_t* q, float* dexp,
+                           int32_t* corr) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32);
+    const __m512 x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+    __m128i q0 = _mm512_cvtsepi32_epi8(i0);
+    __m128i q1 = _mm512_cvtsepi32_epi8(i1);
+    if (corr != nullptr) {
+      // Sum of each group of 4 int8 values, times -8 (the q4_0 zero point).
+      alignas(16) int8_t vals[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(vals), q0);
+      _mm_store_si128(reinterpret_cast<__m128i*>(vals + 16), q1);
+      for (int j = 0; j < 8; ++j) {
+        corr[b * 8 + j] = -8 * (vals[4 * j] + vals[4 * j + 1] + vals[4 * j + 2] + vals[4 * j + 3]);
+      }
+    }
+    if (offset_128) {
+      q0 = _mm_xor_si128(q0, _mm_set1_epi8(static_cast<char>(0x80)));
+      q1 = _mm_xor_si128(q1, _mm_set1_epi8(static_cast<char>(0x80)));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32), q0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32 + 16), q1);
+    for (int j = 0; j < 8; ++j) dexp[b * 8 + j] = d;
+  }
+}
+
+template <int MT>
+void DotF32(const float* w, const Prepared& p, int64_t m0, float* out) {
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < p.k; k += 16) {
+    const __m512 wv = _mm512_loadu_ps(w + k);
+    for (int r = 0; r < MT; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p.f32 + (m0 + r) * p.k + k), wv, acc[r]);
+    }
+  }
+  for (int r = 0; r < MT; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int MT>
+void DotF16(const uint16_t* w, const Prepared& p, int64_t m0, float* out) {
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < p.k; k += 16) {
+    const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k)));
+    for (int r = 0; r < MT; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p.f32 + (m0 + r) * p.k + k), wv, acc[r]);
+    }
+  }
+  for (int r = 0; r < MT; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int MT>
+void DotBF16(const uint16_t* w, const Prepared& p, int64_t m0, float* out) {
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < p.k; k += 32) {
+    const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + k);
+    for (int r = 0; r < MT; ++r) {
+      const __m512bh a = (__m512bh)_mm512_loadu_si512(p.bf16 + (m0 + r) * p.k + k);
+      acc[r] = _mm512_dpbf16_ps(acc[r], a, wv);
+    }
+  }
+  for (int r = 0; r < MT; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int MT>
+void DotQ8(const BlockQ8_0* w, const Prepared& p, int64_t m0, float* out) {
+  const int64_t nb = p.k / 32;
+  const int64_t lanes = p.k / 4;
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    const __m512 dw =
+        _mm512_insertf32x8(_mm512_set1_ps(Half(w[b].d)), _mm256_set1_ps(Half(w[b + 1].d)), 1);
+    // Activations are stored as a + 128 (unsigned, as vpdpbusd needs): subtract 128 * sum(w).
+    const __m512i neg = _mm512_sub_epi32(
+        _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wv));
+    for (int r = 0; r < MT; ++r) {
+      const __m512i a = _mm512_loadu_si512(p.q + (m0 + r) * p.k + b * 32);
+      const __m512i s = _mm512_dpbusd_epi32(neg, a, wv);
+      const __m512 t =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(p.dexp + (m0 + r) * lanes + b * 8));
+      acc[r] = _mm512_fmadd_ps(t, dw, acc[r]);
+    }
+  }
+  for (int r = 0; r < MT; ++r) {
+    float tail = 0.0f;
+    if (b < nb) {
+      const uint8_t* a = p.q + (m0 + r) * p.k + b * 32;
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += (static_cast<int32_t>(a[i]) - 128) * w[b].qs[i];
+      tail = static_cast<float>(s) * p.dexp[(m0 + r) * lanes + b * 8] * Half(w[b].d);
+    }
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
+}
+
+template <int MT>
+void DotQ4(const BlockQ4_0* w, const Prepared& p, int64_t m0, float* out) {
+  const int64_t nb = p.k / 32;
+  const int64_t lanes = p.k / 4;
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
+    // 128-bit lanes [v0, v0, v1, v1]: low nibbles from lanes 0 and 2, high from 1 and 3, giving
+    // the 64 values of both blocks in element order, as unsigned 0..15 (zero point 8).
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(v0, v0)),
+                                   _mm256_set_m128i(v1, v1), 1);
+    z = _mm512_mask_blend_epi8(0xFFFF0000FFFF0000ull, z, _mm512_srli_epi16(z, 4));
+    z = _mm512_and_si512(z, low4);
+    const __m512 dw =
+        _mm512_insertf32x8(_mm512_set1_ps(Half(w[b].d)), _mm256_set1_ps(Half(w[b + 1].d)), 1);
+    for (int r = 0; r < MT; ++r) {
+      const __m512i a = _mm512_loadu_si512(p.q + (m0 + r) * p.k + b * 32);
+      const __m512i c = _mm512_loadu_si512(p.corr + (m0 + r) * lanes + b * 8);
+      const __m512i s = _mm512_dpbusd_epi32(c, z, a);
+      const __m512 t =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(p.dexp + (m0 + r) * lanes + b * 8));
+      acc[r] = _mm512_fmadd_ps(t, dw, acc[r]);
+    }
+  }
+  for (int r = 0; r < MT; ++r) {
+    float tail = 0.0f;
+    if (b < nb) {
+      const auto* a = reinterpret_cast<const int8_t*>(p.q + (m0 + r) * p.k + b * 32);
+      int32_t s = 0;
+      for (int j = 0; j < 16; ++j) {
+        s += ((w[b].qs[j] & 15) - 8) * a[j] + ((w[b].qs[j] >> 4) - 8) * a[j + 16];
+      }
+      tail = static_cast<float>(s) * p.dexp[(m0 + r) * lanes + b * 8] * Half(w[b].d);
+    }
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
+}
+
+
+// Runs kernel over weight rows [n0, n1) and all activation rows, writing y [m, n_out].
+template <typename RowT, void (*K1)(const RowT*, const Prepared&, int64_t, float*),
+          void (*K2)(const RowT*, const Prepared&, int64_t, float*),
+          void (*K3)(const RowT*, const Prepared&, int64_t, float*),
+          void (*K4)(const RowT*, const Prepared&, int64_t, float*)>
+void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int64_t n1, float* y) {
+  const int64_t row_bytes = RowBytes(w.type, w.cols);
+  float out[kTileRows];
+  for (int64_t c0 = n0; c0 < n1; c0 += kWeightChunk) {
+    const int64_t c1 = std::min(n1, c0 + kWeightChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
+      const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
+      for (int64_t n = c0; n < c1; ++n) {
+        const auto* row = reinterpret_cast<const RowT*>(static_cast<const uint8_t*>(w.data) +
+                                                        n * row_bytes);
+        switch (mt) {
+          case 1: K1(row, p, m0, out); break;
+          case 2: K2(row, p, m0, out); break;
+          case 3: K3(row, p, m0, out); break;
+          default: K4(row, p, m0, out); break;
+        }
+        for (int64_t r = 0; r < mt; ++r) y[(m0 + r) * w.rows + n] = out[r];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,
+            MatmulScratch* scratch) {
+  const int64_t k = w.cols;
+  SPECD_CHECK(k % 32 == 0, "avx512 matmul needs a multiple of 32 inputs, got ", k);
+  Prepared p;
+  p.k = k;
+  switch (w.type) {
+    case DType::kF32:
+    case DType::kF16:
+      p.f32 = x;
+      break;
+    case DType::kBF16: {
+      scratch->bytes.Resize(m * k * 2);
+      auto* out = reinterpret_cast<uint16_t*>(scratch->bytes.data());
+      for (int64_t i = 0; i < m * k; i += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+        _mm512_storeu_si512(out + i, (__m512i)v);
+      }
+      p.bf16 = out;
+      break;
+    }
+    case DType::kQ8_0:
+    case DType::kQ4_0: {
+      const bool q4 = w.type == DType::kQ4_0;
+      const int64_t lanes = k / 4;
+      scratch->bytes.Resize(m * k + m * lanes * 4 * (q4 ? 2 : 1));
+      uint8_t* q = scratch->bytes.data();
+      auto* dexp = reinterpret_cast<float*>(q + m * k);
+      int32_t* corr = q4 ? reinterpret_cast<int32_t*>(dexp + m * lanes) : nullptr;
+      for (int64_t i = 0; i < m; ++i) {
+        QuantizeActivationRow(x + i * k, k, !q4, q + i * k, dexp + i * lanes,
+                              q4 ? corr + i * lanes : nullptr);
+      }
+      p.q = q;
+      p.dexp = dexp;
+      p.corr = corr;
+      break;
+    }
+  }
+  pool->ParallelFor(w.rows, kWeightChunk, [&](int64_t n0, int64_t n1) {
+    switch (w.type) {
+      case DType::kF32:
+        RunRange<float, DotF32<1>, DotF32<2>, DotF32<3>, DotF32<4>>(w, p, m, n0, n1, y);
+        break;
+      case DType::kF16:
+        RunRange<uint16_t, DotF16<1>, DotF16<2>, DotF16<3>, DotF16<4>>(w, p, m, n0, n1, y);
+        break;
+      case DType::kBF16:
+        RunRange<uint16_t, DotBF16<1>, DotBF16<2>, DotBF16<3>, DotBF16<4>>(w, p, m, n0, n1, y);
+        break;
+      case DType::kQ8_0:
+        RunRange<BlockQ8_0, DotQ8<1>, DotQ8<2>, DotQ8<3>, DotQ8<4>>(w, p, m, n0, n1, y);
+        break;
+      case DType::kQ4_0:
+        RunRange<BlockQ4_0, DotQ4<1>, DotQ4<2>, DotQ4<3>, DotQ4<4>>(w, p, m, n0, n1, y);
+        break;
+    }
+  });
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+void Axpy(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  }
+}
+
+}  // namespace specd::avx512

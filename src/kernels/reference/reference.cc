@@ -1,0 +1,97 @@
+// Plain scalar kernels: the definition of what each fast kernel computes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tensor/quantize.h"
+
+namespace specd::reference {
+
+void Matmul(const float* x, int64_t m, const WeightView& w, float* y) {
+  std::vector<float> row(w.cols);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
+    for (int64_t i = 0; i < m; ++i) {
+      double sum = 0.0;
+      const float* xi = x + i * w.cols;
+      for (int64_t k = 0; k < w.cols; ++k) sum += static_cast<double>(xi[k]) * row[k];
+      y[i * w.rows + n] = static_cast<float>(sum);
+    }
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(sum_sq / n + eps);
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] = static_cast<float>(xr[i] * inv) * weight[i];
+  }
+}
+
+void Rope(const RopeConfig& c, float* x, int n_heads, int64_t pos) {
+  const int half = c.rotary_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + static_cast<int64_t>(h) * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      double theta = pos * std::pow(static_cast<double>(c.freq_base), -2.0 * i / c.rotary_dim);
+      if (!c.freq_factors.empty()) theta /= c.freq_factors[i];
+      const double cs = std::cos(theta), sn = std::sin(theta);
+      const int a = c.neox ? i : 2 * i;
+      const int b = c.neox ? i + half : 2 * i + 1;
+      const double x0 = head[a], x1 = head[b];
+      head[a] = static_cast<float>(x0 * cs - x1 * sn);
+      head[b] = static_cast<float>(x0 * sn + x1 * cs);
+    }
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::exp(double{x[i]} - max) / sum);
+}
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    y[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void Attention(const AttentionRows& rows) {
+  const int group = rows.n_head / rows.n_head_kv;
+  const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
+  for (int64_t r = 0; r < rows.n_rows; ++r) {
+    const int n_keys = rows.n_visible[r];
+    std::vector<double> scores(n_keys);
+    for (int h = 0; h < rows.n_head; ++h) {
+      const float* q = rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
+      const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
+      double max = -std::numeric_limits<double>::infinity();
+      for (int t = 0; t < n_keys; ++t) {
+        const float* k = rows.k[r] + t * kv_stride + kv_off;
+        double dot = 0.0;
+        for (int d = 0; d < rows.head_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+        scores[t] = dot * rows.scale;
+        max = std::max(max, scores[t]);
+      }
+      double sum = 0.0;
+      for (int t = 0; t < n_keys; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+      float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
+      for (int d = 0; d < rows.head_dim; ++d) {
+        double acc = 0.0;
+        for (int t = 0; t < n_keys; ++t) acc += scores[t] * rows.v[r][t * kv_stride + kv_off + d];
+        out[d] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace specd::reference

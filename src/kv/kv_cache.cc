@@ -1,0 +1,95 @@
+#include "kv/kv_cache.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "base/error.h"
+
+namespace specd {
+
+KvCache::KvCache(const KvCacheConfig& config, int n_layers, int kv_dim)
+    : config_(config), n_layers_(n_layers), kv_dim_(kv_dim) {
+  SPECD_CHECK(config.n_slots >= 1 && config.n_slots <= 4096, "KV cache: sequence slots must be in",
+              " 1..4096, got ", config.n_slots);
+  SPECD_CHECK(config.n_ctx >= 1 && config.n_ctx <= (1 << 20), "KV cache: context must be in ",
+              "1..1048576, got ", config.n_ctx);
+  bytes_ = sizeof(float) * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) *
+           kv_dim;
+  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  SPECD_CHECK(p != MAP_FAILED, "KV cache: cannot reserve ", bytes_ >> 20, " MiB (", config.n_slots,
+              " sequences x ", config.n_ctx, " positions); lower --ctx or --batch");
+  slab_ = static_cast<float*>(p);
+  length_.assign(config.n_slots, 0);
+  in_use_.assign(config.n_slots, false);
+}
+
+KvCache::~KvCache() {
+  if (slab_ != nullptr) ::munmap(slab_, bytes_);
+}
+
+float* KvCache::Slot(int layer, int which, int seq) {
+  const size_t per_slot = static_cast<size_t>(config_.n_ctx) * kv_dim_;
+  return slab_ + ((static_cast<size_t>(layer) * 2 + which) * config_.n_slots + seq) * per_slot;
+}
+
+void KvCache::CheckSeq(int seq) const {
+  SPECD_CHECK(seq >= 0 && seq < config_.n_slots, "KV cache: sequence ", seq,
+              " is out of range (", config_.n_slots, " slots)");
+  SPECD_CHECK(in_use_[seq], "KV cache: sequence ", seq, " is not in use");
+}
+
+int KvCache::Acquire() {
+  for (int s = 0; s < config_.n_slots; ++s) {
+    if (!in_use_[s]) {
+      in_use_[s] = true;
+      length_[s] = 0;
+      return s;
+    }
+  }
+  Fail("KV cache: all ", config_.n_slots, " sequence slots are in use");
+}
+
+void KvCache::Release(int seq) {
+  CheckSeq(seq);
+  in_use_[seq] = false;
+  length_[seq] = 0;
+}
+
+bool KvCache::InUse(int seq) const { return seq >= 0 && seq < config_.n_slots && in_use_[seq]; }
+
+int KvCache::Length(int seq) const {
+  CheckSeq(seq);
+  return length_[seq];
+}
+
+void KvCache::Truncate(int seq, int length) {
+  CheckSeq(seq);
+  SPECD_CHECK(length >= 0 && length <= length_[seq], "KV cache: cannot truncate sequence ", seq,
+              " of length ", length_[seq], " to ", length);
+  length_[seq] = length;
+}
+
+void KvCache::Fork(int src, int dst, int length) {
+  CheckSeq(src);
+  CheckSeq(dst);
+  SPECD_CHECK(src != dst, "KV cache: cannot fork a sequence onto itself");
+  SPECD_CHECK(length >= 0 && length <= length_[src], "KV cache: cannot fork ", length,
+              " positions of sequence ", src, " which has ", length_[src]);
+  const size_t bytes = sizeof(float) * static_cast<size_t>(length) * kv_dim_;
+  for (int layer = 0; layer < n_layers_; ++layer) {
+    std::memcpy(K(layer, dst), K(layer, src), bytes);
+    std::memcpy(V(layer, dst), V(layer, src), bytes);
+  }
+  length_[dst] = length;
+}
+
+void KvCache::Advance(int seq, int n) {
+  CheckSeq(seq);
+  SPECD_CHECK(n >= 0 && length_[seq] + n <= config_.n_ctx, "KV cache: sequence ", seq,
+              " would exceed the context of ", config_.n_ctx, " positions");
+  length_[seq] += n;
+}
+
+}  // namespace specd

@@ -1,0 +1,63 @@
+// Per-sequence key/value cache. Every sequence owns a slot of n_ctx positions in one slab per layer
+// and tensor ([n_slots, n_ctx, kv_dim] f32), so PAD attention can read any sequence up to the
+// longest length of a batch without copying, and rollback after a rejected draft is just a
+// shorter length. The slab is reserved (not touched) up front: memory is bounded by
+// n_slots * n_ctx and pages are committed only as positions are written.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace specd {
+
+struct KvCacheConfig {
+  int n_slots = 1;   // sequences that can be live at once
+  int n_ctx = 2048;  // positions per sequence
+};
+
+class KvCache {
+ public:
+  KvCache(const KvCacheConfig& config, int n_layers, int kv_dim);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  int n_slots() const { return config_.n_slots; }
+  int n_ctx() const { return config_.n_ctx; }
+  int kv_dim() const { return kv_dim_; }
+  // Bytes reserved for K and V of all layers and slots.
+  size_t BytesReserved() const { return bytes_; }
+
+  // Takes a free sequence slot (length 0); throws if all are in use.
+  int Acquire();
+  // Returns a slot to the free list; its contents are forgotten.
+  void Release(int seq);
+  bool InUse(int seq) const;
+
+  int Length(int seq) const;
+  // Rolls a sequence back to `length` positions (<= its current length).
+  void Truncate(int seq, int length);
+  // Makes `dst` hold the first `length` positions of `src` (a shared prompt encoded once).
+  void Fork(int src, int dst, int length);
+  // Marks `n` more positions as written (called by the forward pass after it stores them).
+  void Advance(int seq, int n);
+
+  // [n_ctx, kv_dim] storage of a sequence for a layer.
+  float* K(int layer, int seq) { return Slot(layer, 0, seq); }
+  float* V(int layer, int seq) { return Slot(layer, 1, seq); }
+
+ private:
+  float* Slot(int layer, int which, int seq);
+  void CheckSeq(int seq) const;
+
+  KvCacheConfig config_;
+  int n_layers_;
+  int kv_dim_;
+  size_t bytes_ = 0;
+  float* slab_ = nullptr;
+  std::vector<int> length_;
+  std::vector<bool> in_use_;
+};
+
+}  // namespace specd

@@ -1,0 +1,313 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+std::string Key(const std::string& arch, const std::string& suffix) { return arch + "." + suffix; }
+
+int64_t GetInt(const GgufFile& f, const std::string& key) { return f.Get(key).AsInt(key); }
+
+int64_t GetIntOr(const GgufFile& f, const std::string& key, int64_t fallback) {
+  const GgufValue* v = f.Find(key);
+  return v ? v->AsInt(key) : fallback;
+}
+
+double GetFloatOr(const GgufFile& f, const std::string& key, double fallback) {
+  const GgufValue* v = f.Find(key);
+  return v ? v->AsFloat(key) : fallback;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A weight matrix with ggml shape [cols, rows].
+WeightView Matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  const GgufTensorInfo& t = f.GetTensor(name);
+  SPECD_CHECK(t.shape.size() == 2 && t.shape[0] == cols && t.shape[1] == rows, f.path(),
+              ": tensor '", name, "' has shape ", ShapeString(t.shape), ", expected [", cols, ", ",
+              rows, "]");
+  return WeightView{t.type, t.data, rows, cols};
+}
+
+// A vector of n values, converted to f32.
+std::vector<float> Vector(const GgufFile& f, const std::string& name, int64_t n) {
+  const GgufTensorInfo& t = f.GetTensor(name);
+  SPECD_CHECK(t.NumElements() == n && t.shape[0] == n, f.path(), ": tensor '", name,
+              "' has shape ", ShapeString(t.shape), ", expected [", n, "]");
+  std::vector<float> out(n);
+  DequantizeRow(t.type, t.data, out.data(), n);
+  return out;
+}
+
+int64_t MatrixBytes(const WeightView& w) { return RowBytes(w.type, w.cols) * w.rows; }
+
+}  // namespace
+
+int64_t Batch::n_outputs() const {
+  int64_t n = 0;
+  for (uint8_t o : output) n += o != 0;
+  return n;
+}
+
+std::unique_ptr<Model> Model::Load(const std::string& path) {
+  return FromGguf(GgufFile::Open(path));
+}
+
+std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file) {
+  std::unique_ptr<Model> model(new Model());
+  const GgufFile& f = *file;
+  ModelConfig& c = model->config_;
+  c.arch = f.Get("general.architecture").AsString("general.architecture");
+  SPECD_CHECK(c.arch == "llama" || c.arch == "qwen2", f.path(), ": architecture '", c.arch,
+              "' is not supported (llama, qwen2)");
+  if (const GgufValue* v = f.Find("general.name")) c.name = v->AsString("general.name");
+  const std::string& a = c.arch;
+  auto bounded = [&](const std::string& key, int64_t value, int64_t lo, int64_t hi) {
+    SPECD_CHECK(value >= lo && value <= hi, f.path(), ": ", key, " = ", value, " is out of range [",
+                lo, ", ", hi, "]");
+    return static_cast<int>(value);
+  };
+  c.n_embd = bounded(Key(a, "embedding_length"), GetInt(f, Key(a, "embedding_length")), 1, 65536);
+  c.n_layer = bounded(Key(a, "block_count"), GetInt(f, Key(a, "block_count")), 1, 1024);
+  c.n_ff = bounded(Key(a, "feed_forward_length"), GetInt(f, Key(a, "feed_forward_length")), 1,
+                   1 << 20);
+  c.n_head = bounded(Key(a, "attention.head_count"), GetInt(f, Key(a, "attention.head_count")), 1,
+                     1024);
+  c.n_head_kv = bounded(Key(a, "attention.head_count_kv"),
+                        GetIntOr(f, Key(a, "attention.head_count_kv"), c.n_head), 1, c.n_head);
+  SPECD_CHECK(c.n_head % c.n_head_kv == 0, f.path(), ": ", c.n_head,
+              " attention heads cannot be grouped over ", c.n_head_kv, " KV heads");
+  SPECD_CHECK(c.n_embd % c.n_head == 0 || f.Find(Key(a, "attention.key_length")), f.path(),
+              ": embedding length ", c.n_embd, " is not a multiple of ", c.n_head, " heads");
+  c.head_dim = bounded(Key(a, "attention.key_length"),
+                       GetIntOr(f, Key(a, "attention.key_length"), c.n_embd / c.n_head), 2, 1024);
+  SPECD_CHECK(c.head_dim % 2 == 0, f.path(), ": head dimension ", c.head_dim, " must be even");
+  c.n_ctx_train = bounded(Key(a, "context_length"), GetIntOr(f, Key(a, "context_length"), 2048), 1,
+                          1 << 24);
+  c.rms_eps = static_cast<float>(
+      GetFloatOr(f, Key(a, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5));
+  SPECD_CHECK(c.rms_eps > 0 && c.rms_eps < 1, f.path(), ": bad RMS norm epsilon ", c.rms_eps);
+  c.rope.head_dim = c.head_dim;
+  c.rope.rotary_dim = bounded(Key(a, "rope.dimension_count"),
+                              GetIntOr(f, Key(a, "rope.dimension_count"), c.head_dim), 2,
+                              c.head_dim);
+  SPECD_CHECK(c.rope.rotary_dim % 2 == 0, f.path(), ": rotary dimension must be even");
+  c.rope.freq_base = static_cast<float>(GetFloatOr(f, Key(a, "rope.freq_base"), 10000.0));
+  SPECD_CHECK(c.rope.freq_base > 1.0f, f.path(), ": bad RoPE frequency base ", c.rope.freq_base);
+  // GGUF llama weights are permuted at conversion for interleaved pairs; qwen2 uses NeoX pairs.
+  c.rope.neox = c.arch == "qwen2";
+  c.qkv_bias = c.arch == "qwen2";
+  c.bos_token = static_cast<int32_t>(GetIntOr(f, "tokenizer.ggml.bos_token_id", -1));
+  c.eos_token = static_cast<int32_t>(GetIntOr(f, "tokenizer.ggml.eos_token_id", -1));
+
+  const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
+  SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
+              ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
+              ", n_vocab]");
+  c.n_vocab = embd.shape[1];
+  if (const GgufValue* v = f.Find(Key(a, "vocab_size"))) {
+    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", a, ".vocab_size (",
+                v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
+  }
+  auto check_token = [&](int32_t id, const char* what) {
+    SPECD_CHECK(id >= -1 && id < c.n_vocab, f.path(), ": ", what, " ", id,
+                " is outside the vocabulary of ", c.n_vocab);
+  };
+  check_token(c.bos_token, "BOS token");
+  check_token(c.eos_token, "EOS token");
+
+  if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
+    SPECD_CHECK(freqs->type == DType::kF32, f.path(), ": rope_freqs.weight must be f32");
+    c.rope.freq_factors = Vector(f, "rope_freqs.weight", c.rope.rotary_dim / 2);
+  }
+
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  model->output_ =
+      c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, c.n_vocab);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    Layer l;
+    l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
+    l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
+    l.wq = Matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
+    l.wk = Matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+    l.wv = Matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    l.wo = Matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
+    l.w_gate = Matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    l.w_up = Matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    l.w_down = Matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.qkv_bias) {
+      l.bq = Vector(f, p + "attn_q.bias", q_dim);
+      l.bk = Vector(f, p + "attn_k.bias", c.kv_dim());
+      l.bv = Vector(f, p + "attn_v.bias", c.kv_dim());
+    }
+    model->layers_.push_back(std::move(l));
+  }
+  model->file_ = std::move(file);
+  return model;
+}
+
+int64_t Model::WeightBytesPerToken() const {
+  int64_t bytes = RowBytes(token_embd_.type, token_embd_.cols) + MatrixBytes(output_);
+  for (const Layer& l : layers_) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      bytes += MatrixBytes(*w);
+    }
+  }
+  return bytes;
+}
+
+int64_t Model::NumParameters() const {
+  int64_t n = 0;
+  for (const GgufTensorInfo& t : file_->tensors()) n += t.NumElements();
+  return n;
+}
+
+std::unique_ptr<KvCache> Model::NewKvCache(const KvCacheConfig& config) const {
+  return std::make_unique<KvCache>(config, config_.n_layer, config_.kv_dim());
+}
+
+void Model::Validate(const Batch& batch, const KvCache& kv) const {
+  const int64_t n = batch.size();
+  SPECD_CHECK(batch.positions.size() == static_cast<size_t>(n) &&
+                  batch.seq_ids.size() == static_cast<size_t>(n) &&
+                  batch.output.size() == static_cast<size_t>(n),
+              "batch: token, position, sequence and output arrays differ in length");
+  SPECD_CHECK(kv.kv_dim() == config_.kv_dim(), "KV cache was made for another model");
+  std::vector<bool> seen(kv.n_slots(), false);
+  for (int64_t r = 0; r < n;) {
+    const int32_t seq = batch.seq_ids[r];
+    SPECD_CHECK(kv.InUse(seq), "batch row ", r, ": sequence ", seq, " is not an active sequence");
+    SPECD_CHECK(!seen[seq], "batch: the rows of sequence ", seq, " are not contiguous");
+    seen[seq] = true;
+    int32_t expected = kv.Length(seq);
+    for (; r < n && batch.seq_ids[r] == seq; ++r, ++expected) {
+      SPECD_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < config_.n_vocab, "batch row ", r,
+                  ": token ", batch.tokens[r], " is outside the vocabulary of ", config_.n_vocab);
+      SPECD_CHECK(batch.positions[r] == expected, "batch row ", r, ": sequence ", seq,
+                  " expects position ", expected, ", got ", batch.positions[r]);
+      SPECD_CHECK(expected < kv.n_ctx(), "sequence ", seq, " would exceed the context of ",
+                  kv.n_ctx(), " tokens");
+    }
+  }
+}
+
+void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                    AttentionMode attention, std::vector<float>* logits) {
+  Validate(batch, kv);
+  const ModelConfig& c = config_;
+  const int64_t m = batch.size();
+  const int64_t d = c.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = c.kv_dim();
+  const int half = c.rope.rotary_dim / 2;
+  logits->assign(batch.n_outputs() * c.n_vocab, 0.0f);
+  if (m == 0) return;
+
+  x_.Resize(m * d);             // [m, n_embd] residual stream
+  xb_.Resize(m * d);            // [m, n_embd] normalized
+  q_.Resize(m * q_dim);         // [m, n_head * head_dim]
+  k_.Resize(m * kv_dim);        // [m, kv_dim]
+  v_.Resize(m * kv_dim);        // [m, kv_dim]
+  att_.Resize(m * q_dim);       // [m, n_head * head_dim]
+  gate_.Resize(m * c.n_ff);     // [m, n_ff]
+  up_.Resize(m * c.n_ff);       // [m, n_ff]
+  ffn_.Resize(m * d);           // [m, n_embd]
+  rope_cos_.Resize(m * half);   // [m, rotary_dim / 2]
+  rope_sin_.Resize(m * half);   // [m, rotary_dim / 2]
+
+  for (int64_t r = 0; r < m; ++r) {
+    DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), x_.data() + r * d, d);
+    RopeAngles(c.rope, batch.positions[r], rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+  }
+
+  AttentionRows rows;
+  rows.n_rows = m;
+  rows.n_head = c.n_head;
+  rows.n_head_kv = c.n_head_kv;
+  rows.head_dim = c.head_dim;
+  rows.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  rows.q = q_.data();
+  rows.out = att_.data();
+  rows.k.resize(m);
+  rows.v.resize(m);
+  rows.n_visible.resize(m);
+  for (int64_t r = 0; r < m; ++r) {
+    rows.n_visible[r] = batch.positions[r] + 1;
+    if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) rows.seq_row_begin.push_back(r);
+  }
+  rows.seq_row_begin.push_back(m);
+
+  for (int il = 0; il < c.n_layer; ++il) {
+    const Layer& l = layers_[il];
+    RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
+    Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
+    for (int64_t r = 0; r < m; ++r) {
+      float* qr = q_.data() + r * q_dim;
+      float* kr = k_.data() + r * kv_dim;
+      float* vr = v_.data() + r * kv_dim;
+      if (c.qkv_bias) {
+        for (int64_t i = 0; i < q_dim; ++i) qr[i] += l.bq[i];
+        for (int64_t i = 0; i < kv_dim; ++i) kr[i] += l.bk[i];
+        for (int64_t i = 0; i < kv_dim; ++i) vr[i] += l.bv[i];
+      }
+      const float* cs = rope_cos_.data() + r * half;
+      const float* sn = rope_sin_.data() + r * half;
+      Rope(c.rope, cs, sn, qr, c.n_head);
+      Rope(c.rope, cs, sn, kr, c.n_head_kv);
+      const int32_t seq = batch.seq_ids[r];
+      const int64_t at = static_cast<int64_t>(batch.positions[r]) * kv_dim;
+      std::copy(kr, kr + kv_dim, kv.K(il, seq) + at);
+      std::copy(vr, vr + kv_dim, kv.V(il, seq) + at);
+      rows.k[r] = kv.K(il, seq);
+      rows.v[r] = kv.V(il, seq);
+    }
+    Attention(ctx, rows, attention);
+    Matmul(ctx, att_.data(), m, l.wo, ffn_.data(), &matmul_scratch_);
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+
+    RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
+    Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+    SwiGlu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+    Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  }
+
+  // Only the rows that want logits go through the (large) output matrix.
+  const int64_t n_out = batch.n_outputs();
+  out_rows_.Resize(n_out * d);  // [n_out, n_embd]
+  for (int64_t r = 0, o = 0; r < m; ++r) {
+    if (batch.output[r]) {
+      RmsNorm(x_.data() + r * d, output_norm_.data(), out_rows_.data() + o * d, 1, d, c.rms_eps);
+      ++o;
+    }
+  }
+  Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+
+  int32_t prev = -1;
+  for (int64_t r = 0; r < m; ++r) {
+    if (batch.seq_ids[r] != prev) {
+      prev = batch.seq_ids[r];
+      int64_t count = 0;
+      while (r + count < m && batch.seq_ids[r + count] == prev) ++count;
+      kv.Advance(prev, static_cast<int>(count));
+    }
+  }
+}
+
+}  // namespace specd

@@ -1,0 +1,103 @@
+// A Llama-family decoder (architectures `llama` and `qwen2`) loaded from GGUF, and its forward
+// pass over a ragged batch: rows of many sequences, each row with its own sequence and position.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+
+namespace specd {
+
+struct ModelConfig {
+  std::string arch;  // "llama" or "qwen2"
+  std::string name;
+  int64_t n_vocab = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  RopeConfig rope;
+  bool qkv_bias = false;
+  bool tied_embeddings = false;
+  int32_t bos_token = -1;
+  int32_t eos_token = -1;
+
+  int kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Rows of one forward pass, struct-of-arrays. Rows of one sequence must be contiguous and carry
+// consecutive positions starting at that sequence's current KV length.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> seq_ids;
+  std::vector<uint8_t> output;  // 1: return logits for this row
+
+  void Add(int32_t token, int32_t position, int32_t seq_id, bool want_logits) {
+    tokens.push_back(token);
+    positions.push_back(position);
+    seq_ids.push_back(seq_id);
+    output.push_back(want_logits ? 1 : 0);
+  }
+  void Clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    output.clear();
+  }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_outputs() const;
+};
+
+class Model {
+ public:
+  // Loads and validates a model; the GGUF stays mapped for the model's lifetime.
+  static std::unique_ptr<Model> Load(const std::string& path);
+  static std::unique_ptr<Model> FromGguf(std::unique_ptr<GgufFile> file);
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return *file_; }
+  // Bytes of weights read by one decode step (all matrices plus one embedding row).
+  int64_t WeightBytesPerToken() const;
+  int64_t NumParameters() const;
+
+  // A KV cache shaped for this model.
+  std::unique_ptr<KvCache> NewKvCache(const KvCacheConfig& config) const;
+
+  // Runs the batch, appending its keys/values to `kv` and writing logits of the flagged rows, in
+  // row order, to `logits` ([n_outputs, n_vocab]). Validates the whole batch first: on an Error,
+  // the cache is unchanged.
+  void Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
+               std::vector<float>* logits);
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+    WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    std::vector<float> bq, bk, bv;  // qwen2 only
+  };
+  Model() = default;
+  void Validate(const Batch& batch, const KvCache& kv) const;
+
+  std::unique_ptr<GgufFile> file_;
+  ModelConfig config_;
+  WeightView token_embd_;  // [n_vocab, n_embd]
+  WeightView output_;      // [n_vocab, n_embd]
+  std::vector<float> output_norm_;
+  std::vector<Layer> layers_;
+
+  // Scratch reused across calls.
+  AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, rope_cos_, rope_sin_, out_rows_;
+  MatmulScratch matmul_scratch_;
+};
+
+}  // namespace specd

@@ -1,0 +1,237 @@
+#include "model/synth.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "gguf/gguf.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+// llama.cpp's general.file_type ("mostly" type) ids.
+uint32_t FileType(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+  }
+  return 0;
+}
+
+// A byte-level SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
+void AddVocabulary(GgufWriter& w, int64_t n_vocab) {
+  SPECD_CHECK(n_vocab >= 259, "a synthetic vocabulary needs at least 259 tokens");
+  std::vector<GgufValue> tokens, scores, types;
+  auto add = [&](std::string text, float score, int32_t type) {
+    tokens.push_back(GgufValue::Str(std::move(text)));
+    scores.push_back(GgufValue::F32(score));
+    types.push_back(GgufValue::I32(type));
+  };
+  add("<unk>", 0.0f, 2);
+  add("<s>", 0.0f, 3);
+  add("</s>", 0.0f, 3);
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+    add(piece, 0.0f, 6);
+  }
+  for (int64_t i = 259; i < n_vocab; ++i) {
+    add("\xE2\x96\x81t" + std::to_string(i), -static_cast<float>(i), 1);
+  }
+  w.Set("tokenizer.ggml.model", GgufValue::Str("llama"));
+  w.Set("tokenizer.ggml.tokens", GgufValue::Array(GgufType::kString, std::move(tokens)));
+  w.Set("tokenizer.ggml.scores", GgufValue::Array(GgufType::kFloat32, std::move(scores)));
+  w.Set("tokenizer.ggml.token_type", GgufValue::Array(GgufType::kInt32, std::move(types)));
+  w.Set("tokenizer.ggml.bos_token_id", GgufValue::U32(1));
+  w.Set("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
+  w.Set("tokenizer.ggml.unknown_token_id", GgufValue::U32(0));
+}
+
+}  // namespace
+
+std::vector<ModelShape> KnownShapes() {
+  std::vector<ModelShape> shapes;
+  ModelShape tiny;
+  tiny.name = "tiny";
+  tiny.n_vocab = 384;
+  tiny.n_embd = 64;
+  tiny.n_layer = 2;
+  tiny.n_head = 4;
+  tiny.n_head_kv = 2;
+  tiny.n_ff = 160;
+  tiny.n_ctx = 512;
+  shapes.push_back(tiny);
+
+  ModelShape tiny_qwen = tiny;
+  tiny_qwen.name = "tiny-qwen2";
+  tiny_qwen.arch = "qwen2";
+  tiny_qwen.tied_embeddings = true;
+  tiny_qwen.rms_eps = 1e-6f;
+  shapes.push_back(tiny_qwen);
+
+  ModelShape llama32;
+  llama32.name = "llama-3.2-1b";
+  llama32.n_vocab = 128256;
+  llama32.n_embd = 2048;
+  llama32.n_layer = 16;
+  llama32.n_head = 32;
+  llama32.n_head_kv = 8;
+  llama32.n_ff = 8192;
+  llama32.n_ctx = 131072;
+  llama32.rope_base = 500000.0f;
+  llama32.tied_embeddings = true;
+  llama32.llama3_rope_factors = true;
+  shapes.push_back(llama32);
+
+  ModelShape qwen;
+  qwen.name = "qwen2.5-0.5b";
+  qwen.arch = "qwen2";
+  qwen.n_vocab = 151936;
+  qwen.n_embd = 896;
+  qwen.n_layer = 24;
+  qwen.n_head = 14;
+  qwen.n_head_kv = 2;
+  qwen.n_ff = 4864;
+  qwen.n_ctx = 32768;
+  qwen.rope_base = 1000000.0f;
+  qwen.rms_eps = 1e-6f;
+  qwen.tied_embeddings = true;
+  shapes.push_back(qwen);
+
+  ModelShape tinyllama;
+  tinyllama.name = "tinyllama-1.1b";
+  tinyllama.n_vocab = 32000;
+  tinyllama.n_embd = 2048;
+  tinyllama.n_layer = 22;
+  tinyllama.n_head = 32;
+  tinyllama.n_head_kv = 4;
+  tinyllama.n_ff = 5632;
+  shapes.push_back(tinyllama);
+
+  // The shape of MACHINE.md's llama.cpp measurements, for a like-for-like comparison.
+  ModelShape peer = tinyllama;
+  peer.name = "llama-1.1b-peer";
+  peer.n_layer = 16;
+  peer.n_head_kv = 8;
+  peer.n_ff = 8192;
+  shapes.push_back(peer);
+  return shapes;
+}
+
+ModelShape ShapeByName(const std::string& name) {
+  std::string known;
+  for (const ModelShape& s : KnownShapes()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  Fail("unknown model shape '", name, "' (known: ", known, ")");
+}
+
+void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const std::string& path,
+                         ThreadPool* pool) {
+  SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0,
+              "shape '", s.name, "' has inconsistent head counts");
+  GgufWriter w;
+  const std::string& a = s.arch;
+  w.Set("general.architecture", GgufValue::Str(a));
+  w.Set("general.name", GgufValue::Str("specd-synthetic-" + s.name));
+  w.Set("general.file_type", GgufValue::U32(FileType(type)));
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    w.Set("general.quantization_version", GgufValue::U32(2));
+  }
+  const int head_dim = s.n_embd / s.n_head;
+  w.Set(a + ".context_length", GgufValue::U32(s.n_ctx));
+  w.Set(a + ".embedding_length", GgufValue::U32(s.n_embd));
+  w.Set(a + ".block_count", GgufValue::U32(s.n_layer));
+  w.Set(a + ".feed_forward_length", GgufValue::U32(s.n_ff));
+  w.Set(a + ".attention.head_count", GgufValue::U32(s.n_head));
+  w.Set(a + ".attention.head_count_kv", GgufValue::U32(s.n_head_kv));
+  w.Set(a + ".attention.layer_norm_rms_epsilon", GgufValue::F32(s.rms_eps));
+  w.Set(a + ".rope.freq_base", GgufValue::F32(s.rope_base));
+  w.Set(a + ".rope.dimension_count", GgufValue::U32(head_dim));
+  w.Set(a + ".vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
+  AddVocabulary(w, s.n_vocab);
+
+  uint64_t tensor_index = 0;
+  // A [cols, rows] matrix (ggml order) whose row r is seeded by (seed, tensor, r), so the result
+  // does not depend on the thread count.
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev,
+                    DType t) {
+    const uint64_t tensor_seed = seed * 0x9E3779B97F4A7C15ull + (++tensor_index) * 0x632BE59Bull;
+    const float amplitude = stddev * std::sqrt(3.0f);
+    const int64_t row_bytes = RowBytes(t, cols);
+    std::vector<uint8_t> data(row_bytes * rows);
+    pool->ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<float> values(cols);
+      for (int64_t r = r0; r < r1; ++r) {
+        SplitMix64 rng(tensor_seed ^ (static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull));
+        for (int64_t i = 0; i < cols; ++i) values[i] = amplitude * rng.NextSymmetric();
+        QuantizeRow(t, values.data(), data.data() + r * row_bytes, cols);
+      }
+    });
+    w.AddTensor(name, t, {cols, rows}, std::move(data));
+  };
+  auto vector = [&](const std::string& name, int64_t n, float value, float noise) {
+    SplitMix64 rng(seed ^ (++tensor_index * 0x94D049BB133111EBull));
+    std::vector<float> values(n);
+    for (int64_t i = 0; i < n; ++i) values[i] = value + noise * rng.NextSymmetric();
+    std::vector<uint8_t> data(n * 4);
+    std::memcpy(data.data(), values.data(), n * 4);
+    w.AddTensor(name, DType::kF32, {n}, std::move(data));
+  };
+
+  const int64_t q_dim = s.n_embd;
+  const int64_t kv_dim = static_cast<int64_t>(s.n_head_kv) * head_dim;
+  const float embd_std = 1.0f;
+  matrix("token_embd.weight", s.n_embd, s.n_vocab, embd_std, type);
+  vector("output_norm.weight", s.n_embd, 1.0f, 0.0f);
+  if (!s.tied_embeddings) {
+    matrix("output.weight", s.n_embd, s.n_vocab, 1.0f / std::sqrt(float(s.n_embd)), type);
+  }
+  if (s.llama3_rope_factors) {
+    // Llama 3.1 scaling (factor 8, low 1, high 4, original context 8192): factor 1 for high
+    // frequencies, 8 for low ones, a smooth ramp between.
+    std::vector<float> factors(head_dim / 2);
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double freq = std::pow(double(s.rope_base), -2.0 * i / head_dim);
+      const double wavelen = 2 * M_PI / freq;
+      const double low_wavelen = 8192.0 / 1.0, high_wavelen = 8192.0 / 4.0;
+      if (wavelen < high_wavelen) {
+        factors[i] = 1.0f;
+      } else if (wavelen > low_wavelen) {
+        factors[i] = 8.0f;
+      } else {
+        const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+        factors[i] = static_cast<float>(1.0 / ((1 - smooth) / 8.0 + smooth));
+      }
+    }
+    std::vector<uint8_t> data(factors.size() * 4);
+    std::memcpy(data.data(), factors.data(), data.size());
+    w.AddTensor("rope_freqs.weight", DType::kF32, {head_dim / 2}, std::move(data));
+  }
+  for (int i = 0; i < s.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const float in_std = 1.0f / std::sqrt(float(s.n_embd));
+    vector(p + "attn_norm.weight", s.n_embd, 1.0f, 0.1f);
+    matrix(p + "attn_q.weight", s.n_embd, q_dim, in_std, type);
+    matrix(p + "attn_k.weight", s.n_embd, kv_dim, in_std, type);
+    matrix(p + "attn_v.weight", s.n_embd, kv_dim, in_std, type);
+    if (a == "qwen2") {
+      vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
+      vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
+      vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
+    }
+    matrix(p + "attn_output.weight", q_dim, s.n_embd, 1.0f / std::sqrt(float(q_dim)), type);
+    vector(p + "ffn_norm.weight", s.n_embd, 1.0f, 0.1f);
+    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff, in_std, type);
+    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff, in_std, type);
+    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(float(s.n_ff)), type);
+  }
+  w.Write(path);
+}
+
+}  // namespace specd

@@ -1,0 +1,56 @@
+// Logits -> probabilities -> a token. The processing order (as in Hugging Face and vLLM):
+// temperature, softmax, top-k, top-p, renormalize. Temperature 0 means greedy (argmax, ties to
+// the lowest token id).
+//
+// Kept sets, exactly:
+//   top-k (k > 0): the k tokens of highest probability; ties at the boundary broken towards
+//     lower token ids. k <= 0 or k >= vocabulary keeps everything.
+//   top-p (0 < p < 1): after top-k, tokens sorted by probability (desc, ties by id); keep the
+//     shortest prefix whose cumulative probability reaches p (at least one token). p >= 1 keeps all.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/rng.h"
+
+namespace specd {
+
+struct SamplingParams {
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+struct TokenProb {
+  int32_t token;
+  float prob;
+};
+
+// Checks ranges; throws an Error naming the bad parameter.
+void ValidateSamplingParams(const SamplingParams& params);
+
+// The kept tokens with their renormalized probabilities, sorted by probability (desc, ties by id).
+// Greedy params give the single argmax token with probability 1.
+std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const SamplingParams& params);
+
+// The full processed distribution over the vocabulary (zeros outside the kept set).
+std::vector<float> ProcessedProbs(std::span<const float> logits, const SamplingParams& params);
+
+// Draws from a kept set with a uniform number u in [0, 1) by inverse CDF.
+int32_t SampleFrom(const std::vector<TokenProb>& kept, double u);
+
+// Argmax with ties to the lowest id.
+int32_t Argmax(std::span<const float> logits);
+
+// One sampling decision: greedy, or drawn with the counter-based RNG at `key`.
+int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, const RngKey& key);
+
+// log softmax(logits)[token] of the raw model distribution (temperature 1, no truncation).
+double LogProb(std::span<const float> logits, int32_t token);
+
+}  // namespace specd

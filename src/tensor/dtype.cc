@@ -1,0 +1,118 @@
+#include "tensor/dtype.h"
+
+#include "base/error.h"
+
+namespace specd {
+
+std::optional<DType> DTypeFromId(uint32_t id) {
+  switch (id) {
+    case 0: return DType::kF32;
+    case 1: return DType::kF16;
+    case 2: return DType::kQ4_0;
+    case 8: return DType::kQ8_0;
+    case 30: return DType::kBF16;
+    default: return std::nullopt;
+  }
+}
+
+std::string GgmlTypeName(uint32_t id) {
+  static constexpr const char* kNames[] = {
+      "f32",  "f16",  "q4_0", "q4_1", "q4_2(removed)", "q4_3(removed)", "q5_0", "q5_1",
+      "q8_0", "q8_1", "q2_K", "q3_K", "q4_K",          "q5_K",          "q6_K", "q8_K",
+      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs",
+      "i8", "i16", "i32", "i64", "f64", "iq1_m", "bf16"};
+  if (id < sizeof(kNames) / sizeof(kNames[0])) return kNames[id];
+  return StrCat("unknown type id ", id);
+}
+
+std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (DTypeName(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+int64_t BlockElements(DType t) {
+  return (t == DType::kQ8_0 || t == DType::kQ4_0) ? kQuantBlock : 1;
+}
+
+int64_t BlockBytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kQ8_0: return sizeof(BlockQ8_0);
+    case DType::kQ4_0: return sizeof(BlockQ4_0);
+  }
+  return 0;
+}
+
+int64_t RowBytes(DType t, int64_t n) {
+  SPECD_CHECK(n % BlockElements(t) == 0, "a row of ", n, " elements does not fit ", DTypeName(t),
+              " blocks of ", BlockElements(t));
+  return n / BlockElements(t) * BlockBytes(t);
+}
+
+float Fp16ToFp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400u) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      mantissa &= 0x3ffu;
+      bits = sign | (exponent << 23) | (mantissa << 13);
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t Fp32ToFp16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // overflow (rounds to inf) or inf
+  if (abs_bits < 0x38800000u) {                        // result is subnormal or zero
+    if (abs_bits < 0x33000000u) return sign;           // below half the smallest subnormal
+    const uint32_t exponent = abs_bits >> 23;
+    const uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(exponent);  // 14..24
+    uint32_t value = mantissa >> shift;
+    const uint32_t remainder = mantissa & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (remainder > half || (remainder == half && (value & 1u))) ++value;
+    return sign | static_cast<uint16_t>(value);
+  }
+  uint32_t value = ((abs_bits >> 13) - ((127 - 15) << 10));
+  const uint32_t remainder = abs_bits & 0x1fffu;
+  if (remainder > 0x1000u || (remainder == 0x1000u && (value & 1u))) ++value;
+  return sign | static_cast<uint16_t>(value);
+}
+
+}  // namespace specd

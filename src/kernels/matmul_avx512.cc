@@ -120,8 +120,8 @@ void DotQ8(const BlockQ8_0* w, const Prepared& p, int64_t m0, float* out) {
     const __m512 dw =
         _mm512_insertf32x8(_mm512_set1_ps(Half(w[b].d)), _mm256_set1_ps(Half(w[b + 1].d)), 1);
     // Activations are stored as a + 128 (unsigned, as vpdpbusd needs): subtract 128 * sum(w).
-    const __m512i neg = _mm512_sub_epi32(
-        _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wv));
+    const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, wv));
     for (int r = 0; r < MT; ++r) {
       const __m512i a = _mm512_loadu_si512(p.q + (m0 + r) * p.k + b * 32);
       const __m512i s = _mm512_dpbusd_epi32(neg, a, wv);
@@ -133,10 +133,18 @@ void DotQ8(const BlockQ8_0* w, const Prepared& p, int64_t m0, float* out) {
   for (int r = 0; r < MT; ++r) {
     float tail = 0.0f;
     if (b < nb) {
-      const uint8_t* a = p.q + (m0 + r) * p.k + b * 32;
-      int32_t s = 0;
-      for (int i = 0; i < 32; ++i) s += (static_cast<int32_t>(a[i]) - 128) * w[b].qs[i];
-      tail = static_cast<float>(s) * p.dexp[(m0 + r) * lanes + b * 8] * Half(w[b].d);
+      // Explicit intrinsics: GCC 12 miscompiles the auto-vectorized scalar form of this
+      // mixed-sign (uint8 - 128) * int8 dot product under -mavx512vnni (found by the kernel test).
+      const __m256i a =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q + (m0 + r) * p.k + b * 32));
+      const __m256i wt = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+      const __m256i corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_set1_epi8(static_cast<char>(0x80)), wt);
+      const __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), a, wt), corr);
+      const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
+      tail = static_cast<float>(sum) * p.dexp[(m0 + r) * lanes + b * 8] * Half(w[b].d);
     }
     out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
   }
@@ -184,7 +192,6 @@ void DotQ4(const BlockQ4_0* w, const Prepared& p, int64_t m0, float* out) {
   }
 }
 
-
 // Runs kernel over weight rows [n0, n1) and all activation rows, writing y [m, n_out].
 template <typename RowT, void (*K1)(const RowT*, const Prepared&, int64_t, float*),
           void (*K2)(const RowT*, const Prepared&, int64_t, float*),
@@ -198,13 +205,21 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
     for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
       const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
       for (int64_t n = c0; n < c1; ++n) {
-        const auto* row = reinterpret_cast<const RowT*>(static_cast<const uint8_t*>(w.data) +
-                                                        n * row_bytes);
+        const auto* row =
+            reinterpret_cast<const RowT*>(static_cast<const uint8_t*>(w.data) + n * row_bytes);
         switch (mt) {
-          case 1: K1(row, p, m0, out); break;
-          case 2: K2(row, p, m0, out); break;
-          case 3: K3(row, p, m0, out); break;
-          default: K4(row, p, m0, out); break;
+          case 1:
+            K1(row, p, m0, out);
+            break;
+          case 2:
+            K2(row, p, m0, out);
+            break;
+          case 3:
+            K3(row, p, m0, out);
+            break;
+          default:
+            K4(row, p, m0, out);
+            break;
         }
         for (int64_t r = 0; r < mt; ++r) y[(m0 + r) * w.rows + n] = out[r];
       }

@@ -1,0 +1,233 @@
+// Every fast kernel against its scalar reference, and the batch invariance of matmul.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/rng.h"
+#include "kernels/kernels.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f) {
+  SplitMix64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * rng.NextSymmetric();
+  return v;
+}
+
+// ||a - b|| / ||b||
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+Weights MakeWeights(DType type, int64_t rows, int64_t cols, uint64_t seed) {
+  Weights w;
+  w.bytes.resize(RowBytes(type, cols) * rows);
+  const auto values = RandomVector(rows * cols, seed, 0.5f);
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeRow(type, values.data() + r * cols, w.bytes.data() + r * RowBytes(type, cols), cols);
+  }
+  w.view = WeightView{type, w.bytes.data(), rows, cols};
+  return w;
+}
+
+// Tolerances, relative (L2) to the f64 reference on dequantized weights: the fast path rounds
+// activations to bf16 for bf16 weights (2^-9 per element) and to int8 per 32-block for
+// q8_0 / q4_0 weights (1/254 of the block maximum per element).
+double Tolerance(DType t) {
+  switch (t) {
+    case DType::kF32: return 1e-6;
+    case DType::kF16: return 1e-6;
+    case DType::kBF16: return 6e-3;
+    case DType::kQ8_0: return 1.5e-2;
+    case DType::kQ4_0: return 1.5e-2;
+  }
+  return 0;
+}
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
+  const auto [type, threads] = GetParam();
+  ThreadPool pool(threads);
+  for (bool avx512 : {true, false}) {
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    if (avx512 && !ctx.cpu.avx512) continue;
+    ctx.cpu.avx512 = avx512;
+    for (int64_t cols : {32, 96, 256}) {  // 96: an odd number of 32-blocks (the tail path)
+      const int64_t rows = 37;
+      const Weights w = MakeWeights(type, rows, cols, 11 + cols);
+      const int64_t max_m = 9;
+      const auto x = RandomVector(max_m * cols, 3 + cols);
+      std::vector<float> expected(max_m * rows);
+      reference::Matmul(x.data(), max_m, w.view, expected.data());
+      MatmulScratch scratch;
+      std::vector<float> all(max_m * rows);
+      Matmul(ctx, x.data(), max_m, w.view, all.data(), &scratch);
+      EXPECT_LT(RelativeError(all, expected), Tolerance(type))
+          << DTypeName(type) << " cols=" << cols << " avx512=" << avx512;
+      // Each row computed alone, or in any smaller batch, gives bit-identical results.
+      for (int64_t m = 1; m <= max_m; ++m) {
+        std::vector<float> part(m * rows);
+        Matmul(ctx, x.data() + (max_m - m) * cols, m, w.view, part.data(), &scratch);
+        ASSERT_EQ(0, std::memcmp(part.data(), all.data() + (max_m - m) * rows,
+                                 part.size() * sizeof(float)))
+            << DTypeName(type) << " m=" << m << " cols=" << cols << " avx512=" << avx512;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16, DType::kQ8_0,
+                                                              DType::kQ4_0),
+                                            ::testing::Values(1, 2)));
+
+TEST(Kernels, RmsNormMatchesReference) {
+  const int64_t n = 200, rows = 3;
+  const auto x = RandomVector(rows * n, 1, 3.0f);
+  const auto w = RandomVector(n, 2);
+  std::vector<float> fast(rows * n), ref(rows * n);
+  RmsNorm(x.data(), w.data(), fast.data(), rows, n, 1e-5f);
+  reference::RmsNorm(x.data(), w.data(), ref.data(), rows, n, 1e-5f);
+  EXPECT_LT(RelativeError(fast, ref), 1e-6);
+}
+
+TEST(Kernels, RopeMatchesReference) {
+  for (bool neox : {false, true}) {
+    RopeConfig c;
+    c.head_dim = 64;
+    c.rotary_dim = 64;
+    c.freq_base = 500000.0f;
+    c.neox = neox;
+    if (neox) c.freq_factors.assign(32, 2.0f);
+    const auto x = RandomVector(4 * 64, 5);
+    for (int64_t pos : {0, 1, 17, 1000, 100000}) {
+      std::vector<float> fast = x, ref = x;
+      std::vector<float> cs(32), sn(32);
+      RopeAngles(c, pos, cs.data(), sn.data());
+      Rope(c, cs.data(), sn.data(), fast.data(), 4);
+      reference::Rope(c, ref.data(), 4, pos);
+      EXPECT_LT(RelativeError(fast, ref), 1e-6) << "pos " << pos << " neox " << neox;
+    }
+  }
+}
+
+TEST(Kernels, SoftmaxAndSwiGluMatchReference) {
+  auto x = RandomVector(1000, 9, 20.0f);
+  auto y = x;
+  Softmax(x.data(), 1000);
+  reference::Softmax(y.data(), 1000);
+  EXPECT_LT(RelativeError(x, y), 1e-5);
+  const auto g = RandomVector(100, 1, 8.0f), u = RandomVector(100, 2);
+  std::vector<float> fast(100), ref(100);
+  SwiGlu(g.data(), u.data(), fast.data(), 100);
+  reference::SwiGlu(g.data(), u.data(), ref.data(), 100);
+  EXPECT_LT(RelativeError(fast, ref), 1e-6);
+}
+
+TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
+  const int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
+  const int kv_dim = n_head_kv * head_dim;
+  // Three sequences with different lengths; rows are the last few positions of each.
+  const std::vector<int> lengths = {5, 33, 12};
+  const std::vector<int> rows_per_seq = {1, 4, 2};
+  std::vector<std::vector<float>> k_cache, v_cache;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    k_cache.push_back(RandomVector(n_ctx * kv_dim, 100 + s));
+    v_cache.push_back(RandomVector(n_ctx * kv_dim, 200 + s));
+  }
+  AttentionRows rows;
+  rows.n_head = n_head;
+  rows.n_head_kv = n_head_kv;
+  rows.head_dim = head_dim;
+  rows.scale = 1.0f / std::sqrt(float(head_dim));
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    rows.seq_row_begin.push_back(rows.n_rows);
+    for (int i = 0; i < rows_per_seq[s]; ++i) {
+      rows.k.push_back(k_cache[s].data());
+      rows.v.push_back(v_cache[s].data());
+      rows.n_visible.push_back(lengths[s] - rows_per_seq[s] + i + 1);
+      ++rows.n_rows;
+    }
+  }
+  rows.seq_row_begin.push_back(rows.n_rows);
+  const auto q = RandomVector(rows.n_rows * n_head * head_dim, 7, 2.0f);
+  rows.q = q.data();
+  std::vector<float> ref(q.size()), pad(q.size()), split(q.size());
+  rows.out = ref.data();
+  reference::Attention(rows);
+  ThreadPool pool(2);
+  KernelContext ctx{&pool, CpuFeatures::Detect()};
+  rows.out = pad.data();
+  Attention(ctx, rows, AttentionMode::kPad);
+  rows.out = split.data();
+  Attention(ctx, rows, AttentionMode::kSplit);
+  EXPECT_LT(RelativeError(split, ref), 1e-5);
+  EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
+      << "PAD's masked padding must add exactly nothing";
+}
+
+TEST(Kernels, AttentionMasksPaddingWithMinusInfinityNotZero) {
+  // One query sees 1 key; PAD computes 8 keys of which 7 are padding with large values. If the
+  // padding were zeroed instead of masked, it would add e^0 terms to the softmax and change the
+  // output away from v[0].
+  const int head_dim = 16;
+  std::vector<float> k(8 * head_dim, 50.0f), v(8 * head_dim, 1000.0f);
+  for (int d = 0; d < head_dim; ++d) v[d] = 1.0f;
+  std::vector<float> k2(8 * head_dim, 0.0f), v2(8 * head_dim, 0.0f);
+  AttentionRows rows;
+  rows.n_rows = 2;
+  rows.n_head = rows.n_head_kv = 1;
+  rows.head_dim = head_dim;
+  rows.scale = 1.0f;
+  const auto q = RandomVector(2 * head_dim, 3);
+  rows.q = q.data();
+  rows.k = {k.data(), k2.data()};
+  rows.v = {v.data(), v2.data()};
+  rows.n_visible = {1, 8};
+  rows.seq_row_begin = {0, 1, 2};
+  std::vector<float> out(2 * head_dim);
+  rows.out = out.data();
+  ThreadPool pool(1);
+  Attention(KernelContext{&pool, CpuFeatures::Detect()}, rows, AttentionMode::kPad);
+  for (int d = 0; d < head_dim; ++d) EXPECT_FLOAT_EQ(out[d], 1.0f);
+}
+
+TEST(Quantize, RoundTripErrorIsBounded) {
+  const auto x = RandomVector(256, 42);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<uint8_t> bytes(RowBytes(t, 256));
+    std::vector<float> back(256);
+    QuantizeRow(t, x.data(), bytes.data(), 256);
+    DequantizeRow(t, bytes.data(), back.data(), 256);
+    const double bound = t == DType::kQ4_0 ? 0.1 : t == DType::kQ8_0 ? 0.01 : 0.005;
+    EXPECT_LT(RelativeError(back, x), bound) << DTypeName(t);
+  }
+  EXPECT_EQ(Fp32ToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(Fp16ToFp32(0x3c00), 1.0f);
+  EXPECT_EQ(Fp16ToFp32(Fp32ToFp16(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(Fp16ToFp32(Fp32ToFp16(1e6f))));
+  EXPECT_EQ(Fp16ToFp32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(Fp32ToFp16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(Bf16ToFp32(Fp32ToBf16(1.5f)), 1.5f);
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(NAN))));
+}
+
+}  // namespace
+}  // namespace specd

@@ -1,0 +1,130 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "sampling/sampler.h"
+
+namespace specd {
+namespace {
+
+std::set<int32_t> KeptSet(const std::vector<float>& logits, SamplingParams p) {
+  std::set<int32_t> s;
+  for (const auto& tp : ProcessLogits(logits, p)) s.insert(tp.token);
+  return s;
+}
+
+TEST(Sampling, TopKKeepsExactlyTheKMostLikelyWithTiesToLowerIds) {
+  const std::vector<float> logits = {1.0f, 5.0f, 3.0f, 5.0f, 2.0f, 3.0f};
+  SamplingParams p{1.0f, 3, 1.0f, 0};
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1, 3, 2}));  // 5, 5, then 3 (id 2 < 5)
+  p.top_k = 1;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1}));
+  p.top_k = 0;
+  EXPECT_EQ(KeptSet(logits, p).size(), 6u);
+  p.top_k = 100;
+  EXPECT_EQ(KeptSet(logits, p).size(), 6u);
+}
+
+TEST(Sampling, TopPKeepsTheShortestPrefixReachingP) {
+  // Probabilities 0.5, 0.25, 0.125, 0.125 (logits are logs).
+  const std::vector<float> logits = {std::log(0.125f), std::log(0.5f), std::log(0.25f),
+                                     std::log(0.125f)};
+  SamplingParams p{1.0f, 0, 0.5f, 0};
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1}));
+  p.top_p = 0.6f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1, 2}));
+  p.top_p = 0.75f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1, 2}));
+  p.top_p = 0.8f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1, 2, 0}));  // tie 0.125: lower id first
+  p.top_p = 0.01f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1}));  // always at least one
+  const auto kept = ProcessLogits(logits, {1.0f, 0, 0.6f, 0});
+  EXPECT_NEAR(kept[0].prob, 2.0 / 3.0, 1e-6);  // renormalized
+  EXPECT_NEAR(kept[1].prob, 1.0 / 3.0, 1e-6);
+}
+
+TEST(Sampling, TopKAppliesBeforeTopP) {
+  const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f),
+                                     std::log(0.1f)};
+  // top-k 2 leaves {0.4, 0.3} -> renormalized {0.571, 0.429}; top-p 0.5 then keeps only token 0.
+  EXPECT_EQ(KeptSet(logits, {1.0f, 2, 0.5f, 0}), (std::set<int32_t>{0}));
+}
+
+TEST(Sampling, TemperatureSharpensAndGreedyIsArgmax) {
+  const std::vector<float> logits = {0.0f, 1.0f, 0.5f};
+  const auto hot = ProcessedProbs(logits, {2.0f, 0, 1.0f, 0});
+  const auto cold = ProcessedProbs(logits, {0.5f, 0, 1.0f, 0});
+  EXPECT_GT(cold[1], hot[1]);
+  EXPECT_NEAR(hot[0] + hot[1] + hot[2], 1.0, 1e-6);
+  EXPECT_EQ(SampleToken(logits, {0.0f, 0, 1.0f, 0}, {}), 1);
+  EXPECT_EQ(Argmax(std::vector<float>{3.0f, 7.0f, 7.0f}), 1);
+}
+
+TEST(Sampling, SeededSamplingReproducesAndStreamsDiffer) {
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = std::sin(i * 0.7f) * 2;
+  const SamplingParams p{1.0f, 0, 1.0f, 99};
+  std::vector<int32_t> a, b, c;
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    a.push_back(SampleToken(logits, p, {99, 0, pos, RngPurpose::kSample}));
+    b.push_back(SampleToken(logits, p, {99, 0, pos, RngPurpose::kSample}));
+    c.push_back(SampleToken(logits, p, {99, 1, pos, RngPurpose::kSample}));
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(UniformDouble({1, 0, 0, RngPurpose::kDraft}), UniformDouble({1, 0, 0, RngPurpose::kAccept}));
+}
+
+TEST(Sampling, SamplesFollowTheProcessedDistribution) {
+  // Chi-square goodness of fit of 20000 draws against the processed probabilities.
+  const std::vector<float> logits = {0.1f, 1.2f, -0.3f, 0.8f, 2.0f, -1.0f};
+  const SamplingParams p{0.8f, 5, 0.97f, 3};
+  const auto probs = ProcessedProbs(logits, p);
+  std::map<int32_t, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    ++counts[SampleToken(logits, p, {3, 0, static_cast<uint64_t>(i), RngPurpose::kSample})];
+  }
+  double chi2 = 0;
+  int dof = -1;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    if (probs[t] == 0) {
+      EXPECT_EQ(counts[t], 0) << "token " << t << " is outside the kept set";
+      continue;
+    }
+    const double expected = probs[t] * n;
+    chi2 += (counts[t] - expected) * (counts[t] - expected) / expected;
+    ++dof;
+  }
+  ASSERT_EQ(dof, 4);       // 5 kept tokens (top-k drops the least likely)
+  EXPECT_LT(chi2, 18.47);  // chi-square critical value, 4 dof, p = 0.001
+}
+
+TEST(Sampling, InvalidParametersAreRejected) {
+  EXPECT_THROW(ValidateSamplingParams({-1.0f, 0, 1.0f, 0}), Error);
+  EXPECT_THROW(ValidateSamplingParams({NAN, 0, 1.0f, 0}), Error);
+  EXPECT_THROW(ValidateSamplingParams({1.0f, -2, 1.0f, 0}), Error);
+  EXPECT_THROW(ValidateSamplingParams({1.0f, 0, 0.0f, 0}), Error);
+  EXPECT_THROW(ValidateSamplingParams({1.0f, 0, 1.5f, 0}), Error);
+  EXPECT_NO_THROW(ValidateSamplingParams({0.0f, 0, 1.0f, 0}));
+}
+
+TEST(Rng, PhiloxKnownAnswer) {
+  // Same key and counter always give the same words; a different index changes all four.
+  const RngKey key{12345, 6, 7, RngPurpose::kSample};
+  const auto a = Philox4x32(key, 0), b = Philox4x32(key, 0), c = Philox4x32(key, 1);
+  EXPECT_EQ(a, b);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(a[i], c[i]);
+  double mean = 0;
+  for (uint32_t i = 0; i < 10000; ++i) mean += UniformDouble(key, i);
+  EXPECT_NEAR(mean / 10000, 0.5, 0.01);
+}
+
+}  // namespace
+}  // namespace specd

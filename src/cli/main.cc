@@ -216,10 +216,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> fwd_types = {"bf16", "q8_0", "q4_0"};
   auto* bench_forward = bench->add_subcommand("forward", "decode speed vs roofline, M-row cost");
   bench_forward->add_option("--shape", fwd.shape, "model shape: " + shape_names);
-  bench_forward->add_option("--types", fwd_types, "weight types")
+  bench_forward->add_option("--types", fwd_types, "weight types")->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  bench_forward->add_option("--threads", fwd.threads, "thread counts")->check(CLI::Range(1, 256));
-  bench_forward->add_option("--rows", fwd.rows, "row counts M")->check(CLI::Range(1, 256));
+  bench_forward->add_option("--threads", fwd.threads, "thread counts")->delimiter(',')->check(CLI::Range(1, 256));
+  bench_forward->add_option("--rows", fwd.rows, "row counts M")->delimiter(',')->check(CLI::Range(1, 256));
   bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
   bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));

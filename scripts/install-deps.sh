@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs specd's build dependencies from Debian 12's archive (by name, nothing else).
+set -euo pipefail
+packages=(cmake ninja-build g++ libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi

@@ -129,7 +129,9 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       ThreadPool pool(max_threads);
       WriteSyntheticModel(shape, type, 1, path, &pool);
     }
-    auto model = Model::Load(path);
+    ThreadPool load_pool(max_threads);
+    const KernelContext load_ctx{&load_pool, cpu};
+    auto model = Model::Load(path, &load_ctx);
     const double gib = model->WeightBytesPerToken() / double(1ull << 30);
     nlohmann::json entry;
     entry["type"] = DTypeName(type);

@@ -64,13 +64,22 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
   const auto [type, threads] = GetParam();
   ThreadPool pool(threads);
-  for (bool avx512 : {true, false}) {
+  // Paths: AVX-512 on the source layout, AVX-512 on the packed layout (q8_0 / q4_0), scalar.
+  for (int path = 0; path < 3; ++path) {
     KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if (avx512 && !ctx.cpu.avx512) continue;
-    ctx.cpu.avx512 = avx512;
+    if (path < 2 && !ctx.cpu.avx512) continue;
+    const bool packed = path == 1;
+    if (packed && type != DType::kQ8_0 && type != DType::kQ4_0) continue;
+    ctx.cpu.avx512 = path < 2;
+    const bool avx512 = ctx.cpu.avx512;
     for (int64_t cols : {32, 96, 256}) {  // 96: an odd number of 32-blocks (the tail path)
-      const int64_t rows = 37;
-      const Weights w = MakeWeights(type, rows, cols, 11 + cols);
+      const int64_t rows = 37;           // not a multiple of 16: a partial row group
+      Weights w = MakeWeights(type, rows, cols, 11 + cols);
+      PackedInt8Weights packed_weights;
+      if (packed) {
+        packed_weights = PackInt8(w.view, &pool);
+        w.view.packed = &packed_weights;
+      }
       const int64_t max_m = 9;
       const auto x = RandomVector(max_m * cols, 3 + cols);
       std::vector<float> expected(max_m * rows);
@@ -79,7 +88,7 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
       std::vector<float> all(max_m * rows);
       Matmul(ctx, x.data(), max_m, w.view, all.data(), &scratch);
       EXPECT_LT(RelativeError(all, expected), Tolerance(type))
-          << DTypeName(type) << " cols=" << cols << " avx512=" << avx512;
+          << DTypeName(type) << " cols=" << cols << " avx512=" << avx512 << " packed=" << packed;
       // Each row computed alone, or in any smaller batch, gives bit-identical results.
       for (int64_t m = 1; m <= max_m; ++m) {
         std::vector<float> part(m * rows);

@@ -16,7 +16,7 @@ namespace {
 struct Fixture {
   explicit Fixture(const std::string& shape = "tiny", DType type = DType::kQ8_0, int threads = 2)
       : pool(threads), ctx{&pool, CpuFeatures::Detect()} {
-    model = Model::Load(testing::TinyModel(shape, type));
+    model = Model::Load(testing::TinyModel(shape, type), &ctx);
   }
   ThreadPool pool;
   KernelContext ctx;

@@ -10,6 +10,7 @@
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "bench/forward_bench.h"
+#include "bench/matmul_bench.h"
 #include "decode/autoregressive.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -78,13 +79,13 @@ int RunGenerate(const GenerateOptions& o) {
   request.stop_at_eos = !o.ignore_eos;
   ValidateSamplingParams(request.sampling);
 
-  auto model = Model::Load(o.model);
+  ThreadPool pool(o.threads);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(o.model, &ctx);
   const ModelConfig& config = model->config();
   const int n_ctx = o.ctx > 0 ? o.ctx
                               : std::min<int>(config.n_ctx_train,
                                               std::max<int>(4096, request.prompt.size() + o.n_predict));
-  ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto kv = model->NewKvCache({o.batch, n_ctx});
   if (!o.json) {
     std::fprintf(stderr, "model: %s (%s, %d layers, d=%d, vocab %lld), %d threads, %s kernels\n",
@@ -226,6 +227,14 @@ int main(int argc, char** argv) {
   bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd.out_dir, "where results are written");
 
+  bench::MatmulBenchOptions mm;
+  auto* bench_matmul = bench->add_subcommand("matmul", "specd's matmul kernels vs oneDNN");
+  bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")->check(CLI::Range(16, 1 << 20));
+  bench_matmul->add_option("-k,--cols", mm.cols_k, "weight columns (inputs), a multiple of 32")
+      ->check(CLI::Range(32, 1 << 16));
+  bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
+  bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -243,6 +252,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*info) return RunInfo(info_model);
+    if (*bench_matmul) {
+      SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
+      bench::RunMatmulBench(mm);
+      return 0;
+    }
     if (*bench_forward) {
       fwd.types.clear();
       for (const auto& t : fwd_types) fwd.types.push_back(*DTypeFromName(t));

@@ -17,12 +17,30 @@
 
 namespace specd {
 
+// q8_0 / q4_0 weights re-laid for the AVX-512 VNNI kernel: rows in groups of 16, and within a
+// group and a 32-block the 16 rows' 4-byte groups interleaved, so one 64-byte load feeds one
+// vpdpbusd for 16 output rows and no horizontal sums are needed. Per (row group, block):
+// 16 fp16 scales (32 bytes), then the values: q8_0 as uint8 (w + 128), 8 x 64 bytes; q4_0 as the
+// original nibble bytes, 4 x 64 bytes (low nibbles: elements 0..15, high: 16..31). Same size as
+// the source (plus padding rows), built once at model load.
+struct PackedInt8Weights {
+  DType source_type = DType::kQ8_0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_groups = 0;  // ceil(rows / 16)
+  AlignedBuffer<uint8_t> data;
+
+  int64_t BlockBytes() const { return 32 + (source_type == DType::kQ4_0 ? 256 : 512); }
+  int64_t GroupBytes() const { return cols / 32 * BlockBytes(); }
+};
+
 // A weight matrix [rows, cols] in storage type `type`, rows contiguous: y = x W^T.
 struct WeightView {
   DType type = DType::kF32;
   const void* data = nullptr;
-  int64_t rows = 0;  // output features (N)
-  int64_t cols = 0;  // input features (K)
+  int64_t rows = 0;                           // output features (N)
+  int64_t cols = 0;                           // input features (K)
+  const PackedInt8Weights* packed = nullptr;  // optional fast layout of the same weights
   const uint8_t* Row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + r * RowBytes(type, cols);
   }
@@ -39,6 +57,9 @@ struct MatmulScratch {
   AlignedBuffer<uint8_t> bytes;
 };
 
+// Builds the packed layout of q8_0 / q4_0 weights (cols a multiple of 32).
+PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool);
+
 // y[m, n] = sum_k x[m, k] * W[n, k].  x: [m, cols] f32, y: [m, rows] f32.
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch);
@@ -51,8 +72,8 @@ struct RopeConfig {
   int head_dim = 0;
   int rotary_dim = 0;  // leading dims of each head that rotate (usually head_dim)
   float freq_base = 10000.0f;
-  bool neox = false;                      // pairs (i, i + d/2) instead of (2i, 2i+1)
-  std::vector<float> freq_factors;        // Llama 3 long-context factors (rotary_dim / 2), or empty
+  bool neox = false;                // pairs (i, i + d/2) instead of (2i, 2i+1)
+  std::vector<float> freq_factors;  // Llama 3 long-context factors (rotary_dim / 2), or empty
 };
 // cos/sin of the rotation angles for position pos: [rotary_dim / 2] each.
 void RopeAngles(const RopeConfig& config, int64_t pos, float* cos_out, float* sin_out);
@@ -72,11 +93,11 @@ struct AttentionRows {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;
-  const float* q = nullptr;                // [n_rows, n_head * head_dim]
-  float* out = nullptr;                    // [n_rows, n_head * head_dim]
-  std::vector<const float*> k;             // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
-  std::vector<const float*> v;             // per row: its sequence's V, same layout
-  std::vector<int32_t> n_visible;          // per row: keys [0, n_visible) are visible
+  const float* q = nullptr;        // [n_rows, n_head * head_dim]
+  float* out = nullptr;            // [n_rows, n_head * head_dim]
+  std::vector<const float*> k;     // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
+  std::vector<const float*> v;     // per row: its sequence's V, same layout
+  std::vector<int32_t> n_visible;  // per row: keys [0, n_visible) are visible
   // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
   std::vector<int64_t> seq_row_begin;
 };
@@ -102,6 +123,8 @@ void Attention(const AttentionRows& rows);
 namespace avx512 {
 void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch);
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch);
 float Dot(const float* a, const float* b, int64_t n);
 void Axpy(float a, const float* x, float* y, int64_t n);
 }  // namespace avx512

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -22,6 +23,9 @@ constexpr int kTileRows = 4;
 constexpr int64_t kWeightChunk = 16;
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// 4 activation bytes read as one int32 for a broadcast operand (folds into vpdpbusd's m32bcst).
+typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
 // Activation row r of a prepared matrix.
 struct Prepared {
@@ -93,16 +97,28 @@ void DotF16(const uint16_t* w, const Prepared& p, int64_t m0, float* out) {
 
 template <int MT>
 void DotBF16(const uint16_t* w, const Prepared& p, int64_t m0, float* out) {
-  __m512 acc[MT];
-  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < p.k; k += 32) {
-    const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + k);
+  // Two accumulators per row (even / odd 32-chunks) keep enough vdpbf16ps chains in flight to
+  // hide its latency when MT is small.
+  __m512 acc[MT][2];
+  for (int r = 0; r < MT; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 64 <= p.k; k += 64) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + k);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(w + k + 32);
     for (int r = 0; r < MT; ++r) {
-      const __m512bh a = (__m512bh)_mm512_loadu_si512(p.bf16 + (m0 + r) * p.k + k);
-      acc[r] = _mm512_dpbf16_ps(acc[r], a, wv);
+      const uint16_t* a = p.bf16 + (m0 + r) * p.k + k;
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)_mm512_loadu_si512(a), w0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)_mm512_loadu_si512(a + 32), w1);
     }
   }
-  for (int r = 0; r < MT; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+  if (k < p.k) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + k);
+    for (int r = 0; r < MT; ++r) {
+      const uint16_t* a = p.bf16 + (m0 + r) * p.k + k;
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)_mm512_loadu_si512(a), w0);
+    }
+  }
+  for (int r = 0; r < MT; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 }
 
 template <int MT>
@@ -227,6 +243,84 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
   }
 }
 
+// Packed int8 kernel: 16 output rows (one row group) x MT activation rows, all blocks.
+// isum = sum over the block of w_u * a, where w_u = w + offset (offset 128 for q8_0, 8 for q4_0
+// nibbles); the offset's contribution, offset * sum(a), is precomputed per activation block and
+// seeds the accumulator. Integer sums are exact, and the float accumulation order per output is
+// fixed, so the result does not depend on MT, m or the thread split.
+template <int MT, bool kQ4>
+void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
+                const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
+                int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * block_bytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512i w[8];
+    if constexpr (kQ4) {
+      for (int g = 0; g < 4; ++g) {
+        const __m512i z = _mm512_loadu_si512(blk + 32 + g * 64);
+        w[g] = _mm512_and_si512(z, low4);
+        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
+      }
+    } else {
+      for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(blk + 32 + g * 64);
+    }
+    for (int r = 0; r < MT; ++r) {
+      const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+      __m512i s0 = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+      __m512i s1 = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[g], _mm512_set1_epi32(a[g]));
+        s1 = _mm512_dpbusd_epi32(s1, w[g + 1], _mm512_set1_epi32(a[g + 1]));
+      }
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
+    }
+  }
+  const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+  for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
+}
+
+template <bool kQ4>
+void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
+                 const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
+  constexpr int64_t kGroupsPerChunk = 4;
+  const int64_t nb = w.cols / 32;
+  const int64_t block_bytes = w.BlockBytes();
+  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
+    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
+      const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
+      for (int64_t g = c0; g < c1; ++g) {
+        const uint8_t* group = w.data.data() + g * w.GroupBytes();
+        const int64_t n0 = g * 16;
+        const int64_t valid = std::min<int64_t>(16, w.rows - n0);
+        switch (mt) {
+          case 1:
+            PackedTile<1, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
+                               valid);
+            break;
+          case 2:
+            PackedTile<2, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
+                               valid);
+            break;
+          case 3:
+            PackedTile<3, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
+                               valid);
+            break;
+          default:
+            PackedTile<4, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
+                               valid);
+            break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,
@@ -285,6 +379,42 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
       case DType::kQ4_0:
         RunRange<BlockQ4_0, DotQ4<1>, DotQ4<2>, DotQ4<3>, DotQ4<4>>(w, p, m, n0, n1, y);
         break;
+    }
+  });
+}
+
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch) {
+  const int64_t k = w.cols;
+  const int64_t nb = k / 32;
+  const bool q4 = w.source_type == DType::kQ4_0;
+  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections.
+  scratch->bytes.Resize(m * k + m * nb * 8);
+  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
+  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
+  auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);
+  const int32_t offset = q4 ? 8 : 128;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + i * k + b * 32;
+      const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32), _mm512_cvtsepi32_epi8(i0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32 + 16),
+                       _mm512_cvtsepi32_epi8(i1));
+      da[i * nb + b] = d;
+      acorr[i * nb + b] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+  }
+  pool->ParallelFor(w.row_groups, 1, [&](int64_t g0, int64_t g1) {
+    if (q4) {
+      PackedRange<true>(w, aq, da, acorr, m, g0, g1, y);
+    } else {
+      PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);
     }
   });
 }

@@ -58,11 +58,11 @@ int64_t Batch::n_outputs() const {
   return n;
 }
 
-std::unique_ptr<Model> Model::Load(const std::string& path) {
-  return FromGguf(GgufFile::Open(path));
+std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx) {
+  return FromGguf(GgufFile::Open(path), ctx);
 }
 
-std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file) {
+std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx) {
   std::unique_ptr<Model> model(new Model());
   const GgufFile& f = *file;
   ModelConfig& c = model->config_;
@@ -154,6 +154,17 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file) {
       l.bv = Vector(f, p + "attn_v.bias", c.kv_dim());
     }
     model->layers_.push_back(std::move(l));
+  }
+  if (ctx != nullptr && ctx->cpu.avx512) {
+    auto pack = [&](WeightView& w) {
+      if (w.type != DType::kQ8_0 && w.type != DType::kQ4_0) return;
+      model->packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx->pool)));
+      w.packed = model->packed_.back().get();
+    };
+    for (Layer& l : model->layers_) {
+      for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*w);
+    }
+    pack(model->output_);
   }
   model->file_ = std::move(file);
   return model;

@@ -60,9 +60,11 @@ struct Batch {
 
 class Model {
  public:
-  // Loads and validates a model; the GGUF stays mapped for the model's lifetime.
-  static std::unique_ptr<Model> Load(const std::string& path);
-  static std::unique_ptr<Model> FromGguf(std::unique_ptr<GgufFile> file);
+  // Loads and validates a model; the GGUF stays mapped for the model's lifetime. With a context
+  // whose CPU has AVX-512, q8_0 / q4_0 matrices are re-laid for the fast kernel (a copy in RAM).
+  static std::unique_ptr<Model> Load(const std::string& path, const KernelContext* ctx = nullptr);
+  static std::unique_ptr<Model> FromGguf(std::unique_ptr<GgufFile> file,
+                                         const KernelContext* ctx = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }
@@ -94,6 +96,7 @@ class Model {
   WeightView output_;      // [n_vocab, n_embd]
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
+  std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, rope_cos_, rope_sin_, out_rows_;

@@ -1,0 +1,99 @@
+#include "bench/matmul_bench.h"
+
+#include <cstdio>
+#include <dnnl.hpp>
+#include <functional>
+
+#include "base/cpu_features.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "kernels/kernels.h"
+#include "tensor/quantize.h"
+
+namespace specd::bench {
+namespace {
+
+double TimeMs(const std::function<void()>& fn, double min_ms) {
+  fn();  // warm up
+  Timer t;
+  int reps = 0;
+  while (t.ElapsedMs() < min_ms) {
+    fn();
+    ++reps;
+  }
+  return t.ElapsedMs() / reps;
+}
+
+// oneDNN matmul src [m, k] x weights [k, n] (pre-reordered to its preferred layout) -> f32.
+double OneDnnMs(dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type, int m,
+                int n, int k, double min_ms) {
+  using dnnl::memory;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a({m, k}, src_type, memory::format_tag::ab);
+  const memory::desc b_any({k, n}, weight_type, memory::format_tag::any);
+  const memory::desc b_plain({k, n}, weight_type, memory::format_tag::ba);
+  const memory::desc c({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_any, c), engine);
+  memory a_mem(a, engine), b_mem(pd.weights_desc(), engine), c_mem(c, engine), b_src(b_plain, engine);
+  dnnl::reorder(b_src, b_mem).execute(stream, b_src, b_mem);
+  dnnl::matmul matmul(pd);
+  return TimeMs(
+      [&] {
+        matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+        stream.wait();
+      },
+      min_ms);
+}
+
+}  // namespace
+
+void RunMatmulBench(const MatmulBenchOptions& o) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  ThreadPool pool(o.threads);
+  const KernelContext ctx{&pool, cpu};
+  const int n = o.rows_n, k = o.cols_k;
+  std::vector<float> w(static_cast<size_t>(n) * k), x(static_cast<size_t>(64) * k);
+  SplitMix64 rng(1);
+  for (float& v : w) v = rng.NextSymmetric();
+  for (float& v : x) v = rng.NextSymmetric();
+  std::vector<float> y(static_cast<size_t>(64) * n);
+  std::printf("Matmul [M, %d] x [%d, %d]^T, %d threads, GMAC/s (higher is better); oneDNN %s\n\n",
+              k, n, k, o.threads, "uses its own OpenMP threads (OMP_NUM_THREADS)");
+  std::printf("| kernel |");
+  for (int m : o.m) std::printf(" M=%d |", m);
+  std::printf("\n|---|");
+  for (size_t i = 0; i < o.m.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  auto row = [&](const char* name, const std::function<double(int)>& ms_for) {
+    std::printf("| %s |", name);
+    for (int m : o.m) std::printf(" %.0f |", static_cast<double>(m) * n * k / ms_for(m) / 1e6);
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  for (DType type : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<uint8_t> bytes(RowBytes(type, k) * n);
+    for (int r = 0; r < n; ++r) {
+      QuantizeRow(type, w.data() + static_cast<size_t>(r) * k, bytes.data() + r * RowBytes(type, k), k);
+    }
+    WeightView view{type, bytes.data(), n, k};
+    PackedInt8Weights packed;
+    if (cpu.avx512 && type != DType::kBF16) {
+      packed = PackInt8(view, &pool);
+      view.packed = &packed;
+    }
+    MatmulScratch scratch;
+    const std::string name = "specd " + std::string(DTypeName(type));
+    row(name.c_str(), [&](int m) {
+      return TimeMs([&] { Matmul(ctx, x.data(), m, view, y.data(), &scratch); }, o.min_ms);
+    });
+  }
+  row("oneDNN bf16 x bf16", [&](int m) {
+    return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k, o.min_ms);
+  });
+  row("oneDNN s8 x s8 (no block scales)", [&](int m) {
+    return OneDnnMs(dnnl::memory::data_type::s8, dnnl::memory::data_type::s8, m, n, k, o.min_ms);
+  });
+}
+
+}  // namespace specd::bench

@@ -1,0 +1,20 @@
+// `specd bench matmul`: specd's matmul kernels side by side with oneDNN's on one weight shape,
+// for M = 1..64 rows, so the choice of kernel per type rests on a measurement on this machine.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specd::bench {
+
+struct MatmulBenchOptions {
+  int rows_n = 2048;   // output features
+  int cols_k = 2048;   // input features
+  int threads = 2;
+  std::vector<int> m = {1, 4, 8, 16, 32, 64};
+  double min_ms = 300;  // time per measurement
+};
+
+void RunMatmulBench(const MatmulBenchOptions& options);
+
+}  // namespace specd::bench

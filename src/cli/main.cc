@@ -11,159 +11,14 @@
 #include "base/error.h"
 #include "bench/forward_bench.h"
 #include "bench/matmul_bench.h"
-#include "decode/autoregressive.h"
+#include "cli/commands.h"
 #include "model/model.h"
 #include "model/synth.h"
 
-namespace specd {
-namespace {
-
-std::vector<int32_t> ParseTokenList(const std::string& text) {
-  std::vector<int32_t> tokens;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = std::string::npos;
-    }
-    SPECD_CHECK(used == item.size() && value >= 0 && value <= INT32_MAX, "--tokens: '", item,
-                "' is not a token id");
-    tokens.push_back(static_cast<int32_t>(value));
-  }
-  SPECD_CHECK(!tokens.empty(), "--tokens: no token ids given");
-  return tokens;
-}
-
-AttentionMode ParseAttention(const std::string& s) {
-  return s == "pad" ? AttentionMode::kPad : AttentionMode::kSplit;
-}
-
-struct GenerateOptions {
-  std::string model;
-  std::string prompt;
-  std::string prompt_file;
-  std::string tokens;
-  int n_predict = 128;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  int64_t seed = -1;
-  int threads = 2;
-  int batch = 1;
-  int ctx = 0;
-  std::string attention = "split";
-  bool json = false;
-  bool ignore_eos = false;
-};
-
-int RunGenerate(const GenerateOptions& o) {
-  SPECD_CHECK(!o.model.empty(), "no model given: use -m MODEL.gguf (the default trained pair is "
-                                "not shipped yet)");
-  const int n_prompt_sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty();
-  SPECD_CHECK(n_prompt_sources == 1, "give exactly one of -p TEXT, -f FILE or --tokens 1,2,3");
-  SPECD_CHECK(o.tokens.size() > 0, "text prompts (-p, -f) need the tokenizer, which is not ",
-              "implemented yet; pass token ids with --tokens");
-  GenerateRequest request;
-  request.prompt = ParseTokenList(o.tokens);
-  request.n_predict = o.n_predict;
-  request.n_sequences = o.batch;
-  request.sampling.temperature = o.temperature;
-  request.sampling.top_k = o.top_k;
-  request.sampling.top_p = o.top_p;
-  request.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
-  request.attention = ParseAttention(o.attention);
-  request.stop_at_eos = !o.ignore_eos;
-  ValidateSamplingParams(request.sampling);
-
-  ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(o.model, &ctx);
-  const ModelConfig& config = model->config();
-  const int n_ctx = o.ctx > 0 ? o.ctx
-                              : std::min<int>(config.n_ctx_train,
-                                              std::max<int>(4096, request.prompt.size() + o.n_predict));
-  auto kv = model->NewKvCache({o.batch, n_ctx});
-  if (!o.json) {
-    std::fprintf(stderr, "model: %s (%s, %d layers, d=%d, vocab %lld), %d threads, %s kernels\n",
-                 o.model.c_str(), config.arch.c_str(), config.n_layer, config.n_embd,
-                 static_cast<long long>(config.n_vocab), o.threads, ctx.cpu.Name());
-    std::fprintf(stderr, "KV cache: %d sequences x %d positions, %.1f MiB reserved\n", o.batch,
-                 n_ctx, kv->BytesReserved() / 1048576.0);
-  }
-  const GenerateResult result = GenerateAutoregressive(*model, ctx, *kv, request);
-  const double total_ms = result.t_prefill_ms + result.t_decode_ms;
-  const double tokens_per_s = total_ms > 0 ? result.n_tokens / (total_ms / 1000.0) : 0.0;
-  for (const SequenceResult& seq : result.sequences) {
-    if (o.json) {
-      nlohmann::json line = {{"index", seq.index},
-                             {"tokens", seq.tokens},
-                             {"text", ""},
-                             {"n_tokens", seq.tokens.size()},
-                             {"finish_reason", seq.finish_reason},
-                             {"mean_logprob", seq.mean_logprob()},
-                             {"elapsed_ms", seq.elapsed_ms}};
-      std::cout << line.dump() << "\n";
-    } else {
-      std::cout << "[" << seq.index << "]";
-      for (int32_t t : seq.tokens) std::cout << " " << t;
-      std::cout << "\n";
-    }
-  }
-  if (o.json) {
-    nlohmann::json summary = {{"type", "summary"},
-                              {"strategy", "ar"},
-                              {"batch", o.batch},
-                              {"n_tokens", result.n_tokens},
-                              {"tokens_per_s", tokens_per_s},
-                              {"t_prefill_ms", result.t_prefill_ms},
-                              {"t_decode_ms", result.t_decode_ms},
-                              {"seed", request.sampling.seed}};
-    std::cout << summary.dump() << std::endl;
-  } else {
-    std::fprintf(stderr,
-                 "strategy ar, batch %d: %lld tokens in %.1f ms (%.1f tok/s); prefill %.1f ms, "
-                 "decode %.1f ms, seed %llu\n",
-                 o.batch, static_cast<long long>(result.n_tokens), total_ms, tokens_per_s,
-                 result.t_prefill_ms, result.t_decode_ms,
-                 static_cast<unsigned long long>(request.sampling.seed));
-  }
-  return 0;
-}
-
-int RunInfo(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  std::cout << "GGUF version " << file->version() << ", " << file->metadata().size()
-            << " metadata keys, " << file->tensors().size() << " tensors\n";
-  for (const auto& [key, value] : file->metadata()) {
-    std::cout << "  " << key << " (" << GgufTypeName(value.type) << ")";
-    if (const auto* s = std::get_if<std::string>(&value.value)) std::cout << " = " << *s;
-    if (const auto* u = std::get_if<uint64_t>(&value.value)) std::cout << " = " << *u;
-    if (const auto* i = std::get_if<int64_t>(&value.value)) std::cout << " = " << *i;
-    if (const auto* f = std::get_if<double>(&value.value)) std::cout << " = " << *f;
-    if (const auto* b = std::get_if<bool>(&value.value)) std::cout << " = " << (*b ? "true" : "false");
-    if (const auto* a = std::get_if<GgufArray>(&value.value)) {
-      std::cout << " = [" << a->items.size() << " x " << GgufTypeName(a->element_type) << "]";
-    }
-    std::cout << "\n";
-  }
-  auto model = Model::FromGguf(std::move(file));
-  const ModelConfig& c = model->config();
-  std::cout << "model: " << c.arch << ", " << model->NumParameters() << " parameters, vocab "
-            << c.n_vocab << ", d=" << c.n_embd << ", " << c.n_layer << " layers, " << c.n_head
-            << " heads / " << c.n_head_kv << " KV heads, FFN " << c.n_ff << ", "
-            << model->WeightBytesPerToken() / 1048576.0 << " MiB read per token\n";
-  return 0;
-}
-
-}  // namespace
-}  // namespace specd
 
 int main(int argc, char** argv) {
   using namespace specd;
+  using namespace specd::cli;
   CLI::App app{"specd: speculative decoding inference engine for GGUF Llama-family models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "specd 0.1.0");
@@ -193,6 +48,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"pad", "split"}));
   generate->add_flag("--json", gen.json, "one JSON object per sequence, then a summary");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");
+  generate->add_flag("--special", gen.special, "parse special tokens (<s>, <|im_start|>) in the prompt");
+
+  TokenizeOptions tok;
+  auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");
+  tokenize->add_option("-m,--model", tok.model, "model or vocabulary (GGUF)")->required();
+  tokenize->add_option("-p,--prompt", tok.prompt, "text");
+  tokenize->add_option("-f,--file", tok.prompt_file, "file holding the text");
+  tokenize->add_flag("--ids-only", tok.ids_only, "print only the ids, as a list");
+  tokenize->add_flag("--special", tok.special, "parse special tokens written in the text");
+  tokenize->add_flag("--no-bos", tok.no_bos, "do not add BOS / EOS as the model asks");
 
   std::string synth_shape = "tiny", synth_type = "f32", synth_out;
   int64_t synth_seed = 1;
@@ -235,6 +100,13 @@ int main(int argc, char** argv) {
   bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
   bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
 
+  TokenizeBenchOptions tb;
+  auto* bench_tokenize = bench->add_subcommand("tokenize", "encoding throughput on a text file");
+  bench_tokenize->add_option("-m,--model", tb.models, "models or vocabularies (GGUF)")->required();
+  bench_tokenize->add_option("-f,--file", tb.file, "text file")->required();
+  bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
+      ->check(CLI::Range(1, 100));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -252,6 +124,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*info) return RunInfo(info_model);
+    if (*tokenize) return RunTokenize(tok);
+    if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_matmul) {
       SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
       bench::RunMatmulBench(mm);

@@ -62,6 +62,7 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
       return true;
     }
     seq.tokens.push_back(token);
+    if (request.on_token) request.on_token(i, token);
     last[i] = token;
     ++result.n_tokens;
     if (static_cast<int>(seq.tokens.size()) >= request.n_predict) {

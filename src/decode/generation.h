@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct GenerateRequest {
   SamplingParams sampling;
   AttentionMode attention = AttentionMode::kSplit;
   bool stop_at_eos = true;
+  // Called with (sequence index, token) for each generated token as it is accepted.
+  std::function<void(int, int32_t)> on_token;
 };
 
 struct SequenceResult {

@@ -1,0 +1,52 @@
+// The subcommands of the `specd` binary; main.cc parses flags and dispatches here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specd::cli {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  std::string tokens;
+  int n_predict = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  int64_t seed = -1;
+  int threads = 2;
+  int batch = 1;
+  int ctx = 0;
+  std::string attention = "split";
+  bool json = false;
+  bool ignore_eos = false;
+  bool special = false;
+};
+int RunGenerate(const GenerateOptions& options);
+
+struct TokenizeOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  bool ids_only = false;
+  bool special = false;
+  bool no_bos = false;
+};
+int RunTokenize(const TokenizeOptions& options);
+
+struct TokenizeBenchOptions {
+  std::vector<std::string> models;
+  std::string file;
+  int repeats = 3;
+};
+int RunTokenizeBench(const TokenizeBenchOptions& options);
+
+int RunInfo(const std::string& path);
+
+// Reads a whole file (prompt files, corpora); throws Error naming the file.
+std::string ReadTextFile(const std::string& path);
+
+}  // namespace specd::cli

@@ -39,8 +39,9 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 }  // namespace
 
 int RunGenerate(const GenerateOptions& o) {
-  SPECD_CHECK(!o.model.empty(), "no model given: use -m MODEL.gguf (the default trained pair is "
-                                "not shipped yet)");
+  SPECD_CHECK(!o.model.empty(),
+              "no model given: use -m MODEL.gguf (the default trained pair is "
+              "not shipped yet)");
   const int n_prompt_sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty();
   SPECD_CHECK(n_prompt_sources == 1, "give exactly one of -p TEXT, -f FILE or --tokens 1,2,3");
 
@@ -159,7 +160,8 @@ int RunInfo(const std::string& path) {
     if (const auto* u = std::get_if<uint64_t>(&value.value)) std::cout << " = " << *u;
     if (const auto* i = std::get_if<int64_t>(&value.value)) std::cout << " = " << *i;
     if (const auto* f = std::get_if<double>(&value.value)) std::cout << " = " << *f;
-    if (const auto* b = std::get_if<bool>(&value.value)) std::cout << " = " << (*b ? "true" : "false");
+    if (const auto* b = std::get_if<bool>(&value.value))
+      std::cout << " = " << (*b ? "true" : "false");
     if (const auto* a = std::get_if<GgufArray>(&value.value)) {
       std::cout << " = [" << a->items.size() << " x " << GgufTypeName(a->element_type) << "]";
     }
@@ -167,8 +169,8 @@ int RunInfo(const std::string& path) {
   }
   if (file->Find("tokenizer.ggml.model") != nullptr) {
     const auto tokenizer = Tokenizer::FromGguf(*file);
-    std::cout << "tokenizer: " << (tokenizer->kind() == TokenizerKind::kSpm ? "SPM" : "BPE")
-              << ", " << tokenizer->n_vocab() << " tokens"
+    std::cout << "tokenizer: " << (tokenizer->kind() == TokenizerKind::kSpm ? "SPM" : "BPE") << ", "
+              << tokenizer->n_vocab() << " tokens"
               << (tokenizer->pre_tokenizer().empty() ? "" : ", pre " + tokenizer->pre_tokenizer())
               << "\n";
   }

@@ -15,7 +15,6 @@
 #include "model/model.h"
 #include "model/synth.h"
 
-
 int main(int argc, char** argv) {
   using namespace specd;
   using namespace specd::cli;
@@ -48,7 +47,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"pad", "split"}));
   generate->add_flag("--json", gen.json, "one JSON object per sequence, then a summary");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");
-  generate->add_flag("--special", gen.special, "parse special tokens (<s>, <|im_start|>) in the prompt");
+  generate->add_flag("--special", gen.special,
+                     "parse special tokens (<s>, <|im_start|>) in the prompt");
 
   TokenizeOptions tok;
   auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");
@@ -82,10 +82,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> fwd_types = {"bf16", "q8_0", "q4_0"};
   auto* bench_forward = bench->add_subcommand("forward", "decode speed vs roofline, M-row cost");
   bench_forward->add_option("--shape", fwd.shape, "model shape: " + shape_names);
-  bench_forward->add_option("--types", fwd_types, "weight types")->delimiter(',')
+  bench_forward->add_option("--types", fwd_types, "weight types")
+      ->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  bench_forward->add_option("--threads", fwd.threads, "thread counts")->delimiter(',')->check(CLI::Range(1, 256));
-  bench_forward->add_option("--rows", fwd.rows, "row counts M")->delimiter(',')->check(CLI::Range(1, 256));
+  bench_forward->add_option("--threads", fwd.threads, "thread counts")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  bench_forward->add_option("--rows", fwd.rows, "row counts M")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
   bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
@@ -94,7 +99,8 @@ int main(int argc, char** argv) {
 
   bench::MatmulBenchOptions mm;
   auto* bench_matmul = bench->add_subcommand("matmul", "specd's matmul kernels vs oneDNN");
-  bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")->check(CLI::Range(16, 1 << 20));
+  bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")
+      ->check(CLI::Range(16, 1 << 20));
   bench_matmul->add_option("-k,--cols", mm.cols_k, "weight columns (inputs), a multiple of 32")
       ->check(CLI::Range(32, 1 << 16));
   bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));

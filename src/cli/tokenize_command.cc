@@ -56,7 +56,9 @@ int RunTokenizeBench(const TokenizeBenchOptions& o) {
     }
     const std::string name = path.substr(path.find_last_of('/') + 1);
     std::printf("| %s | %s | %zu | %.2f | %.1f |\n", name.c_str(),
-                tokenizer->kind() == TokenizerKind::kSpm ? "SPM" : ("BPE " + tokenizer->pre_tokenizer()).c_str(),
+                tokenizer->kind() == TokenizerKind::kSpm
+                    ? "SPM"
+                    : ("BPE " + tokenizer->pre_tokenizer()).c_str(),
                 n_tokens, double(text.size()) / n_tokens, text.size() / 1e6 / (best_ms / 1000));
     std::fflush(stdout);
   }

@@ -62,8 +62,8 @@ void Tokenizer::EncodeBpe(std::string_view text, std::vector<int32_t>* out) cons
                              static_cast<uint32_t>(symbols[right].id);
         const auto it = merges_.find(key);
         if (it == merges_.end()) return;
-        queue.push({it->second.rank, left, right, symbols[left].id, symbols[right].id,
-                    it->second.merged});
+        queue.push(
+            {it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.merged});
       };
       for (size_t i = 1; i < symbols.size(); ++i) {
         try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));

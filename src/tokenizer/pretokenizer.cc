@@ -34,9 +34,8 @@ std::map<std::string, Definition> Definitions() {
   for (const char* name : {"qwen2", "qwen2.5", "qwen-2.5", "stablelm2", "deepseek-r1-qwen"}) {
     d[name] = {{kQwen2}};
   }
-  d["deepseek-coder"] = {
-      {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
-       "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"}};
+  d["deepseek-coder"] = {{R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
+                          "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"}};
   d["falcon"] = {{R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"}};
   for (const char* name :
        {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}) {
@@ -72,9 +71,9 @@ std::unique_ptr<PreTokenizer> PreTokenizer::ByName(const std::string& name) {
     int error = 0;
     PCRE2_SIZE offset = 0;
     auto compiled = std::make_unique<Compiled>();
-    compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error, &offset,
-                                   nullptr);
+    compiled->code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &error, &offset, nullptr);
     if (compiled->code == nullptr) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));

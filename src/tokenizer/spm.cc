@@ -2,6 +2,7 @@
 // repeatedly merge the adjacent pair whose concatenation is the vocabulary piece with the highest
 // score (ties: leftmost), then emit pieces, falling back to <0xXX> byte tokens.
 #include <queue>
+#include <unordered_map>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -29,14 +30,55 @@ struct Lower {
 }  // namespace
 
 void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>* out) const {
+  if (spm_separators_.empty() && !spm_split_before_space_) {
+    EncodeSpmSegment(text, out);
+    return;
+  }
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> cache;  // -> range of *out
+  size_t begin = 0;
+  auto flush = [&](size_t end) {
+    if (end <= begin) return;
+    const std::string_view segment = text.substr(begin, end - begin);
+    const auto hit = cache.find(segment);
+    if (hit != cache.end()) {
+      const auto [from, count] = hit->second;
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t id = (*out)[from + i];
+        out->push_back(id);
+      }
+    } else {
+      const size_t from = out->size();
+      EncodeSpmSegment(segment, out);
+      cache.emplace(segment, std::make_pair(from, out->size() - from));
+    }
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if ((c == '\n' || c == '\t' || c == '\r') &&
+        spm_separators_.count(std::string_view(&text[i], 1))) {
+      flush(i);
+      begin = i;
+      flush(i + 1);
+      begin = i + 1;
+    } else if (spm_split_before_space_ && c == '\xE2' && i > begin &&
+               text.compare(i, 3, "\xE2\x96\x81") == 0 &&
+               !(i >= 3 && text.compare(i - 3, 3, "\xE2\x96\x81") == 0)) {
+      flush(i);
+      begin = i;
+    }
+  }
+  flush(text.size());
+}
+
+void Tokenizer::EncodeSpmSegment(std::string_view text, std::vector<int32_t>* out) const {
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t at = 0; at < text.size();) {
-    const uint32_t len = static_cast<uint32_t>(std::min<size_t>(
-        utf8::SequenceLength(static_cast<uint8_t>(text[at])), text.size() - at));
+    const uint32_t len = static_cast<uint32_t>(
+        std::min<size_t>(utf8::SequenceLength(static_cast<uint8_t>(text[at])), text.size() - at));
     const int32_t index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({index - 1, at + len < text.size() ? index + 1 : -1,
-                       static_cast<uint32_t>(at), len});
+    symbols.push_back(
+        {index - 1, at + len < text.size() ? index + 1 : -1, static_cast<uint32_t>(at), len});
     at += len;
   }
   std::priority_queue<Bigram, std::vector<Bigram>, Lower> queue;
@@ -47,7 +89,8 @@ void Tokenizer::EncodeSpm(std::string_view text, std::vector<int32_t>* out) cons
     if (id < 0) return;
     queue.push({scores_[id], left, right, length});
   };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  for (size_t i = 1; i < symbols.size(); ++i)
+    try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
   while (!queue.empty()) {
     const Bigram b = queue.top();
     queue.pop();

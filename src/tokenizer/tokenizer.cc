@@ -56,16 +56,18 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
     const GgufArray& scores = v->AsArray("tokenizer.ggml.scores");
     SPECD_CHECK(scores.items.size() == n, f.path(), ": ", scores.items.size(), " scores for ", n,
                 " tokens");
-    for (size_t i = 0; i < n; ++i) t->scores_[i] = static_cast<float>(scores.items[i].AsFloat("a score"));
+    for (size_t i = 0; i < n; ++i)
+      t->scores_[i] = static_cast<float>(scores.items[i].AsFloat("a score"));
   }
   t->types_.assign(n, TokenType::kNormal);
   if (const GgufValue* v = f.Find("tokenizer.ggml.token_type")) {
     const GgufArray& types = v->AsArray("tokenizer.ggml.token_type");
-    SPECD_CHECK(types.items.size() == n, f.path(), ": ", types.items.size(), " token types for ",
-                n, " tokens");
+    SPECD_CHECK(types.items.size() == n, f.path(), ": ", types.items.size(), " token types for ", n,
+                " tokens");
     for (size_t i = 0; i < n; ++i) {
       const int64_t type = types.items[i].AsInt("a token type");
-      t->types_[i] = (type >= 0 && type <= 6) ? static_cast<TokenType>(type) : TokenType::kUndefined;
+      t->types_[i] =
+          (type >= 0 && type <= 6) ? static_cast<TokenType>(type) : TokenType::kUndefined;
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -85,7 +87,8 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
   t->add_bos_ = OptionalBool(f, "tokenizer.ggml.add_bos_token", spm);
   t->add_eos_ = OptionalBool(f, "tokenizer.ggml.add_eos_token", false);
   t->add_space_prefix_ = OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm);
-  if (const GgufValue* v = f.Find("tokenizer.ggml.pre")) t->pre_name_ = v->AsString("tokenizer.ggml.pre");
+  if (const GgufValue* v = f.Find("tokenizer.ggml.pre"))
+    t->pre_name_ = v->AsString("tokenizer.ggml.pre");
 
   for (size_t i = 0; i < n; ++i) {
     const TokenType type = t->types_[i];
@@ -107,6 +110,34 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
     t->byte_tokens_[b] = t->Find(hex);
   }
 
+  if (spm) {
+    std::unordered_set<std::string_view> in_pieces;
+    for (const std::string& token : t->tokens_) {
+      const bool multi =
+          static_cast<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[0]))) < token.size();
+      for (size_t i = 0; i < token.size();) {
+        const size_t len = std::min<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[i])),
+                                            token.size() - i);
+        const std::string_view ch(token.data() + i, len);
+        if (multi) in_pieces.insert(ch);
+        i += len;
+      }
+    }
+    const std::string_view space = "\xE2\x96\x81";
+    t->spm_split_before_space_ = true;
+    for (const std::string& token : t->tokens_) {
+      for (size_t at = token.find(space, 1); at != std::string::npos; at = token.find(space, at + 1)) {
+        if (at < 3 || std::string_view(token).substr(at - 3, 3) != space) {
+          t->spm_split_before_space_ = false;
+          break;
+        }
+      }
+      if (!t->spm_split_before_space_) break;
+    }
+    for (const char* candidate : {"\n", "\t", "\r"}) {
+      if (in_pieces.count(candidate) == 0) t->spm_separators_.insert(candidate);
+    }
+  }
   if (!spm) {
     t->pre_ = PreTokenizer::ByName(t->pre_name_);
     t->ignore_merges_ = t->pre_->ignore_merges();
@@ -138,8 +169,8 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
       SPECD_CHECK(space != std::string::npos, f.path(), ": merge ", rank, " ('", line,
                   "') is not 'left right'");
       const std::string left = line.substr(0, space), right = line.substr(space + 1);
-      const uint64_t key = (static_cast<uint64_t>(symbol(left)) << 32) |
-                           static_cast<uint32_t>(symbol(right));
+      const uint64_t key =
+          (static_cast<uint64_t>(symbol(left)) << 32) | static_cast<uint32_t>(symbol(right));
       t->merges_.emplace(key, Merge{static_cast<int32_t>(rank), symbol(left + right)});
     }
   }
@@ -221,8 +252,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view raw, bool add_special,
 }
 
 std::string Tokenizer::Piece(int32_t token, bool special) const {
-  SPECD_CHECK(token >= 0 && token < n_vocab(), "token id ", token,
-              " is outside the vocabulary of ", n_vocab());
+  SPECD_CHECK(token >= 0 && token < n_vocab(), "token id ", token, " is outside the vocabulary of ",
+              n_vocab());
   const TokenType type = types_[token];
   const std::string& text = tokens_[token];
   switch (type) {
@@ -259,8 +290,9 @@ std::string Tokenizer::Piece(int32_t token, bool special) const {
       out += text[i++];
       continue;
     }
-    const uint32_t cp =
-        len == 1 ? s[i] : len == 2 ? ((s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F) : 0x110000;
+    const uint32_t cp = len == 1   ? s[i]
+                        : len == 2 ? ((s[i] & 0x1F) << 6) | (s[i + 1] & 0x3F)
+                                   : 0x110000;
     if (cp < 324 && codepoint_byte_[cp] >= 0) {
       out += static_cast<char>(codepoint_byte_[cp]);
     } else {

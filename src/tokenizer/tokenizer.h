@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -69,6 +70,7 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;
+  void EncodeSpmSegment(std::string_view text, std::vector<int32_t>* out) const;
   void EncodeBpe(std::string_view text, std::vector<int32_t>* out) const;
   int32_t ByteToken(uint8_t byte) const;
 
@@ -91,12 +93,19 @@ class Tokenizer {
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = true;
   int32_t byte_tokens_[256];  // SPM <0xXX> tokens, -1 when missing
+  // SPM: characters that occur in no token of two or more characters. No merge can involve them,
+  // so the text is split there and the pieces are encoded (and cached) independently: the same
+  // result, much faster on text with many newlines.
+  std::unordered_set<std::string, Hash, std::equal_to<>> spm_separators_;
+  // SPM: no token has "▁" right after another character, so a "▁" that follows a non-space
+  // starts a new piece that no merge can cross (true of SentencePiece's whitespace splitting).
+  bool spm_split_before_space_ = false;
 
   // BPE: symbols are token ids, extended by "virtual" ids for texts that occur in merges or as
   // single characters but are not tokens themselves.
-  std::vector<std::string> virtual_text_;  // symbol id n_vocab + i
+  std::vector<std::string> virtual_text_;       // symbol id n_vocab + i
   std::unordered_map<uint64_t, Merge> merges_;  // key: (left symbol << 32) | right symbol
-  int32_t byte_symbol_[256];  // symbol of the GPT-2 byte-to-unicode character of each byte
+  int32_t byte_symbol_[256];     // symbol of the GPT-2 byte-to-unicode character of each byte
   int16_t codepoint_byte_[324];  // inverse of that map (-1: not a mapped character)
   std::unique_ptr<PreTokenizer> pre_;
   bool ignore_merges_ = false;

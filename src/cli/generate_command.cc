@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>

@@ -14,6 +14,9 @@
 #include "cli/commands.h"
 #include "model/model.h"
 #include "model/synth.h"
+#ifdef SPECD_HAVE_TRAIN
+#include "train/train_command.h"
+#endif
 
 int main(int argc, char** argv) {
   using namespace specd;
@@ -113,6 +116,13 @@ int main(int argc, char** argv) {
   bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
       ->check(CLI::Range(1, 100));
 
+#ifdef SPECD_HAVE_TRAIN
+  const std::function<int()> run_train = specd::train::AddTrainCommands(app);
+#else
+  auto* train_missing = app.add_subcommand("train", "(unavailable: built without LibTorch)");
+  train_missing->allow_extras();
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,6 +141,14 @@ int main(int argc, char** argv) {
     }
     if (*info) return RunInfo(info_model);
     if (*tokenize) return RunTokenize(tok);
+#ifdef SPECD_HAVE_TRAIN
+    if (app.got_subcommand("train")) return run_train();
+#else
+    if (*train_missing) {
+      Fail("this specd was built without LibTorch: install libtorch-dev and libsentencepiece-dev, "
+           "then rebuild, to use `specd train`");
+    }
+#endif
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_matmul) {
       SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");

@@ -39,7 +39,11 @@ void ThreadPool::WorkerLoop(int index) {
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen) {
       if (++spins < kSpinIterations) {
-        SPECD_PAUSE();
+        if (spins < kSpinIterations / 10) {
+          SPECD_PAUSE();
+        } else {
+          std::this_thread::yield();
+        }
         continue;
       }
       std::unique_lock<std::mutex> lock(mutex_);
@@ -79,7 +83,15 @@ void ThreadPool::RunOnAll(const std::function<void(int)>& fn) {
   }
   if (sleepers_.load() > 0) wake_.notify_all();
   guarded(0);
-  while (pending_.load(std::memory_order_acquire) != 0) SPECD_PAUSE();
+  // Spin briefly, then yield: when the machine is oversubscribed a worker may be descheduled,
+  // and a pure spin would burn the time slice it needs.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kSpinIterations / 10) {
+      SPECD_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   task_ = nullptr;
   if (error) std::rethrow_exception(error);
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Retrains specd's default model pair (models/) from the Python standard library that Debian
+# installs, exactly as the shipped files were made. Takes about 1.5 hours on 2 cores; each step
+# resumes from its checkpoint (checkpoints/, not in git) if interrupted.
+#
+#   bash scripts/train-default-models.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/release}
+specd="$build/specd"
+corpus=/usr/lib/python3.11   # test/, tests/ and idle_test/ folders are skipped; every 20th file is held out
+
+# 1. Tokenizer: SentencePiece BPE, 4096 pieces (byte fallback, FIM and 20 <unusedN> tokens).
+"$specd" train tokenizer --corpus "$corpus" --vocab-size 4096 -o models/specd-tokenizer.gguf
+
+# 2. Target: 16.5M parameters, 2 epochs of next-token training.
+target_args=(--corpus "$corpus" --tokenizer models/specd-tokenizer.gguf
+  --dim 448 --layers 6 --heads 7 --kv-heads 7 --ffn 1216 --ctx 256 --batch 8 --epochs 2
+  --lr 1e-3 --warmup 100 --checkpoint checkpoints/target --checkpoint-every 200 --eval-every 400
+  --name specd-target-16m)
+"$specd" train model "${target_args[@]}" -o checkpoints/specd-target-f32.gguf
+# Re-export the finished checkpoint as q8_0 (the shipped file).
+"$specd" train model "${target_args[@]}" --type q8_0 -o models/specd-target-q8_0.gguf
+
+# 3. Draft: 1.7M parameters, wide and shallow, distilled from the shipped target.
+draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
+  --tokenizer models/specd-tokenizer.gguf
+  --dim 192 --layers 2 --heads 3 --kv-heads 3 --ffn 576 --ctx 256 --batch 8 --epochs 2
+  --lr 2e-3 --warmup 100 --checkpoint checkpoints/draft --checkpoint-every 200 --eval-every 400
+  --name specd-draft-2m)
+"$specd" train draft "${draft_args[@]}" --type f16 -o models/specd-draft-f16.gguf

@@ -1,0 +1,170 @@
+// The trainer: a model trained for a few steps, exported to GGUF and run by specd's engine,
+// gives the trainer's own logits; a trained tokenizer encodes exactly as SentencePiece does.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "train/corpus.h"
+#include "train/llama_torch.h"
+#include "train/tokenizer_train.h"
+#include "train/trainer.h"
+
+namespace specd::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small corpus of Python files from the system's standard library, copied to a temp folder.
+std::string SmallCorpus() {
+  const std::string dir = specd::testing::TempDir() + "/corpus";
+  if (fs::exists(dir)) return dir;
+  fs::create_directories(dir);
+  int copied = 0;
+  for (const char* name : {"argparse.py", "textwrap.py", "string.py", "heapq.py", "bisect.py",
+                           "fnmatch.py", "shlex.py", "colorsys.py", "keyword.py", "glob.py",
+                           "queue.py", "random.py", "copy.py", "dataclasses.py"}) {
+    const std::string src = std::string("/usr/lib/python3.11/") + name;
+    if (fs::exists(src)) {
+      fs::copy_file(src, dir + "/" + name);
+      ++copied;
+    }
+  }
+  if (copied < 8) {  // no Python installed: generate some code-like text
+    for (int f = 0; f < 10; ++f) {
+      std::ofstream out(dir + "/gen" + std::to_string(f) + ".py");
+      for (int i = 0; i < 400; ++i) {
+        out << "def function_" << i << "(x, y=" << f << "):\n    return x * y + " << i << "\n\n";
+      }
+    }
+  }
+  return dir;
+}
+
+std::string TrainedTokenizer() {
+  const std::string path = specd::testing::TempDir() + "/tok.gguf";
+  if (!fs::exists(path)) {
+    const Corpus corpus = ListCorpus(SmallCorpus(), {".py"}, 5);
+    TokenizerTrainOptions options;
+    options.vocab_size = 1024;
+    TrainTokenizer(corpus.train_files, options, path);
+  }
+  return path;
+}
+
+std::vector<int32_t> SpmEncode(const std::string& model, const std::string& text) {
+  const std::string input = specd::testing::TempDir() + "/spm_input.txt";
+  std::ofstream(input, std::ios::binary) << text;
+  const std::string cmd = "spm_encode --model=" + model + " --output_format=id < " + input;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  pclose(pipe);
+  // spm_encode handles one line per output line; the newline itself is our <0x0A> token.
+  std::vector<int32_t> ids;
+  std::istringstream lines(out);
+  std::string line;
+  bool first = true;
+  while (std::getline(lines, line)) {
+    if (!first) ids.push_back(-1);  // newline marker, replaced below
+    first = false;
+    std::istringstream in(line);
+    int32_t id;
+    while (in >> id) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST(Train, TrainedTokenizerEncodesLikeSentencePiece) {
+  const std::string path = TrainedTokenizer();
+  auto file = GgufFile::Open(path);
+  const auto tokenizer = Tokenizer::FromGguf(*file);
+  EXPECT_EQ(tokenizer->n_vocab(), 1024);
+  const int32_t newline = tokenizer->Find("<0x0A>");
+  ASSERT_GE(newline, 0);
+  for (int32_t id : {tokenizer->Find("<fim_prefix>"), tokenizer->Find("<unused0>"),
+                     tokenizer->Find("<unused19>")}) {
+    ASSERT_GE(id, 0);
+    EXPECT_EQ(tokenizer->Type(id), TokenType::kControl);
+  }
+  // Held-out code with indentation, blank-free lines and unicode.
+  const std::string text =
+      "class Point:\n    def __init__(self, x, y):\n        self.x = x  # ünïcode\n"
+      "        self.y = y\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5";
+  auto expected = SpmEncode(path + ".spm.model", text);
+  for (auto& id : expected) {
+    if (id == -1) id = newline;
+  }
+  EXPECT_EQ(tokenizer->Encode(text, false, false), expected);
+  EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(text, false, false)), text);
+}
+
+TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
+  TrainOptions options;
+  options.corpus_dir = SmallCorpus();
+  options.tokenizer = TrainedTokenizer();
+  options.out = specd::testing::TempDir() + "/parity.gguf";
+  options.shape.n_vocab = 1024;
+  options.shape.dim = 64;
+  options.shape.n_layers = 2;
+  options.shape.n_heads = 4;
+  options.shape.n_kv_heads = 2;
+  options.shape.ffn = 160;
+  options.shape.ctx = 64;
+  options.batch = 4;
+  options.max_steps = 30;
+  options.warmup_steps = 5;
+  options.eval_every = 1000;
+  options.eval_windows = 4;
+  options.validation_every = 5;
+  const TrainResult result = Train(options);
+  EXPECT_EQ(result.steps, 30);
+  EXPECT_LT(result.train_loss, 7.0);  // below log(1024) = 6.93 + noise: it learned something
+
+  // Reload the trained weights from the exported file into torch and into specd.
+  Llama reference = ImportGguf(options.out);
+  reference->eval();
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 1024);
+  auto input = torch::empty({1, 40}, torch::kInt64);
+  for (int i = 0; i < 40; ++i) input[0][i] = tokens[i];
+  torch::NoGradGuard no_grad;
+  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [40, 1024] fp32
+
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(options.out, &ctx);
+  auto kv = model->NewKvCache({1, 64});
+  const int seq = kv->Acquire();
+  Batch batch;
+  for (int i = 0; i < 40; ++i) batch.Add(tokens[i], i, seq, true);
+  std::vector<float> logits;
+  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  ASSERT_EQ(logits.size(), 40u * 1024u);
+  const float* e = expected.data_ptr<float>();
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(logits[i]) - e[i]));
+    max_abs = std::max(max_abs, std::fabs(double(e[i])));
+  }
+  // f32 export, f32 engine: agreement to float rounding, far inside bf16 tolerance (2^-8).
+  EXPECT_LT(max_diff, 1e-3 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
+  int same_argmax = 0;
+  for (int r = 0; r < 40; ++r) {
+    same_argmax += Argmax(std::span<const float>(logits.data() + r * 1024, 1024)) ==
+                   expected[r].argmax().item<int64_t>();
+  }
+  EXPECT_EQ(same_argmax, 40);
+}
+
+}  // namespace
+}  // namespace specd::train

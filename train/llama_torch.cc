@@ -1,0 +1,214 @@
+#include "train/llama_torch.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "tensor/quantize.h"
+
+namespace specd::train {
+namespace {
+
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const auto xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type()) * weight;
+}
+
+// x [B, T, H, hd]: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/hd).
+torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto sizes = x.sizes();
+  const auto pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
+  const auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+  const auto c = cos.view({1, sizes[1], 1, sizes[3] / 2}), s = sin.view({1, sizes[1], 1, sizes[3] / 2});
+  return torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).reshape(sizes);
+}
+
+}  // namespace
+
+LlamaBlockImpl::LlamaBlockImpl(const LlamaShape& s) {
+  const int64_t hd = s.head_dim();
+  attn_norm = register_parameter("attn_norm", torch::ones({s.dim}));
+  ffn_norm = register_parameter("ffn_norm", torch::ones({s.dim}));
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
+    auto l = register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+    torch::nn::init::normal_(l->weight, 0.0, 0.02);
+    return l;
+  };
+  wq = linear("wq", s.dim, s.n_heads * hd);
+  wk = linear("wk", s.dim, s.n_kv_heads * hd);
+  wv = linear("wv", s.dim, s.n_kv_heads * hd);
+  wo = linear("wo", s.n_heads * hd, s.dim);
+  w_gate = linear("w_gate", s.dim, s.ffn);
+  w_up = linear("w_up", s.dim, s.ffn);
+  w_down = linear("w_down", s.ffn, s.dim);
+  // GPT-2 style: residual projections scaled down with depth.
+  const double residual_std = 0.02 / std::sqrt(2.0 * s.n_layers);
+  torch::NoGradGuard no_grad;
+  wo->weight.normal_(0.0, residual_std);
+  w_down->weight.normal_(0.0, residual_std);
+}
+
+LlamaImpl::LlamaImpl(const LlamaShape& s) : shape(s) {
+  SPECD_CHECK(s.dim % s.n_heads == 0 && s.n_heads % s.n_kv_heads == 0 && s.head_dim() % 2 == 0,
+              "bad model shape: dim ", s.dim, ", heads ", s.n_heads, ", kv heads ", s.n_kv_heads);
+  SPECD_CHECK(s.dim % 32 == 0 && s.ffn % 32 == 0, "dim and ffn must be multiples of 32 (GGUF ",
+              "quantization blocks)");
+  embed = register_module("embed", torch::nn::Embedding(s.n_vocab, s.dim));
+  torch::nn::init::normal_(embed->weight, 0.0, 0.02);
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < s.n_layers; ++i) blocks->push_back(LlamaBlock(s));
+  final_norm = register_parameter("final_norm", torch::ones({s.dim}));
+}
+
+int64_t LlamaImpl::NumParameters() {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+  const int64_t batch = tokens.size(0), time = tokens.size(1);
+  const int64_t hd = shape.head_dim(), group = shape.n_heads / shape.n_kv_heads;
+  const auto positions = torch::arange(time, torch::kFloat64);
+  const auto inv_freq = torch::pow(shape.rope_base, -torch::arange(0, hd, 2, torch::kFloat64) / hd);
+  const auto angles = torch::outer(positions, inv_freq);  // [T, hd/2]
+  const auto cos = angles.cos().to(torch::kFloat32), sin = angles.sin().to(torch::kFloat32);
+  const auto mask = torch::full({time, time}, -INFINITY).triu(1);
+
+  auto x = embed->forward(tokens);  // [B, T, dim]
+  for (const auto& module : *blocks) {
+    auto* block = module->as<LlamaBlockImpl>();
+    const auto h = RmsNorm(x, block->attn_norm, shape.rms_eps);
+    auto q = block->wq->forward(h).view({batch, time, shape.n_heads, hd});
+    auto k = block->wk->forward(h).view({batch, time, shape.n_kv_heads, hd});
+    auto v = block->wv->forward(h).view({batch, time, shape.n_kv_heads, hd});
+    q = Rope(q.to(torch::kFloat32), cos, sin).to(q.scalar_type());
+    k = Rope(k.to(torch::kFloat32), cos, sin).to(k.scalar_type());
+    if (group > 1) {
+      k = k.repeat_interleave(group, 2);
+      v = v.repeat_interleave(group, 2);
+    }
+    q = q.transpose(1, 2);  // [B, H, T, hd]
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) / std::sqrt(double(hd));
+    auto probs = torch::softmax(scores + mask, -1).to(v.scalar_type());
+    auto att = torch::matmul(probs, v).transpose(1, 2).reshape({batch, time, shape.n_heads * hd});
+    x = x + block->wo->forward(att);
+    const auto h2 = RmsNorm(x, block->ffn_norm, shape.rms_eps);
+    x = x + block->w_down->forward(torch::silu(block->w_gate->forward(h2)) * block->w_up->forward(h2));
+  }
+  x = RmsNorm(x, final_norm, shape.rms_eps);
+  return torch::matmul(x, embed->weight.t().to(x.scalar_type()));
+}
+
+void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
+                const std::string& name, const std::string& path) {
+  const LlamaShape& s = model->shape;
+  auto tok = GgufFile::Open(tokenizer_gguf);
+  GgufWriter w;
+  w.Set("general.architecture", GgufValue::Str("llama"));
+  w.Set("general.name", GgufValue::Str(name));
+  uint32_t file_type = 0;
+  switch (type) {
+    case DType::kF32: file_type = 0; break;
+    case DType::kF16: file_type = 1; break;
+    case DType::kQ8_0: file_type = 7; break;
+    case DType::kQ4_0: file_type = 2; break;
+    case DType::kBF16: file_type = 32; break;
+  }
+  w.Set("general.file_type", GgufValue::U32(file_type));
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    w.Set("general.quantization_version", GgufValue::U32(2));
+  }
+  w.Set("llama.context_length", GgufValue::U32(static_cast<uint32_t>(s.ctx)));
+  w.Set("llama.embedding_length", GgufValue::U32(static_cast<uint32_t>(s.dim)));
+  w.Set("llama.block_count", GgufValue::U32(static_cast<uint32_t>(s.n_layers)));
+  w.Set("llama.feed_forward_length", GgufValue::U32(static_cast<uint32_t>(s.ffn)));
+  w.Set("llama.attention.head_count", GgufValue::U32(static_cast<uint32_t>(s.n_heads)));
+  w.Set("llama.attention.head_count_kv", GgufValue::U32(static_cast<uint32_t>(s.n_kv_heads)));
+  w.Set("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(s.rms_eps)));
+  w.Set("llama.rope.freq_base", GgufValue::F32(static_cast<float>(s.rope_base)));
+  w.Set("llama.rope.dimension_count", GgufValue::U32(static_cast<uint32_t>(s.head_dim())));
+  w.Set("llama.vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
+  for (const auto& [key, value] : tok->metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.Set(key, value);
+  }
+  torch::NoGradGuard no_grad;
+  auto add = [&](const std::string& tensor_name, const torch::Tensor& t, DType t_type) {
+    const auto f = t.detach().to(torch::kFloat32).contiguous();
+    const int64_t cols = f.dim() == 1 ? f.size(0) : f.size(1);
+    const int64_t rows = f.dim() == 1 ? 1 : f.size(0);
+    const int64_t row_bytes = RowBytes(t_type, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    const float* data = f.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) QuantizeRow(t_type, data + r * cols, bytes.data() + r * row_bytes, cols);
+    std::vector<int64_t> shape = {cols};
+    if (f.dim() == 2) shape.push_back(rows);
+    w.AddTensor(tensor_name, t_type, shape, std::move(bytes));
+  };
+  add("token_embd.weight", model->embed->weight, type);
+  add("output_norm.weight", model->final_norm, DType::kF32);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    auto* b = model->blocks[i]->as<LlamaBlockImpl>();
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", b->attn_norm, DType::kF32);
+    add(p + "attn_q.weight", b->wq->weight, type);
+    add(p + "attn_k.weight", b->wk->weight, type);
+    add(p + "attn_v.weight", b->wv->weight, type);
+    add(p + "attn_output.weight", b->wo->weight, type);
+    add(p + "ffn_norm.weight", b->ffn_norm, DType::kF32);
+    add(p + "ffn_gate.weight", b->w_gate->weight, type);
+    add(p + "ffn_up.weight", b->w_up->weight, type);
+    add(p + "ffn_down.weight", b->w_down->weight, type);
+  }
+  w.Write(path);
+}
+
+Llama ImportGguf(const std::string& path) {
+  auto f = GgufFile::Open(path);
+  SPECD_CHECK(f->Get("general.architecture").AsString("arch") == "llama", path,
+              ": only llama models can be imported");
+  LlamaShape s;
+  s.dim = f->Get("llama.embedding_length").AsInt("dim");
+  s.n_layers = f->Get("llama.block_count").AsInt("layers");
+  s.n_heads = f->Get("llama.attention.head_count").AsInt("heads");
+  s.n_kv_heads = f->Get("llama.attention.head_count_kv").AsInt("kv heads");
+  s.ffn = f->Get("llama.feed_forward_length").AsInt("ffn");
+  s.ctx = f->Get("llama.context_length").AsInt("ctx");
+  s.rope_base = f->Get("llama.rope.freq_base").AsFloat("rope");
+  s.rms_eps = f->Get("llama.attention.layer_norm_rms_epsilon").AsFloat("eps");
+  s.n_vocab = f->GetTensor("token_embd.weight").shape[1];
+  SPECD_CHECK(f->FindTensor("output.weight") == nullptr, path,
+              ": only models with tied embeddings can be imported");
+  Llama model(s);
+  torch::NoGradGuard no_grad;
+  auto load = [&](const std::string& name, torch::Tensor target) {
+    const GgufTensorInfo& t = f->GetTensor(name);
+    SPECD_CHECK(t.NumElements() == target.numel(), path, ": tensor '", name, "' has the wrong size");
+    const int64_t cols = t.shape[0], rows = t.NumElements() / cols;
+    auto values = torch::empty({rows, cols}, torch::kFloat32);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols), values.data_ptr<float>() + r * cols, cols);
+    }
+    target.copy_(values.view(target.sizes()));
+  };
+  load("token_embd.weight", model->embed->weight);
+  load("output_norm.weight", model->final_norm);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    auto* b = model->blocks[i]->as<LlamaBlockImpl>();
+    const std::string p = "blk." + std::to_string(i) + ".";
+    load(p + "attn_norm.weight", b->attn_norm);
+    load(p + "attn_q.weight", b->wq->weight);
+    load(p + "attn_k.weight", b->wk->weight);
+    load(p + "attn_v.weight", b->wv->weight);
+    load(p + "attn_output.weight", b->wo->weight);
+    load(p + "ffn_norm.weight", b->ffn_norm);
+    load(p + "ffn_gate.weight", b->w_gate->weight);
+    load(p + "ffn_up.weight", b->w_up->weight);
+    load(p + "ffn_down.weight", b->w_down->weight);
+  }
+  return model;
+}
+
+}  // namespace specd::train

@@ -1,0 +1,56 @@
+// The llama architecture in LibTorch, laid out exactly as GGUF stores it (RoPE on adjacent pairs,
+// tied embeddings), so export is a copy of tensors and specd's engine computes the same function.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "tensor/dtype.h"
+
+namespace specd::train {
+
+struct LlamaShape {
+  int64_t n_vocab = 4096;
+  int64_t dim = 384;
+  int64_t n_layers = 6;
+  int64_t n_heads = 6;
+  int64_t n_kv_heads = 6;
+  int64_t ffn = 1024;
+  int64_t ctx = 256;
+  double rope_base = 10000.0;
+  double rms_eps = 1e-5;
+
+  int64_t head_dim() const { return dim / n_heads; }
+};
+
+struct LlamaBlockImpl : torch::nn::Module {
+  LlamaBlockImpl(const LlamaShape& shape);
+  torch::Tensor attn_norm, ffn_norm;  // [dim]
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  torch::nn::Linear w_gate{nullptr}, w_up{nullptr}, w_down{nullptr};
+};
+TORCH_MODULE(LlamaBlock);
+
+struct LlamaImpl : torch::nn::Module {
+  explicit LlamaImpl(const LlamaShape& shape);
+  // tokens [batch, time] int64 -> logits [batch, time, n_vocab]
+  torch::Tensor forward(const torch::Tensor& tokens);
+  int64_t NumParameters();
+
+  LlamaShape shape;
+  torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output
+  torch::nn::ModuleList blocks;
+  torch::Tensor final_norm;  // [dim]
+};
+TORCH_MODULE(Llama);
+
+// Writes a GGUF model (standard llama keys and tensor names) with matrices in `type` and the
+// tokenizer metadata copied from `tokenizer_gguf`.
+void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
+                const std::string& name, const std::string& path);
+
+// Loads a llama GGUF (any supported type, dequantized to f32) into a torch model.
+Llama ImportGguf(const std::string& path);
+
+}  // namespace specd::train

@@ -1,0 +1,323 @@
+#include "train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "decode/speculative.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/corpus.h"
+
+namespace specd::train {
+namespace fs = std::filesystem;
+namespace {
+
+// bf16 autocast for the forward pass only (as torch.autocast does).
+class Autocast {
+ public:
+  explicit Autocast(bool enabled) : enabled_(enabled) {
+    if (enabled_) {
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    }
+  }
+  ~Autocast() {
+    if (enabled_) {
+      at::autocast::clear_cache();
+      at::autocast::set_cpu_enabled(false);
+    }
+  }
+
+ private:
+  bool enabled_;
+};
+
+// A batch of random windows: inputs [batch, ctx], targets [batch, ctx].
+std::pair<torch::Tensor, torch::Tensor> SampleBatch(const std::vector<int32_t>& stream, int batch,
+                                                    int64_t ctx, uint64_t seed, int64_t step) {
+  auto x = torch::empty({batch, ctx}, torch::kInt64), y = torch::empty({batch, ctx}, torch::kInt64);
+  auto* xp = x.data_ptr<int64_t>();
+  auto* yp = y.data_ptr<int64_t>();
+  const uint64_t span = stream.size() - ctx - 1;
+  for (int b = 0; b < batch; ++b) {
+    const RngKey key{seed, static_cast<uint64_t>(b), static_cast<uint64_t>(step), RngPurpose::kSample};
+    const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
+    for (int64_t t = 0; t < ctx; ++t) {
+      xp[b * ctx + t] = stream[start + t];
+      yp[b * ctx + t] = stream[start + t + 1];
+    }
+  }
+  return {x, y};
+}
+
+double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
+                bool bf16) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t available = static_cast<int64_t>(stream.size() - 1) / ctx;
+  const int64_t n = std::min<int64_t>(windows, available);
+  SPECD_CHECK(n > 0, "the held-out text is shorter than one context window");
+  double total = 0.0;
+  const int64_t stride = available / n;
+  for (int64_t w = 0; w < n; w += 8) {
+    const int64_t rows = std::min<int64_t>(8, n - w);
+    auto x = torch::empty({rows, ctx}, torch::kInt64), y = torch::empty({rows, ctx}, torch::kInt64);
+    auto* xp = x.data_ptr<int64_t>();
+    auto* yp = y.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t start = (w + r) * stride * ctx;
+      for (int64_t t = 0; t < ctx; ++t) {
+        xp[r * ctx + t] = stream[start + t];
+        yp[r * ctx + t] = stream[start + t + 1];
+      }
+    }
+    torch::Tensor logits;
+    {
+      Autocast autocast(bf16);
+      logits = model->forward(x);
+    }
+    total += torch::nn::functional::cross_entropy(
+                 logits.to(torch::kFloat32).view({-1, logits.size(-1)}), y.view({-1}))
+                 .item<double>() *
+             rows;
+  }
+  model->train();
+  return total / n;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  const int total = static_cast<int>(s);
+  std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
+                                   const std::string& tokenizer_gguf) {
+  auto gguf = GgufFile::Open(tokenizer_gguf);
+  const auto tokenizer = Tokenizer::FromGguf(*gguf);
+  std::vector<int32_t> stream;
+  for (const std::string& f : files) {
+    stream.push_back(tokenizer->bos());
+    const auto ids = tokenizer->Encode(ReadFileBytes(f), false, false);
+    stream.insert(stream.end(), ids.begin(), ids.end());
+    stream.push_back(tokenizer->eos());
+  }
+  return stream;
+}
+
+TrainResult Train(const TrainOptions& o) {
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);
+  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.tokenizer);
+  const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.tokenizer);
+  SPECD_CHECK(static_cast<int64_t>(train_stream.size()) > o.shape.ctx * 4,
+              "the corpus is too small for a context of ", o.shape.ctx);
+  std::fprintf(stderr, "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens), "
+               "fingerprint %016llx\n", corpus.train_files.size(), train_stream.size(),
+               corpus.validation_files.size(), valid_stream.size(),
+               static_cast<unsigned long long>(corpus.fingerprint));
+
+  Llama model(o.shape);
+  Llama teacher{nullptr};
+  if (!o.teacher.empty()) {
+    teacher = ImportGguf(o.teacher);
+    SPECD_CHECK(teacher->shape.n_vocab == o.shape.n_vocab, "the teacher's vocabulary (",
+                teacher->shape.n_vocab, ") differs from the draft's (", o.shape.n_vocab, ")");
+    teacher->eval();
+    for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+  }
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.shape.ctx;
+  const int64_t total_steps =
+      o.max_steps > 0 ? o.max_steps
+                      : std::max<int64_t>(1, static_cast<int64_t>(o.epochs * train_stream.size() /
+                                                                  tokens_per_step));
+  // Weight decay on matrices only (not norms).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.0)));
+  torch::optim::AdamW optimizer(groups);
+
+  int64_t step = 0;
+  const std::string ckpt_model = o.checkpoint_dir + "/model.pt";
+  const std::string ckpt_optim = o.checkpoint_dir + "/optimizer.pt";
+  const std::string ckpt_step = o.checkpoint_dir + "/step.txt";
+  if (!o.checkpoint_dir.empty()) {
+    fs::create_directories(o.checkpoint_dir);
+    if (fs::exists(ckpt_step)) {
+      torch::load(model, ckpt_model);
+      torch::load(optimizer, ckpt_optim);
+      std::FILE* f = std::fopen(ckpt_step.c_str(), "r");
+      long long s = 0;
+      SPECD_CHECK(f && std::fscanf(f, "%lld", &s) == 1, "corrupt checkpoint step in ", ckpt_step);
+      std::fclose(f);
+      step = s;
+      std::fprintf(stderr, "resumed from %s at step %lld\n", o.checkpoint_dir.c_str(), s);
+    }
+  }
+  auto save_checkpoint = [&] {
+    if (o.checkpoint_dir.empty()) return;
+    torch::save(model, ckpt_model + ".tmp");
+    torch::save(optimizer, ckpt_optim + ".tmp");
+    fs::rename(ckpt_model + ".tmp", ckpt_model);
+    fs::rename(ckpt_optim + ".tmp", ckpt_optim);
+    std::FILE* f = std::fopen((ckpt_step + ".tmp").c_str(), "w");
+    std::fprintf(f, "%lld\n", static_cast<long long>(step));
+    std::fclose(f);
+    fs::rename(ckpt_step + ".tmp", ckpt_step);
+  };
+
+  std::fprintf(stderr, "model: %lld parameters; %lld steps of %lld tokens (%.2f epochs)%s\n",
+               static_cast<long long>(model->NumParameters()), static_cast<long long>(total_steps),
+               static_cast<long long>(tokens_per_step),
+               double(total_steps) * tokens_per_step / train_stream.size(),
+               teacher ? ", distilling from the teacher" : "");
+  const bool tty = ::isatty(2);
+  TrainResult result;
+  result.parameters = model->NumParameters();
+  Timer timer;
+  const int64_t first_step = step;
+  double smoothed = 0.0;
+  model->train();
+  while (step < total_steps) {
+    const double lr_scale =
+        step < o.warmup_steps
+            ? double(step + 1) / o.warmup_steps
+            : o.min_lr_ratio + (1.0 - o.min_lr_ratio) * 0.5 *
+                                   (1.0 + std::cos(M_PI * double(step - o.warmup_steps) /
+                                                   std::max<int64_t>(1, total_steps - o.warmup_steps)));
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
+    }
+    auto [x, y] = SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
+    torch::Tensor logits, teacher_logits;
+    {
+      Autocast autocast(o.bf16);
+      logits = model->forward(x);
+      if (teacher) {
+        torch::NoGradGuard no_grad;
+        teacher_logits = teacher->forward(x);
+      }
+    }
+    const auto flat = logits.to(torch::kFloat32).view({-1, o.shape.n_vocab});
+    auto loss = torch::nn::functional::cross_entropy(flat, y.view({-1}));
+    const double ce = loss.item<double>();
+    if (teacher) {
+      const auto target = torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, o.shape.n_vocab}), -1);
+      const auto kl = torch::nn::functional::kl_div(
+          torch::log_softmax(flat, -1), target,
+          torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
+      loss = o.distill_alpha * kl + (1.0 - o.distill_alpha) * loss;
+    }
+    optimizer.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
+    optimizer.step();
+    ++step;
+    smoothed = step - first_step == 1 ? ce : 0.98 * smoothed + 0.02 * ce;
+    result.train_loss = smoothed;
+
+    const double elapsed_s = timer.ElapsedMs() / 1000.0;
+    const double tps = double(step - first_step) * tokens_per_step / std::max(elapsed_s, 1e-9);
+    result.tokens_per_s = tps;
+    const bool report = tty || step % 50 == 0 || step == total_steps;
+    if (report) {
+      const double eta = double(total_steps - step) * tokens_per_step / std::max(tps, 1.0);
+      const int width = 30;
+      const int filled = static_cast<int>(width * double(step) / total_steps);
+      std::fprintf(stderr, "%s[%s%s] step %lld/%lld loss %.3f lr %.2e %.0f tok/s, %s left%s",
+                   tty ? "\r" : "", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), static_cast<long long>(step),
+                   static_cast<long long>(total_steps), smoothed, o.lr * lr_scale, tps,
+                   FormatSeconds(eta).c_str(), tty ? "  " : "\n");
+    }
+    if (step % o.checkpoint_every == 0) save_checkpoint();
+    if (step % o.eval_every == 0 && !valid_stream.empty()) {
+      const double v = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+      std::fprintf(stderr, "%sstep %lld: validation loss %.4f, perplexity %.2f\n", tty ? "\n" : "",
+                   static_cast<long long>(step), v, std::exp(v));
+    }
+  }
+  save_checkpoint();
+  result.steps = step;
+  result.validation_loss = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+  result.validation_perplexity = std::exp(result.validation_loss);
+  std::fprintf(stderr, "%sdone: %lld steps, train loss %.4f, validation loss %.4f (perplexity %.2f)\n",
+               tty ? "\n" : "", static_cast<long long>(step), result.train_loss,
+               result.validation_loss, result.validation_perplexity);
+  if (!o.out.empty()) {
+    ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+  return result;
+}
+
+DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draft_gguf,
+                         const std::vector<std::string>& held_out_files, int threads,
+                         int draft_length) {
+  ThreadPool pool(threads);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(target_gguf, &ctx);
+  auto draft = Model::Load(draft_gguf, &ctx);
+  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
+  auto target_kv = target->NewKvCache({1, 512});
+  auto draft_kv = draft->NewKvCache({1, 512});
+  SpeculativeStats stats;
+  constexpr int kPromptTokens = 64, kNewTokens = 96, kPromptsPerFile = 2;
+  for (const std::string& file : held_out_files) {
+    const auto ids = tokenizer->Encode(ReadFileBytes(file), false, false);
+    for (int p = 0; p < kPromptsPerFile; ++p) {
+      const size_t start = ids.size() * (2 * p + 1) / (2 * kPromptsPerFile);
+      if (start + kPromptTokens > ids.size()) continue;
+      GenerateRequest request;
+      request.prompt.assign(ids.begin() + start, ids.begin() + start + kPromptTokens);
+      request.n_predict = kNewTokens;
+      request.sampling.temperature = 0.0f;
+      request.stop_at_eos = false;
+      GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request,
+                                draft_length, &stats);
+    }
+  }
+  DraftReport report;
+  report.acceptance_rate = stats.acceptance_rate();
+  report.mean_accepted_length = stats.mean_accepted_length();
+  // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three.
+  auto step_ms = [&](Model& model) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto kv = model.NewKvCache({1, 256});
+      const int seq = kv->Acquire();
+      std::vector<float> logits;
+      Batch batch;
+      for (int i = 0; i < 64; ++i) batch.Add(5 + i, i, seq, i == 63);
+      model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+      Timer t;
+      for (int i = 0; i < 64; ++i) {
+        batch.Clear();
+        batch.Add(7 + i, 64 + i, seq, true);
+        model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+      }
+      best = std::min(best, t.ElapsedMs() / 64);
+    }
+    return best;
+  };
+  report.target_ms_per_token = step_ms(*target);
+  report.draft_ms_per_token = step_ms(*draft);
+  return report;
+}
+
+}  // namespace specd::train

@@ -1,0 +1,69 @@
+// `specd train model` and `specd train draft`: next-token training (or distillation from a
+// teacher model) of a llama model on a tokenized corpus, with AdamW, warm-up and cosine decay,
+// gradient clipping, bf16 autocast, held-out validation, and checkpoints to resume from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/llama_torch.h"
+
+namespace specd::train {
+
+struct TrainOptions {
+  LlamaShape shape;
+  std::string corpus_dir;
+  std::string tokenizer;       // GGUF with tokenizer metadata
+  std::string out;             // output GGUF
+  std::string checkpoint_dir;  // resume from here if a checkpoint exists
+  std::string teacher;         // GGUF of the target: distill into the draft when set
+  std::string name = "specd";
+  DType export_type = DType::kF32;
+  int batch = 8;
+  double epochs = 1.0;
+  int64_t max_steps = 0;  // overrides epochs when > 0
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;
+  int warmup_steps = 100;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double distill_alpha = 0.9;  // weight of the KL term when distilling (rest: cross-entropy)
+  int checkpoint_every = 200;
+  int eval_every = 500;
+  int eval_windows = 64;
+  int threads = 2;
+  bool bf16 = true;
+  uint64_t seed = 1;
+  int validation_every = 20;  // every 20th corpus file is held out
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double train_loss = 0.0;
+  double validation_loss = 0.0;
+  double validation_perplexity = 0.0;
+  double tokens_per_s = 0.0;
+  int64_t parameters = 0;
+};
+
+TrainResult Train(const TrainOptions& options);
+
+struct DraftReport {
+  double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4
+  double mean_accepted_length = 0.0;
+  double draft_ms_per_token = 0.0;   // one decode step in specd's engine
+  double target_ms_per_token = 0.0;
+};
+
+// Runs greedy speculative decoding with specd's engine (target and draft GGUF files) from
+// prompts taken out of held-out files, and times one decode step of each model.
+DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draft_gguf,
+                         const std::vector<std::string>& held_out_files, int threads,
+                         int draft_length = 4);
+
+// Tokenizes files with the GGUF's tokenizer into one stream: <s> file </s> <s> file </s> ...
+std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
+                                   const std::string& tokenizer_gguf);
+
+}  // namespace specd::train

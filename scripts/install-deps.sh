@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs specd's build dependencies from Debian 12's archive (by name, nothing else).
 set -euo pipefail
-packages=(cmake ninja-build g++ libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev)
+# libtorch-dev and sentencepiece are for `specd train` and its tests; the engine builds without them.
+packages=(cmake ninja-build g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+  libpcre2-dev libtorch-dev sentencepiece)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -123,8 +123,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
 
   const int max_threads = *std::max_element(o.threads.begin(), o.threads.end());
   for (DType type : o.types) {
-    const std::string path =
-        StrCat(o.model_dir, "/", o.shape, "-", DTypeName(type), ".gguf");
+    const std::string path = StrCat(o.model_dir, "/", o.shape, "-", DTypeName(type), ".gguf");
     if (!std::filesystem::exists(path)) {
       log(StrCat("writing ", path));
       ThreadPool pool(max_threads);

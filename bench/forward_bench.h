@@ -14,8 +14,8 @@ struct ForwardBenchOptions {
   std::vector<DType> types = {DType::kBF16, DType::kQ8_0, DType::kQ4_0};
   std::vector<int> threads = {1, 2};
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};
-  int n_decode = 32;      // timed decode steps per configuration
-  int n_reps = 5;         // repetitions of each M-row forward (median reported)
+  int n_decode = 32;  // timed decode steps per configuration
+  int n_reps = 5;     // repetitions of each M-row forward (median reported)
   std::string model_dir = "bench/models";
   std::string out_dir = "bench/results";
   bool verbose = true;

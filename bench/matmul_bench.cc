@@ -25,8 +25,8 @@ double TimeMs(const std::function<void()>& fn, double min_ms) {
 }
 
 // oneDNN matmul src [m, k] x weights [k, n] (pre-reordered to its preferred layout) -> f32.
-double OneDnnMs(dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type, int m,
-                int n, int k, double min_ms) {
+double OneDnnMs(dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type, int m, int n,
+                int k, double min_ms) {
   using dnnl::memory;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
@@ -35,12 +35,14 @@ double OneDnnMs(dnnl::memory::data_type src_type, dnnl::memory::data_type weight
   const memory::desc b_plain({k, n}, weight_type, memory::format_tag::ba);
   const memory::desc c({m, n}, memory::data_type::f32, memory::format_tag::ab);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_any, c), engine);
-  memory a_mem(a, engine), b_mem(pd.weights_desc(), engine), c_mem(c, engine), b_src(b_plain, engine);
+  memory a_mem(a, engine), b_mem(pd.weights_desc(), engine), c_mem(c, engine),
+      b_src(b_plain, engine);
   dnnl::reorder(b_src, b_mem).execute(stream, b_src, b_mem);
   dnnl::matmul matmul(pd);
   return TimeMs(
       [&] {
-        matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+        matmul.execute(stream,
+                       {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
         stream.wait();
       },
       min_ms);
@@ -74,7 +76,8 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   for (DType type : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     std::vector<uint8_t> bytes(RowBytes(type, k) * n);
     for (int r = 0; r < n; ++r) {
-      QuantizeRow(type, w.data() + static_cast<size_t>(r) * k, bytes.data() + r * RowBytes(type, k), k);
+      QuantizeRow(type, w.data() + static_cast<size_t>(r) * k, bytes.data() + r * RowBytes(type, k),
+                  k);
     }
     WeightView view{type, bytes.data(), n, k};
     PackedInt8Weights packed;
@@ -89,7 +92,8 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     });
   }
   row("oneDNN bf16 x bf16", [&](int m) {
-    return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k, o.min_ms);
+    return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k,
+                    o.min_ms);
   });
   row("oneDNN s8 x s8 (no block scales)", [&](int m) {
     return OneDnnMs(dnnl::memory::data_type::s8, dnnl::memory::data_type::s8, m, n, k, o.min_ms);

@@ -8,8 +8,8 @@
 namespace specd::bench {
 
 struct MatmulBenchOptions {
-  int rows_n = 2048;   // output features
-  int cols_k = 2048;   // input features
+  int rows_n = 2048;  // output features
+  int cols_k = 2048;  // input features
   int threads = 2;
   std::vector<int> m = {1, 4, 8, 16, 32, 64};
   double min_ms = 300;  // time per measurement

@@ -1,12 +1,12 @@
 // The specd binary end to end: generation with --json, synthetic models, and clear errors for bad
 // flags and files.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <sys/wait.h>
 
 #include "tests/test_util.h"
 
@@ -32,8 +32,8 @@ CliRun RunSpecd(const std::string& args) {
 TEST(Cli, GenerateJsonLinesAndSummary) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0);
   const CliRun r = RunSpecd("generate -m " + model +
-                         " --tokens 1,5,9 -n 6 --batch 3 --seed 4 --temp 0.7 --top-k 20 "
-                         "--top-p 0.9 --attention pad --ignore-eos --json -t 2");
+                            " --tokens 1,5,9 -n 6 --batch 3 --seed 4 --temp 0.7 --top-k 20 "
+                            "--top-p 0.9 --attention pad --ignore-eos --json -t 2");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::istringstream lines(r.out);
   std::string line;
@@ -46,7 +46,8 @@ TEST(Cli, GenerateJsonLinesAndSummary) {
       EXPECT_EQ(j["strategy"], "ar");
       EXPECT_EQ(j["batch"], 3);
       EXPECT_EQ(j["n_tokens"], 18);
-      for (const char* k : {"tokens_per_s", "t_prefill_ms", "t_decode_ms"}) EXPECT_TRUE(j.contains(k));
+      for (const char* k : {"tokens_per_s", "t_prefill_ms", "t_decode_ms"})
+        EXPECT_TRUE(j.contains(k));
       summary = true;
     } else {
       EXPECT_EQ(j["index"], n_seq);
@@ -62,8 +63,8 @@ TEST(Cli, GenerateJsonLinesAndSummary) {
   EXPECT_TRUE(summary);
   // Same seed, same output; split attention gives the same tokens as pad.
   const CliRun again = RunSpecd("generate -m " + model +
-                             " --tokens 1,5,9 -n 6 --batch 3 --seed 4 --temp 0.7 --top-k 20 "
-                             "--top-p 0.9 --attention split --ignore-eos --json -t 1");
+                                " --tokens 1,5,9 -n 6 --batch 3 --seed 4 --temp 0.7 --top-k 20 "
+                                "--top-p 0.9 --attention split --ignore-eos --json -t 1");
   auto tokens_of = [](const std::string& out) {
     std::string all;
     std::istringstream in(out);
@@ -108,7 +109,9 @@ TEST(Cli, BadFlagsAndInputsGiveMessagesAndNonZeroExit) {
 TEST(Cli, SynthWritesEveryTypeAndInfoReadsIt) {
   for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) {
     const std::string path = testing::TempDir() + "/cli-" + type + ".gguf";
-    ASSERT_EQ(RunSpecd("synth --shape tiny-qwen2 --type " + std::string(type) + " -o " + path).exit_code, 0);
+    ASSERT_EQ(
+        RunSpecd("synth --shape tiny-qwen2 --type " + std::string(type) + " -o " + path).exit_code,
+        0);
     const CliRun info = RunSpecd("info -m " + path);
     ASSERT_EQ(info.exit_code, 0) << info.out;
     EXPECT_NE(info.out.find("qwen2"), std::string::npos);

@@ -1,5 +1,7 @@
 // GGUF round trips for every tensor and metadata type, and malformed files rejected with errors
 // that name the problem.
+#include "gguf/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 
 #include "base/error.h"
 #include "base/rng.h"
-#include "gguf/gguf.h"
 #include "model/model.h"
 #include "tensor/quantize.h"
 #include "tests/test_util.h"
@@ -46,7 +47,8 @@ TEST(Gguf, RoundTripEveryTensorTypeAndMetadataType) {
     std::vector<float> values(64 * 3);
     for (auto& v : values) v = rng.NextSymmetric();
     std::vector<uint8_t> bytes(RowBytes(t, 64) * 3);
-    for (int r = 0; r < 3; ++r) QuantizeRow(t, values.data() + r * 64, bytes.data() + r * RowBytes(t, 64), 64);
+    for (int r = 0; r < 3; ++r)
+      QuantizeRow(t, values.data() + r * 64, bytes.data() + r * RowBytes(t, 64), 64);
     w.AddTensor(std::string("t_") + std::string(DTypeName(t)), t, {64, 3}, bytes);
     originals.push_back(values);
   }
@@ -81,8 +83,10 @@ TEST(Gguf, RoundTripEveryTensorTypeAndMetadataType) {
     std::vector<float> back(64 * 3), expect(64 * 3);
     std::vector<uint8_t> bytes(RowBytes(types[i], 64) * 3);
     for (int r = 0; r < 3; ++r) {
-      QuantizeRow(types[i], originals[i].data() + r * 64, bytes.data() + r * RowBytes(types[i], 64), 64);
-      DequantizeRow(types[i], bytes.data() + r * RowBytes(types[i], 64), expect.data() + r * 64, 64);
+      QuantizeRow(types[i], originals[i].data() + r * 64, bytes.data() + r * RowBytes(types[i], 64),
+                  64);
+      DequantizeRow(types[i], bytes.data() + r * RowBytes(types[i], 64), expect.data() + r * 64,
+                    64);
       DequantizeRow(types[i], t.data + r * RowBytes(types[i], 64), back.data() + r * 64, 64);
     }
     EXPECT_EQ(back, expect) << DTypeName(types[i]);
@@ -131,7 +135,10 @@ struct Builder {
     return *this;
   }
   Builder& Header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
-    return Put<uint32_t>(0x46554747).Put<uint32_t>(version).Put<uint64_t>(n_tensors).Put<uint64_t>(n_kv);
+    return Put<uint32_t>(0x46554747)
+        .Put<uint32_t>(version)
+        .Put<uint64_t>(n_tensors)
+        .Put<uint64_t>(n_kv);
   }
   Builder& Tensor(const std::string& name, std::vector<uint64_t> shape, uint32_t type,
                   uint64_t offset) {
@@ -153,29 +160,81 @@ TEST(Gguf, MalformedFilesAreRejectedWithTheirError) {
   };
   std::vector<Case> cases;
   cases.push_back({"empty", {}, "too short"});
-  cases.push_back({"bad magic", Builder().Put<uint32_t>(0x12345678).Put<uint32_t>(3).b, "bad magic"});
+  cases.push_back(
+      {"bad magic", Builder().Put<uint32_t>(0x12345678).Put<uint32_t>(3).b, "bad magic"});
   cases.push_back({"version 1", Builder().Header(0, 0, 1).b, "version 1"});
   cases.push_back({"version 4", Builder().Header(0, 0, 4).b, "version 4"});
-  cases.push_back({"truncated header", Builder().Put<uint32_t>(0x46554747).Put<uint32_t>(3).Put<uint32_t>(0).b, "truncated"});
+  cases.push_back({"truncated header",
+                   Builder().Put<uint32_t>(0x46554747).Put<uint32_t>(3).Put<uint32_t>(0).b,
+                   "truncated"});
   cases.push_back({"huge metadata count", Builder().Header(0, 1ull << 50).b, "metadata entries"});
   cases.push_back({"huge tensor count", Builder().Header(1ull << 40, 0).b, "tensors"});
-  cases.push_back({"key longer than file", Builder().Header(0, 1).Put<uint64_t>(1000).Put<uint32_t>(0).Put<uint64_t>(0).b, "string of 1000 bytes"});
-  cases.push_back({"unknown value type", Builder().Header(0, 1).Str("k").Put<uint32_t>(99).Put<uint32_t>(0).b, "unknown value type 99"});
-  cases.push_back({"bool out of range", Builder().Header(0, 1).Str("k").Put<uint32_t>(7).Put<uint8_t>(5).b, "bool value"});
-  cases.push_back({"array too long", Builder().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(4).Put<uint64_t>(1ull << 60).b, "array elements"});
-  cases.push_back({"array of unknown type", Builder().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(42).Put<uint64_t>(1).b, "unknown type 42"});
-  cases.push_back({"string value truncated", Builder().Header(0, 1).Str("k").Put<uint32_t>(8).Put<uint64_t>(50).b, "string of 50 bytes"});
-  cases.push_back({"duplicate key", Builder().Header(0, 2).Str("k").Put<uint32_t>(4).Put<uint32_t>(1).Str("k").Put<uint32_t>(4).Put<uint32_t>(2).b, "duplicate metadata key 'k'"});
-  cases.push_back({"bad alignment", Builder().Header(0, 1).Str("general.alignment").Put<uint32_t>(4).Put<uint32_t>(24).b, "power of two"});
-  cases.push_back({"five dimensions", Builder().Header(1, 0).Tensor("t", {1, 1, 1, 1, 1}, 0, 0).b, "5 dimensions"});
-  cases.push_back({"zero dimension", Builder().Header(1, 0).Tensor("t", {0}, 0, 0).b, "dimension 0 of size 0"});
-  cases.push_back({"unsupported tensor type", Builder().Header(1, 0).Tensor("t", {256}, 12, 0).b, "q4_K"});
-  cases.push_back({"unknown tensor type", Builder().Header(1, 0).Tensor("t", {256}, 1234, 0).b, "unknown type id 1234"});
-  cases.push_back({"row not a block multiple", Builder().Header(1, 0).Tensor("t", {33}, 8, 0).b, "not a multiple"});
-  cases.push_back({"misaligned offset", Builder().Header(1, 0).Tensor("t", {4}, 0, 3).b, "not aligned"});
-  cases.push_back({"overflowing shape", Builder().Header(1, 0).Tensor("t", {1ull << 40, 1ull << 40}, 0, 0).b, "too large"});
-  cases.push_back({"data past the end", Builder().Header(1, 0).Tensor("t", {64}, 0, 0).PadTo(32).b, "beyond the end"});
-  cases.push_back({"duplicate tensor", Builder().Header(2, 0).Tensor("t", {8}, 0, 0).Tensor("t", {8}, 0, 32).PadTo(32).Put<uint64_t>(0).b, "duplicate tensor 't'"});
+  cases.push_back({"key longer than file",
+                   Builder().Header(0, 1).Put<uint64_t>(1000).Put<uint32_t>(0).Put<uint64_t>(0).b,
+                   "string of 1000 bytes"});
+  cases.push_back({"unknown value type",
+                   Builder().Header(0, 1).Str("k").Put<uint32_t>(99).Put<uint32_t>(0).b,
+                   "unknown value type 99"});
+  cases.push_back({"bool out of range",
+                   Builder().Header(0, 1).Str("k").Put<uint32_t>(7).Put<uint8_t>(5).b,
+                   "bool value"});
+  cases.push_back({"array too long",
+                   Builder()
+                       .Header(0, 1)
+                       .Str("k")
+                       .Put<uint32_t>(9)
+                       .Put<uint32_t>(4)
+                       .Put<uint64_t>(1ull << 60)
+                       .b,
+                   "array elements"});
+  cases.push_back(
+      {"array of unknown type",
+       Builder().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(42).Put<uint64_t>(1).b,
+       "unknown type 42"});
+  cases.push_back({"string value truncated",
+                   Builder().Header(0, 1).Str("k").Put<uint32_t>(8).Put<uint64_t>(50).b,
+                   "string of 50 bytes"});
+  cases.push_back({"duplicate key",
+                   Builder()
+                       .Header(0, 2)
+                       .Str("k")
+                       .Put<uint32_t>(4)
+                       .Put<uint32_t>(1)
+                       .Str("k")
+                       .Put<uint32_t>(4)
+                       .Put<uint32_t>(2)
+                       .b,
+                   "duplicate metadata key 'k'"});
+  cases.push_back(
+      {"bad alignment",
+       Builder().Header(0, 1).Str("general.alignment").Put<uint32_t>(4).Put<uint32_t>(24).b,
+       "power of two"});
+  cases.push_back({"five dimensions", Builder().Header(1, 0).Tensor("t", {1, 1, 1, 1, 1}, 0, 0).b,
+                   "5 dimensions"});
+  cases.push_back(
+      {"zero dimension", Builder().Header(1, 0).Tensor("t", {0}, 0, 0).b, "dimension 0 of size 0"});
+  cases.push_back(
+      {"unsupported tensor type", Builder().Header(1, 0).Tensor("t", {256}, 12, 0).b, "q4_K"});
+  cases.push_back({"unknown tensor type", Builder().Header(1, 0).Tensor("t", {256}, 1234, 0).b,
+                   "unknown type id 1234"});
+  cases.push_back({"row not a block multiple", Builder().Header(1, 0).Tensor("t", {33}, 8, 0).b,
+                   "not a multiple"});
+  cases.push_back(
+      {"misaligned offset", Builder().Header(1, 0).Tensor("t", {4}, 0, 3).b, "not aligned"});
+  cases.push_back({"overflowing shape",
+                   Builder().Header(1, 0).Tensor("t", {1ull << 40, 1ull << 40}, 0, 0).b,
+                   "too large"});
+  cases.push_back({"data past the end", Builder().Header(1, 0).Tensor("t", {64}, 0, 0).PadTo(32).b,
+                   "beyond the end"});
+  cases.push_back({"duplicate tensor",
+                   Builder()
+                       .Header(2, 0)
+                       .Tensor("t", {8}, 0, 0)
+                       .Tensor("t", {8}, 0, 32)
+                       .PadTo(32)
+                       .Put<uint64_t>(0)
+                       .b,
+                   "duplicate tensor 't'"});
   for (const auto& c : cases) {
     const std::string error = ParseError(c.bytes);
     EXPECT_NE(error.find(c.expected), std::string::npos)
@@ -234,23 +293,28 @@ std::string ModelError(const std::function<void(GgufWriter&)>& edit, bool drop_t
 
 TEST(Gguf, ModelLevelErrorsNameTheProblem) {
   EXPECT_EQ(ModelError([](GgufWriter&) {}), "");
-  EXPECT_NE(ModelError([](GgufWriter& w) { w.Set("general.architecture", GgufValue::Str("gptj")); })
-                .find("architecture 'gptj' is not supported"),
+  EXPECT_NE(ModelError([](GgufWriter& w) {
+              w.Set("general.architecture", GgufValue::Str("gptj"));
+            }).find("architecture 'gptj' is not supported"),
             std::string::npos);
   EXPECT_NE(ModelError([](GgufWriter&) {}, true, "blk.1.ffn_up.weight")
                 .find("required tensor 'blk.1.ffn_up.weight' is missing"),
             std::string::npos);
-  EXPECT_NE(ModelError([](GgufWriter& w) { w.Set("llama.feed_forward_length", GgufValue::U32(100)); })
-                .find("has shape"),
+  EXPECT_NE(ModelError([](GgufWriter& w) {
+              w.Set("llama.feed_forward_length", GgufValue::U32(100));
+            }).find("has shape"),
             std::string::npos);
-  EXPECT_NE(ModelError([](GgufWriter& w) { w.Set("llama.attention.head_count_kv", GgufValue::U32(3)); })
-                .find("cannot be grouped"),
+  EXPECT_NE(ModelError([](GgufWriter& w) {
+              w.Set("llama.attention.head_count_kv", GgufValue::U32(3));
+            }).find("cannot be grouped"),
             std::string::npos);
-  EXPECT_NE(ModelError([](GgufWriter& w) { w.Set("llama.block_count", GgufValue::Str("two")); })
-                .find("should be an integer"),
+  EXPECT_NE(ModelError([](GgufWriter& w) {
+              w.Set("llama.block_count", GgufValue::Str("two"));
+            }).find("should be an integer"),
             std::string::npos);
-  EXPECT_NE(ModelError([](GgufWriter& w) { w.Set("tokenizer.ggml.eos_token_id", GgufValue::U32(100000)); })
-                .find("outside the vocabulary"),
+  EXPECT_NE(ModelError([](GgufWriter& w) {
+              w.Set("tokenizer.ggml.eos_token_id", GgufValue::U32(100000));
+            }).find("outside the vocabulary"),
             std::string::npos);
 }
 

@@ -1,4 +1,6 @@
 // Every fast kernel against its scalar reference, and the batch invariance of matmul.
+#include "kernels/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 #include <vector>
 
 #include "base/rng.h"
-#include "kernels/kernels.h"
 #include "tensor/quantize.h"
 
 namespace specd {
@@ -50,11 +51,16 @@ Weights MakeWeights(DType type, int64_t rows, int64_t cols, uint64_t seed) {
 // q8_0 / q4_0 weights (1/254 of the block maximum per element).
 double Tolerance(DType t) {
   switch (t) {
-    case DType::kF32: return 1e-6;
-    case DType::kF16: return 1e-6;
-    case DType::kBF16: return 6e-3;
-    case DType::kQ8_0: return 1.5e-2;
-    case DType::kQ4_0: return 1.5e-2;
+    case DType::kF32:
+      return 1e-6;
+    case DType::kF16:
+      return 1e-6;
+    case DType::kBF16:
+      return 6e-3;
+    case DType::kQ8_0:
+      return 1.5e-2;
+    case DType::kQ4_0:
+      return 1.5e-2;
   }
   return 0;
 }
@@ -73,7 +79,7 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
     ctx.cpu.avx512 = path < 2;
     const bool avx512 = ctx.cpu.avx512;
     for (int64_t cols : {32, 96, 256}) {  // 96: an odd number of 32-blocks (the tail path)
-      const int64_t rows = 37;           // not a multiple of 16: a partial row group
+      const int64_t rows = 37;            // not a multiple of 16: a partial row group
       Weights w = MakeWeights(type, rows, cols, 11 + cols);
       PackedInt8Weights packed_weights;
       if (packed) {

@@ -1,5 +1,7 @@
 // The forward pass over ragged batches: batching must not change any row's logits, rollback must
 // be exact, and misuse must give clear errors.
+#include "model/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "base/error.h"
 #include "decode/autoregressive.h"
-#include "model/model.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -40,8 +41,8 @@ std::vector<float> AloneLogits(Fixture& f, const std::vector<int32_t>& tokens, A
   return logits;
 }
 
-class RaggedTest
-    : public ::testing::TestWithParam<std::tuple<std::string, DType, AttentionMode>> {};
+class RaggedTest : public ::testing::TestWithParam<std::tuple<std::string, DType, AttentionMode>> {
+};
 
 TEST_P(RaggedTest, RaggedBatchEqualsEachSequenceAlone) {
   const auto [shape, type, mode] = GetParam();

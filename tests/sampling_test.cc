@@ -78,7 +78,8 @@ TEST(Sampling, SeededSamplingReproducesAndStreamsDiffer) {
   }
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
-  EXPECT_NE(UniformDouble({1, 0, 0, RngPurpose::kDraft}), UniformDouble({1, 0, 0, RngPurpose::kAccept}));
+  EXPECT_NE(UniformDouble({1, 0, 0, RngPurpose::kDraft}),
+            UniformDouble({1, 0, 0, RngPurpose::kAccept}));
 }
 
 TEST(Sampling, SamplesFollowTheProcessedDistribution) {

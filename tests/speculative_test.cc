@@ -1,10 +1,11 @@
 // Merge gates for greedy speculative decoding: output identical to plain greedy decoding, token
 // for token, for any draft; a draft identical to the target is accepted 100%.
+#include "decode/speculative.h"
+
 #include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "decode/autoregressive.h"
-#include "decode/speculative.h"
 #include "tests/test_util.h"
 
 namespace specd {

@@ -11,8 +11,8 @@ namespace specd::testing {
 
 std::string TempDir() {
   static const std::string dir = [] {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("specd-test-" + std::to_string(::getpid()));
+    const auto path =
+        std::filesystem::temp_directory_path() / ("specd-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(path);
     return path.string();
   }();
@@ -20,8 +20,7 @@ std::string TempDir() {
 }
 
 std::string TinyModel(const std::string& shape, DType type, uint64_t seed) {
-  const std::string path =
-      StrCat(TempDir(), "/", shape, "-", DTypeName(type), "-", seed, ".gguf");
+  const std::string path = StrCat(TempDir(), "/", shape, "-", DTypeName(type), "-", seed, ".gguf");
   if (!std::filesystem::exists(path)) {
     ThreadPool pool(1);
     WriteSyntheticModel(ShapeByName(shape), type, seed, path, &pool);

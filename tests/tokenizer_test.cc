@@ -1,5 +1,7 @@
 // Tokenizers against the ids that each model's original tokenizer produces
 // (../shared/data/vocab, from llama.cpp), plus streaming and bad-input behaviour.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +10,6 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace specd {
@@ -128,7 +129,8 @@ TEST(Tokenizer, BadInputsHaveDefinedResults) {
     // Invalid UTF-8 becomes U+FFFD before tokenization.
     const std::string invalid = "ok \xFF\xC3 end \xED\xA0\x80";
     EXPECT_EQ(t->Encode(invalid, false, false), t->Encode(utf8::Sanitize(invalid), false, false));
-    EXPECT_EQ(utf8::Sanitize(invalid), "ok \xEF\xBF\xBD\xEF\xBF\xBD end \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    EXPECT_EQ(utf8::Sanitize(invalid),
+              "ok \xEF\xBF\xBD\xEF\xBF\xBD end \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
     // Out-of-range ids are an error, not a crash.
     EXPECT_THROW(t->Decode(std::vector<int32_t>{1, -5}), Error);
     EXPECT_THROW(t->Decode(std::vector<int32_t>{t->n_vocab()}), Error);

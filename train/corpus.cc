@@ -10,19 +10,12 @@
 namespace specd::train {
 namespace fs = std::filesystem;
 
-std::string ReadFileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPECD_CHECK(in.good(), "cannot read '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Corpus ListCorpus(const std::string& dir, const std::vector<std::string>& extensions,
                   int validation_every) {
   SPECD_CHECK(fs::is_directory(dir), "corpus '", dir, "' is not a directory");
   std::vector<std::string> files;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied);
+  for (auto it =
+           fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied);
        it != fs::recursive_directory_iterator(); ++it) {
     const std::string name = it->path().filename().string();
     if (it->is_directory()) {
@@ -64,7 +57,8 @@ void WriteManifest(const Corpus& corpus, const std::string& root, const std::str
   out << "# corpus " << root << ": " << corpus.train_files.size() << " training files, "
       << corpus.validation_files.size() << " held out, " << corpus.total_bytes
       << " bytes, fingerprint " << fp << "\n";
-  for (const auto& f : corpus.train_files) out << "train " << fs::relative(f, root).string() << "\n";
+  for (const auto& f : corpus.train_files)
+    out << "train " << fs::relative(f, root).string() << "\n";
   for (const auto& f : corpus.validation_files) {
     out << "validation " << fs::relative(f, root).string() << "\n";
   }

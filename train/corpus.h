@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
+
 namespace specd::train {
 
 struct Corpus {
@@ -22,7 +24,5 @@ Corpus ListCorpus(const std::string& dir, const std::vector<std::string>& extens
 
 // Writes the file list and fingerprint (a manifest that lets a run be reproduced and checked).
 void WriteManifest(const Corpus& corpus, const std::string& root, const std::string& path);
-
-std::string ReadFileBytes(const std::string& path);
 
 }  // namespace specd::train

@@ -19,7 +19,8 @@ torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   const auto sizes = x.sizes();
   const auto pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
   const auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-  const auto c = cos.view({1, sizes[1], 1, sizes[3] / 2}), s = sin.view({1, sizes[1], 1, sizes[3] / 2});
+  const auto c = cos.view({1, sizes[1], 1, sizes[3] / 2}),
+             s = sin.view({1, sizes[1], 1, sizes[3] / 2});
   return torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).reshape(sizes);
 }
 
@@ -30,7 +31,8 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaShape& s) {
   attn_norm = register_parameter("attn_norm", torch::ones({s.dim}));
   ffn_norm = register_parameter("ffn_norm", torch::ones({s.dim}));
   auto linear = [&](const char* name, int64_t in, int64_t out) {
-    auto l = register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+    auto l =
+        register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
     torch::nn::init::normal_(l->weight, 0.0, 0.02);
     return l;
   };
@@ -96,7 +98,8 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
     auto att = torch::matmul(probs, v).transpose(1, 2).reshape({batch, time, shape.n_heads * hd});
     x = x + block->wo->forward(att);
     const auto h2 = RmsNorm(x, block->ffn_norm, shape.rms_eps);
-    x = x + block->w_down->forward(torch::silu(block->w_gate->forward(h2)) * block->w_up->forward(h2));
+    x = x +
+        block->w_down->forward(torch::silu(block->w_gate->forward(h2)) * block->w_up->forward(h2));
   }
   x = RmsNorm(x, final_norm, shape.rms_eps);
   return torch::matmul(x, embed->weight.t().to(x.scalar_type()));
@@ -111,11 +114,21 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
   w.Set("general.name", GgufValue::Str(name));
   uint32_t file_type = 0;
   switch (type) {
-    case DType::kF32: file_type = 0; break;
-    case DType::kF16: file_type = 1; break;
-    case DType::kQ8_0: file_type = 7; break;
-    case DType::kQ4_0: file_type = 2; break;
-    case DType::kBF16: file_type = 32; break;
+    case DType::kF32:
+      file_type = 0;
+      break;
+    case DType::kF16:
+      file_type = 1;
+      break;
+    case DType::kQ8_0:
+      file_type = 7;
+      break;
+    case DType::kQ4_0:
+      file_type = 2;
+      break;
+    case DType::kBF16:
+      file_type = 32;
+      break;
   }
   w.Set("general.file_type", GgufValue::U32(file_type));
   if (type == DType::kQ8_0 || type == DType::kQ4_0) {
@@ -142,7 +155,8 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     const int64_t row_bytes = RowBytes(t_type, cols);
     std::vector<uint8_t> bytes(row_bytes * rows);
     const float* data = f.data_ptr<float>();
-    for (int64_t r = 0; r < rows; ++r) QuantizeRow(t_type, data + r * cols, bytes.data() + r * row_bytes, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      QuantizeRow(t_type, data + r * cols, bytes.data() + r * row_bytes, cols);
     std::vector<int64_t> shape = {cols};
     if (f.dim() == 2) shape.push_back(rows);
     w.AddTensor(tensor_name, t_type, shape, std::move(bytes));
@@ -185,11 +199,13 @@ Llama ImportGguf(const std::string& path) {
   torch::NoGradGuard no_grad;
   auto load = [&](const std::string& name, torch::Tensor target) {
     const GgufTensorInfo& t = f->GetTensor(name);
-    SPECD_CHECK(t.NumElements() == target.numel(), path, ": tensor '", name, "' has the wrong size");
+    SPECD_CHECK(t.NumElements() == target.numel(), path, ": tensor '", name,
+                "' has the wrong size");
     const int64_t cols = t.shape[0], rows = t.NumElements() / cols;
     auto values = torch::empty({rows, cols}, torch::kFloat32);
     for (int64_t r = 0; r < rows; ++r) {
-      DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols), values.data_ptr<float>() + r * cols, cols);
+      DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols),
+                    values.data_ptr<float>() + r * cols, cols);
     }
     target.copy_(values.view(target.sizes()));
   };

@@ -49,8 +49,8 @@ void TrainTokenizer(const std::vector<std::string>& files, const TokenizerTrainO
   SPECD_CHECK(rc == 0, "spm_train failed (is Debian's `sentencepiece` installed?); see ", prefix,
               ".log");
   const std::string vocab_path = prefix + ".vocab.tsv";
-  const std::string export_cmd = "spm_export_vocab --model=" + prefix + ".model --output=" +
-                                 vocab_path + " --output_format=vocab";
+  const std::string export_cmd = "spm_export_vocab --model=" + prefix +
+                                 ".model --output=" + vocab_path + " --output_format=vocab";
   SPECD_CHECK(std::system(export_cmd.c_str()) == 0, "spm_export_vocab failed");
 
   // Piece types follow from the names: ids 0..3 and the control symbols we asked for, the
@@ -71,9 +71,12 @@ void TrainTokenizer(const std::vector<std::string>& files, const TokenizerTrainO
     const std::string piece = line.substr(0, tab);
     const float score = std::stof(line.substr(tab + 1));
     int32_t type = 1;
-    if (piece == "<unk>") type = 2;
-    else if (controls.count(piece)) type = 3;
-    else if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>') type = 6;
+    if (piece == "<unk>")
+      type = 2;
+    else if (controls.count(piece))
+      type = 3;
+    else if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>')
+      type = 6;
     ids[piece] = static_cast<uint32_t>(tokens.size());
     tokens.push_back(GgufValue::Str(piece));
     scores.push_back(GgufValue::F32(score));

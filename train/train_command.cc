@@ -45,14 +45,17 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     cmd->add_option("--ffn", m.shape.ffn, "feed-forward width")->check(CLI::Range(32, 65536));
     cmd->add_option("--ctx", m.shape.ctx, "training context")->check(CLI::Range(8, 65536));
     cmd->add_option("--batch", m.batch, "sequences per step")->check(CLI::Range(1, 4096));
-    cmd->add_option("--epochs", m.epochs, "passes over the training tokens")->check(CLI::Range(0.0001, 1000.0));
-    cmd->add_option("--steps", m.max_steps, "steps (overrides --epochs)")->check(CLI::Range(0, 100000000));
+    cmd->add_option("--epochs", m.epochs, "passes over the training tokens")
+        ->check(CLI::Range(0.0001, 1000.0));
+    cmd->add_option("--steps", m.max_steps, "steps (overrides --epochs)")
+        ->check(CLI::Range(0, 100000000));
     cmd->add_option("--lr", m.lr, "peak learning rate")->check(CLI::Range(1e-7, 1.0));
     cmd->add_option("--warmup", m.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
     cmd->add_option("--checkpoint", m.checkpoint_dir, "checkpoint folder (resumes if present)");
     cmd->add_option("--checkpoint-every", m.checkpoint_every, "steps between checkpoints")
         ->check(CLI::Range(1, 1000000));
-    cmd->add_option("--eval-every", m.eval_every, "steps between validations")->check(CLI::Range(1, 1000000));
+    cmd->add_option("--eval-every", m.eval_every, "steps between validations")
+        ->check(CLI::Range(1, 1000000));
     cmd->add_option("--type", state->type, "export type")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     cmd->add_option("--name", m.name, "general.name of the exported model");
@@ -88,22 +91,24 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     WriteManifest(corpus, options.corpus_dir, options.out + ".manifest");
     const TrainResult r = Train(options);
     if (!options.teacher.empty()) {
-      const DraftReport d = MeasureDraft(options.teacher, options.out, corpus.validation_files,
-                                         options.threads);
-      std::fprintf(stderr,
-                   "draft vs target on held-out files: greedy acceptance %.3f at draft length 4 "
-                   "(mean accepted length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
-                   d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token,
-                   d.target_ms_per_token, d.target_ms_per_token / d.draft_ms_per_token);
-      std::printf("{\"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
-                  "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
-                  d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token,
-                  d.target_ms_per_token);
+      const DraftReport d =
+          MeasureDraft(options.teacher, options.out, corpus.validation_files, options.threads);
+      std::fprintf(
+          stderr,
+          "draft vs target on held-out files: greedy acceptance %.3f at draft length 4 "
+          "(mean accepted length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
+          d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token,
+          d.target_ms_per_token / d.draft_ms_per_token);
+      std::printf(
+          "{\"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
+          "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
+          d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token);
     }
-    std::printf("{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %.4f, "
-                "\"validation_loss\": %.4f, \"validation_perplexity\": %.3f, \"tokens_per_s\": %.0f}\n",
-                static_cast<long long>(r.steps), static_cast<long long>(r.parameters), r.train_loss,
-                r.validation_loss, r.validation_perplexity, r.tokens_per_s);
+    std::printf(
+        "{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %.4f, "
+        "\"validation_loss\": %.4f, \"validation_perplexity\": %.3f, \"tokens_per_s\": %.0f}\n",
+        static_cast<long long>(r.steps), static_cast<long long>(r.parameters), r.train_loss,
+        r.validation_loss, r.validation_perplexity, r.tokens_per_s);
     return 0;
   };
 }

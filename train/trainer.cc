@@ -47,7 +47,8 @@ std::pair<torch::Tensor, torch::Tensor> SampleBatch(const std::vector<int32_t>& 
   auto* yp = y.data_ptr<int64_t>();
   const uint64_t span = stream.size() - ctx - 1;
   for (int b = 0; b < batch; ++b) {
-    const RngKey key{seed, static_cast<uint64_t>(b), static_cast<uint64_t>(step), RngPurpose::kSample};
+    const RngKey key{seed, static_cast<uint64_t>(b), static_cast<uint64_t>(step),
+                     RngPurpose::kSample};
     const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
     for (int64_t t = 0; t < ctx; ++t) {
       xp[b * ctx + t] = stream[start + t];
@@ -123,10 +124,11 @@ TrainResult Train(const TrainOptions& o) {
   const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.tokenizer);
   SPECD_CHECK(static_cast<int64_t>(train_stream.size()) > o.shape.ctx * 4,
               "the corpus is too small for a context of ", o.shape.ctx);
-  std::fprintf(stderr, "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens), "
-               "fingerprint %016llx\n", corpus.train_files.size(), train_stream.size(),
-               corpus.validation_files.size(), valid_stream.size(),
-               static_cast<unsigned long long>(corpus.fingerprint));
+  std::fprintf(stderr,
+               "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens), "
+               "fingerprint %016llx\n",
+               corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
+               valid_stream.size(), static_cast<unsigned long long>(corpus.fingerprint));
 
   Llama model(o.shape);
   Llama teacher{nullptr};
@@ -139,17 +141,21 @@ TrainResult Train(const TrainOptions& o) {
   }
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.shape.ctx;
   const int64_t total_steps =
-      o.max_steps > 0 ? o.max_steps
-                      : std::max<int64_t>(1, static_cast<int64_t>(o.epochs * train_stream.size() /
-                                                                  tokens_per_step));
+      o.max_steps > 0
+          ? o.max_steps
+          : std::max<int64_t>(
+                1, static_cast<int64_t>(o.epochs * train_stream.size() / tokens_per_step));
   // Weight decay on matrices only (not norms).
   std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->named_parameters()) (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
+  for (const auto& p : model->named_parameters())
+    (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay)));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                    torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.0)));
+  groups.emplace_back(
+      decay, std::make_unique<torch::optim::AdamWOptions>(
+                 torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay)));
+  groups.emplace_back(no_decay,
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.0)));
   torch::optim::AdamW optimizer(groups);
 
   int64_t step = 0;
@@ -197,9 +203,10 @@ TrainResult Train(const TrainOptions& o) {
     const double lr_scale =
         step < o.warmup_steps
             ? double(step + 1) / o.warmup_steps
-            : o.min_lr_ratio + (1.0 - o.min_lr_ratio) * 0.5 *
-                                   (1.0 + std::cos(M_PI * double(step - o.warmup_steps) /
-                                                   std::max<int64_t>(1, total_steps - o.warmup_steps)));
+            : o.min_lr_ratio +
+                  (1.0 - o.min_lr_ratio) * 0.5 *
+                      (1.0 + std::cos(M_PI * double(step - o.warmup_steps) /
+                                      std::max<int64_t>(1, total_steps - o.warmup_steps)));
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
     }
@@ -217,7 +224,8 @@ TrainResult Train(const TrainOptions& o) {
     auto loss = torch::nn::functional::cross_entropy(flat, y.view({-1}));
     const double ce = loss.item<double>();
     if (teacher) {
-      const auto target = torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, o.shape.n_vocab}), -1);
+      const auto target =
+          torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, o.shape.n_vocab}), -1);
       const auto kl = torch::nn::functional::kl_div(
           torch::log_softmax(flat, -1), target,
           torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
@@ -256,7 +264,8 @@ TrainResult Train(const TrainOptions& o) {
   result.steps = step;
   result.validation_loss = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
   result.validation_perplexity = std::exp(result.validation_loss);
-  std::fprintf(stderr, "%sdone: %lld steps, train loss %.4f, validation loss %.4f (perplexity %.2f)\n",
+  std::fprintf(stderr,
+               "%sdone: %lld steps, train loss %.4f, validation loss %.4f (perplexity %.2f)\n",
                tty ? "\n" : "", static_cast<long long>(step), result.train_loss,
                result.validation_loss, result.validation_perplexity);
   if (!o.out.empty()) {
@@ -288,8 +297,8 @@ DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draf
       request.n_predict = kNewTokens;
       request.sampling.temperature = 0.0f;
       request.stop_at_eos = false;
-      GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request,
-                                draft_length, &stats);
+      GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request, draft_length,
+                                &stats);
     }
   }
   DraftReport report;

@@ -52,7 +52,7 @@ TrainResult Train(const TrainOptions& options);
 struct DraftReport {
   double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4
   double mean_accepted_length = 0.0;
-  double draft_ms_per_token = 0.0;   // one decode step in specd's engine
+  double draft_ms_per_token = 0.0;  // one decode step in specd's engine
   double target_ms_per_token = 0.0;
 };
 

@@ -31,7 +31,7 @@ template <typename... Parts>
 }  // namespace specd
 
 // Throws specd::Error with the concatenated message when `cond` is false.
-#define SPECD_CHECK(cond, ...)                  \
-  do {                                          \
-    if (!(cond)) ::specd::Fail(__VA_ARGS__);    \
+#define SPECD_CHECK(cond, ...)               \
+  do {                                       \
+    if (!(cond)) ::specd::Fail(__VA_ARGS__); \
   } while (0)

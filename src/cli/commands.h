@@ -49,7 +49,4 @@ int RunInfo(const std::string& path);
 // The default model shipped in models/ (SPECD_MODELS_DIR overrides the folder), or "" if absent.
 std::string DefaultTargetModel();
 
-// Reads a whole file (prompt files, corpora); throws Error naming the file.
-std::string ReadTextFile(const std::string& path);
-
 }  // namespace specd::cli

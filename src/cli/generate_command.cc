@@ -1,7 +1,7 @@
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -10,6 +10,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "base/file_util.h"
 #include "cli/commands.h"
 #include "decode/autoregressive.h"
 #include "model/model.h"
@@ -64,7 +65,7 @@ int RunGenerate(const GenerateOptions& o) {
     request.prompt = ParseTokenList(o.tokens);
   } else {
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata: pass --tokens");
-    const std::string text = o.prompt_file.empty() ? o.prompt : ReadTextFile(o.prompt_file);
+    const std::string text = o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file);
     request.prompt = tokenizer->Encode(text, /*add_special=*/true, o.special);
     SPECD_CHECK(!request.prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
   }
@@ -97,7 +98,7 @@ int RunGenerate(const GenerateOptions& o) {
     if (!o.tokens.empty()) {
       std::cout << tokenizer->Decode(request.prompt, /*strip_space_prefix=*/true);
     } else {
-      std::cout << (o.prompt_file.empty() ? o.prompt : ReadTextFile(o.prompt_file));
+      std::cout << (o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file));
     }
     std::cout << std::flush;
     request.on_token = [&](int, int32_t token) { std::cout << stream->Push(token) << std::flush; };

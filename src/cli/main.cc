@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return run_train();
 #else
     if (*train_missing) {
-      Fail("this specd was built without LibTorch: install libtorch-dev and libsentencepiece-dev, "
-           "then rebuild, to use `specd train`");
+      Fail(
+          "this specd was built without LibTorch: install libtorch-dev and libsentencepiece-dev, "
+          "then rebuild, to use `specd train`");
     }
 #endif
     if (*bench_tokenize) return RunTokenizeBench(tb);

@@ -4,24 +4,17 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/file_util.h"
 #include "base/timer.h"
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd::cli {
 
-std::string ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPECD_CHECK(in.good(), "cannot read '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int RunTokenize(const TokenizeOptions& o) {
   SPECD_CHECK(!o.model.empty(), "tokenize needs -m MODEL.gguf");
   SPECD_CHECK(o.prompt.empty() != o.prompt_file.empty(), "give exactly one of -p TEXT or -f FILE");
-  const std::string text = o.prompt_file.empty() ? o.prompt : ReadTextFile(o.prompt_file);
+  const std::string text = o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file);
   auto file = GgufFile::Open(o.model);
   const auto tokenizer = Tokenizer::FromGguf(*file);
   const auto ids = tokenizer->Encode(text, !o.no_bos, o.special);
@@ -40,7 +33,7 @@ int RunTokenize(const TokenizeOptions& o) {
 }
 
 int RunTokenizeBench(const TokenizeBenchOptions& o) {
-  const std::string text = ReadTextFile(o.file);
+  const std::string text = ReadFileBytes(o.file);
   std::printf("Encoding %s (%.2f MB), one thread, best of %d\n\n", o.file.c_str(),
               text.size() / 1e6, o.repeats);
   std::printf("| tokenizer | kind | tokens | bytes/token | MB/s |\n|---|---|---|---|---|\n");

@@ -17,8 +17,8 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
               " slots");
   SPECD_CHECK(request.n_predict >= 0, "-n must be >= 0");
   SPECD_CHECK(n_prompt + request.n_predict <= kv.n_ctx(), "the prompt (", n_prompt,
-              " tokens) plus ", request.n_predict, " new tokens exceed the context of ",
-              kv.n_ctx(), " tokens (raise --ctx or lower -n)");
+              " tokens) plus ", request.n_predict, " new tokens exceed the context of ", kv.n_ctx(),
+              " tokens (raise --ctx or lower -n)");
   ValidateSamplingParams(request.sampling);
 
   Timer request_timer;
@@ -92,7 +92,8 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
     model.Forward(ctx, batch, kv, request.attention, &logits);
     ++result.n_forward;
     for (size_t j = 0; j < active.size(); ++j) {
-      done[active[j]] = take(active[j], std::span<const float>(logits.data() + j * n_vocab, n_vocab));
+      done[active[j]] =
+          take(active[j], std::span<const float>(logits.data() + j * n_vocab, n_vocab));
     }
   }
   result.t_decode_ms = decode_timer.ElapsedMs();

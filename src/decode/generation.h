@@ -28,7 +28,7 @@ struct SequenceResult {
   std::string finish_reason;    // "stop" (EOS) or "length"
   double sum_logprob = 0.0;     // of the generated tokens (EOS included) under the raw model
   int n_logprob = 0;
-  double elapsed_ms = 0.0;      // from the start of the request to this sequence's last token
+  double elapsed_ms = 0.0;  // from the start of the request to this sequence's last token
 
   double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
 };

@@ -17,7 +17,7 @@ namespace specd {
 struct SpeculativeStats {
   int64_t n_drafted = 0;
   int64_t n_accepted = 0;
-  int64_t n_steps = 0;                       // verification forwards
+  int64_t n_steps = 0;                        // verification forwards
   std::vector<int64_t> accepted_at_position;  // [K]: drafts accepted at position i
   std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
   double t_draft_ms = 0.0;
@@ -25,9 +25,7 @@ struct SpeculativeStats {
 
   double acceptance_rate() const { return n_drafted ? double(n_accepted) / n_drafted : 0.0; }
   // 1 + accepted per verification step (the bonus / correction token included).
-  double mean_accepted_length() const {
-    return n_steps ? 1.0 + double(n_accepted) / n_steps : 0.0;
-  }
+  double mean_accepted_length() const { return n_steps ? 1.0 + double(n_accepted) / n_steps : 0.0; }
   void Add(const SpeculativeStats& other);
 };
 

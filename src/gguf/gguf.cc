@@ -48,8 +48,8 @@ class Cursor {
   }
 
   void Need(size_t n, const char* what) const {
-    SPECD_CHECK(n <= remaining(), file_, ": truncated while reading ", what, " at offset ",
-                offset_, " (need ", n, " bytes, ", remaining(), " left)");
+    SPECD_CHECK(n <= remaining(), file_, ": truncated while reading ", what, " at offset ", offset_,
+                " (need ", n, " bytes, ", remaining(), " left)");
   }
 
  private:
@@ -61,12 +61,25 @@ class Cursor {
 
 size_t MinEncodedSize(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kBool: return 1;
-    case GgufType::kUint16: case GgufType::kInt16: return 2;
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kFloat32: return 4;
-    case GgufType::kUint64: case GgufType::kInt64: case GgufType::kFloat64: return 8;
-    case GgufType::kString: return 8;
-    case GgufType::kArray: return 12;
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+      return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32:
+      return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64:
+      return 8;
+    case GgufType::kString:
+      return 8;
+    case GgufType::kArray:
+      return 12;
   }
   return 1;
 }
@@ -79,23 +92,45 @@ GgufValue ReadValue(Cursor& in, GgufType type, const std::string& key, int depth
   v.type = type;
   const char* what = "a metadata value";
   switch (type) {
-    case GgufType::kUint8: v.value = uint64_t{in.Read<uint8_t>(what)}; break;
-    case GgufType::kInt8: v.value = int64_t{in.Read<int8_t>(what)}; break;
-    case GgufType::kUint16: v.value = uint64_t{in.Read<uint16_t>(what)}; break;
-    case GgufType::kInt16: v.value = int64_t{in.Read<int16_t>(what)}; break;
-    case GgufType::kUint32: v.value = uint64_t{in.Read<uint32_t>(what)}; break;
-    case GgufType::kInt32: v.value = int64_t{in.Read<int32_t>(what)}; break;
-    case GgufType::kUint64: v.value = in.Read<uint64_t>(what); break;
-    case GgufType::kInt64: v.value = in.Read<int64_t>(what); break;
-    case GgufType::kFloat32: v.value = double{in.Read<float>(what)}; break;
-    case GgufType::kFloat64: v.value = in.Read<double>(what); break;
+    case GgufType::kUint8:
+      v.value = uint64_t{in.Read<uint8_t>(what)};
+      break;
+    case GgufType::kInt8:
+      v.value = int64_t{in.Read<int8_t>(what)};
+      break;
+    case GgufType::kUint16:
+      v.value = uint64_t{in.Read<uint16_t>(what)};
+      break;
+    case GgufType::kInt16:
+      v.value = int64_t{in.Read<int16_t>(what)};
+      break;
+    case GgufType::kUint32:
+      v.value = uint64_t{in.Read<uint32_t>(what)};
+      break;
+    case GgufType::kInt32:
+      v.value = int64_t{in.Read<int32_t>(what)};
+      break;
+    case GgufType::kUint64:
+      v.value = in.Read<uint64_t>(what);
+      break;
+    case GgufType::kInt64:
+      v.value = in.Read<int64_t>(what);
+      break;
+    case GgufType::kFloat32:
+      v.value = double{in.Read<float>(what)};
+      break;
+    case GgufType::kFloat64:
+      v.value = in.Read<double>(what);
+      break;
     case GgufType::kBool: {
       const uint8_t b = in.Read<uint8_t>(what);
       SPECD_CHECK(b <= 1, file, ": key '", key, "' has a bool value of ", int{b});
       v.value = b != 0;
       break;
     }
-    case GgufType::kString: v.value = in.ReadString("a string value"); break;
+    case GgufType::kString:
+      v.value = in.ReadString("a string value");
+      break;
     case GgufType::kArray: {
       SPECD_CHECK(depth < kMaxArrayDepth, file, ": key '", key, "' nests arrays too deeply");
       const uint32_t element = in.Read<uint32_t>("an array type");
@@ -121,9 +156,9 @@ GgufValue ReadValue(Cursor& in, GgufType type, const std::string& key, int depth
 }  // namespace
 
 const char* GgufTypeName(GgufType t) {
-  static constexpr const char* kNames[] = {"uint8", "int8",   "uint16", "int16", "uint32",
-                                           "int32", "float32", "bool",  "string", "array",
-                                           "uint64", "int64",  "float64"};
+  static constexpr const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                           "int32",  "float32", "bool",   "string", "array",
+                                           "uint64", "int64",   "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "unknown";
 }
@@ -238,8 +273,8 @@ void GgufFile::Parse() {
 
   if (const GgufValue* a = Find("general.alignment")) {
     const int64_t alignment = a->AsInt("general.alignment");
-    SPECD_CHECK(alignment > 0 && alignment <= (1 << 20) && (alignment & (alignment - 1)) == 0,
-                file, ": general.alignment must be a power of two, got ", alignment);
+    SPECD_CHECK(alignment > 0 && alignment <= (1 << 20) && (alignment & (alignment - 1)) == 0, file,
+                ": general.alignment must be a power of two, got ", alignment);
     alignment_ = static_cast<uint32_t>(alignment);
   }
 
@@ -261,8 +296,8 @@ void GgufFile::Parse() {
     }
     const uint32_t type_id = in.Read<uint32_t>("a tensor type");
     const auto type = DTypeFromId(type_id);
-    SPECD_CHECK(type.has_value(), file, ": tensor '", t.name, "' has type ",
-                GgmlTypeName(type_id), ", which specd does not support (f32, f16, bf16, q8_0, q4_0)");
+    SPECD_CHECK(type.has_value(), file, ": tensor '", t.name, "' has type ", GgmlTypeName(type_id),
+                ", which specd does not support (f32, f16, bf16, q8_0, q4_0)");
     t.type = *type;
     SPECD_CHECK(t.shape[0] % BlockElements(t.type) == 0, file, ": tensor '", t.name,
                 "' has rows of ", t.shape[0], " elements, not a multiple of the ",
@@ -296,6 +331,21 @@ const GgufValue& GgufFile::Get(const std::string& key) const {
   const GgufValue* v = Find(key);
   SPECD_CHECK(v != nullptr, path_, ": required metadata key '", key, "' is missing");
   return *v;
+}
+
+int64_t GgufFile::GetInt(const std::string& key, int64_t fallback) const {
+  const GgufValue* v = Find(key);
+  return v ? v->AsInt(key) : fallback;
+}
+
+double GgufFile::GetFloat(const std::string& key, double fallback) const {
+  const GgufValue* v = Find(key);
+  return v ? v->AsFloat(key) : fallback;
+}
+
+bool GgufFile::GetBool(const std::string& key, bool fallback) const {
+  const GgufValue* v = Find(key);
+  return v ? v->AsBool(key) : fallback;
 }
 
 const GgufTensorInfo* GgufFile::FindTensor(const std::string& name) const {

@@ -92,6 +92,10 @@ class GgufFile {
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
   const GgufValue* Find(const std::string& key) const;
   const GgufValue& Get(const std::string& key) const;  // throws if missing
+  // Optional keys: the value if present (checked for its type), else the fallback.
+  int64_t GetInt(const std::string& key, int64_t fallback) const;
+  double GetFloat(const std::string& key, double fallback) const;
+  bool GetBool(const std::string& key, bool fallback) const;
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(const std::string& name) const;

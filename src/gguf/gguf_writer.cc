@@ -23,18 +23,42 @@ class ByteWriter {
   }
   void PutValue(const GgufValue& v) {
     switch (v.type) {
-      case GgufType::kUint8: Put<uint8_t>(static_cast<uint8_t>(std::get<uint64_t>(v.value))); break;
-      case GgufType::kInt8: Put<int8_t>(static_cast<int8_t>(std::get<int64_t>(v.value))); break;
-      case GgufType::kUint16: Put<uint16_t>(static_cast<uint16_t>(std::get<uint64_t>(v.value))); break;
-      case GgufType::kInt16: Put<int16_t>(static_cast<int16_t>(std::get<int64_t>(v.value))); break;
-      case GgufType::kUint32: Put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.value))); break;
-      case GgufType::kInt32: Put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.value))); break;
-      case GgufType::kUint64: Put<uint64_t>(std::get<uint64_t>(v.value)); break;
-      case GgufType::kInt64: Put<int64_t>(std::get<int64_t>(v.value)); break;
-      case GgufType::kFloat32: Put<float>(static_cast<float>(std::get<double>(v.value))); break;
-      case GgufType::kFloat64: Put<double>(std::get<double>(v.value)); break;
-      case GgufType::kBool: Put<uint8_t>(std::get<bool>(v.value) ? 1 : 0); break;
-      case GgufType::kString: PutString(std::get<std::string>(v.value)); break;
+      case GgufType::kUint8:
+        Put<uint8_t>(static_cast<uint8_t>(std::get<uint64_t>(v.value)));
+        break;
+      case GgufType::kInt8:
+        Put<int8_t>(static_cast<int8_t>(std::get<int64_t>(v.value)));
+        break;
+      case GgufType::kUint16:
+        Put<uint16_t>(static_cast<uint16_t>(std::get<uint64_t>(v.value)));
+        break;
+      case GgufType::kInt16:
+        Put<int16_t>(static_cast<int16_t>(std::get<int64_t>(v.value)));
+        break;
+      case GgufType::kUint32:
+        Put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.value)));
+        break;
+      case GgufType::kInt32:
+        Put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.value)));
+        break;
+      case GgufType::kUint64:
+        Put<uint64_t>(std::get<uint64_t>(v.value));
+        break;
+      case GgufType::kInt64:
+        Put<int64_t>(std::get<int64_t>(v.value));
+        break;
+      case GgufType::kFloat32:
+        Put<float>(static_cast<float>(std::get<double>(v.value)));
+        break;
+      case GgufType::kFloat64:
+        Put<double>(std::get<double>(v.value));
+        break;
+      case GgufType::kBool:
+        Put<uint8_t>(std::get<bool>(v.value) ? 1 : 0);
+        break;
+      case GgufType::kString:
+        PutString(std::get<std::string>(v.value));
+        break;
       case GgufType::kArray: {
         const auto& a = std::get<GgufArray>(v.value);
         Put<uint32_t>(static_cast<uint32_t>(a.element_type));

@@ -14,8 +14,8 @@ KvCache::KvCache(const KvCacheConfig& config, int n_layers, int kv_dim)
               " 1..4096, got ", config.n_slots);
   SPECD_CHECK(config.n_ctx >= 1 && config.n_ctx <= (1 << 20), "KV cache: context must be in ",
               "1..1048576, got ", config.n_ctx);
-  bytes_ = sizeof(float) * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) *
-           kv_dim;
+  bytes_ =
+      sizeof(float) * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) * kv_dim;
   void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SPECD_CHECK(p != MAP_FAILED, "KV cache: cannot reserve ", bytes_ >> 20, " MiB (", config.n_slots,
@@ -35,8 +35,8 @@ float* KvCache::Slot(int layer, int which, int seq) {
 }
 
 void KvCache::CheckSeq(int seq) const {
-  SPECD_CHECK(seq >= 0 && seq < config_.n_slots, "KV cache: sequence ", seq,
-              " is out of range (", config_.n_slots, " slots)");
+  SPECD_CHECK(seq >= 0 && seq < config_.n_slots, "KV cache: sequence ", seq, " is out of range (",
+              config_.n_slots, " slots)");
   SPECD_CHECK(in_use_[seq], "KV cache: sequence ", seq, " is not in use");
 }
 

@@ -13,16 +13,6 @@ std::string Key(const std::string& arch, const std::string& suffix) { return arc
 
 int64_t GetInt(const GgufFile& f, const std::string& key) { return f.Get(key).AsInt(key); }
 
-int64_t GetIntOr(const GgufFile& f, const std::string& key, int64_t fallback) {
-  const GgufValue* v = f.Find(key);
-  return v ? v->AsInt(key) : fallback;
-}
-
-double GetFloatOr(const GgufFile& f, const std::string& key, double fallback) {
-  const GgufValue* v = f.Find(key);
-  return v ? v->AsFloat(key) : fallback;
-}
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -41,8 +31,8 @@ WeightView Matrix(const GgufFile& f, const std::string& name, int64_t cols, int6
 // A vector of n values, converted to f32.
 std::vector<float> Vector(const GgufFile& f, const std::string& name, int64_t n) {
   const GgufTensorInfo& t = f.GetTensor(name);
-  SPECD_CHECK(t.NumElements() == n && t.shape[0] == n, f.path(), ": tensor '", name,
-              "' has shape ", ShapeString(t.shape), ", expected [", n, "]");
+  SPECD_CHECK(t.NumElements() == n && t.shape[0] == n, f.path(), ": tensor '", name, "' has shape ",
+              ShapeString(t.shape), ", expected [", n, "]");
   std::vector<float> out(n);
   DequantizeRow(t.type, t.data, out.data(), n);
   return out;
@@ -78,36 +68,35 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   };
   c.n_embd = bounded(Key(a, "embedding_length"), GetInt(f, Key(a, "embedding_length")), 1, 65536);
   c.n_layer = bounded(Key(a, "block_count"), GetInt(f, Key(a, "block_count")), 1, 1024);
-  c.n_ff = bounded(Key(a, "feed_forward_length"), GetInt(f, Key(a, "feed_forward_length")), 1,
-                   1 << 20);
-  c.n_head = bounded(Key(a, "attention.head_count"), GetInt(f, Key(a, "attention.head_count")), 1,
-                     1024);
+  c.n_ff =
+      bounded(Key(a, "feed_forward_length"), GetInt(f, Key(a, "feed_forward_length")), 1, 1 << 20);
+  c.n_head =
+      bounded(Key(a, "attention.head_count"), GetInt(f, Key(a, "attention.head_count")), 1, 1024);
   c.n_head_kv = bounded(Key(a, "attention.head_count_kv"),
-                        GetIntOr(f, Key(a, "attention.head_count_kv"), c.n_head), 1, c.n_head);
+                        f.GetInt(Key(a, "attention.head_count_kv"), c.n_head), 1, c.n_head);
   SPECD_CHECK(c.n_head % c.n_head_kv == 0, f.path(), ": ", c.n_head,
               " attention heads cannot be grouped over ", c.n_head_kv, " KV heads");
   SPECD_CHECK(c.n_embd % c.n_head == 0 || f.Find(Key(a, "attention.key_length")), f.path(),
               ": embedding length ", c.n_embd, " is not a multiple of ", c.n_head, " heads");
   c.head_dim = bounded(Key(a, "attention.key_length"),
-                       GetIntOr(f, Key(a, "attention.key_length"), c.n_embd / c.n_head), 2, 1024);
+                       f.GetInt(Key(a, "attention.key_length"), c.n_embd / c.n_head), 2, 1024);
   SPECD_CHECK(c.head_dim % 2 == 0, f.path(), ": head dimension ", c.head_dim, " must be even");
-  c.n_ctx_train = bounded(Key(a, "context_length"), GetIntOr(f, Key(a, "context_length"), 2048), 1,
-                          1 << 24);
+  c.n_ctx_train =
+      bounded(Key(a, "context_length"), f.GetInt(Key(a, "context_length"), 2048), 1, 1 << 24);
   c.rms_eps = static_cast<float>(
-      GetFloatOr(f, Key(a, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5));
+      f.GetFloat(Key(a, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5));
   SPECD_CHECK(c.rms_eps > 0 && c.rms_eps < 1, f.path(), ": bad RMS norm epsilon ", c.rms_eps);
   c.rope.head_dim = c.head_dim;
   c.rope.rotary_dim = bounded(Key(a, "rope.dimension_count"),
-                              GetIntOr(f, Key(a, "rope.dimension_count"), c.head_dim), 2,
-                              c.head_dim);
+                              f.GetInt(Key(a, "rope.dimension_count"), c.head_dim), 2, c.head_dim);
   SPECD_CHECK(c.rope.rotary_dim % 2 == 0, f.path(), ": rotary dimension must be even");
-  c.rope.freq_base = static_cast<float>(GetFloatOr(f, Key(a, "rope.freq_base"), 10000.0));
+  c.rope.freq_base = static_cast<float>(f.GetFloat(Key(a, "rope.freq_base"), 10000.0));
   SPECD_CHECK(c.rope.freq_base > 1.0f, f.path(), ": bad RoPE frequency base ", c.rope.freq_base);
   // GGUF llama weights are permuted at conversion for interleaved pairs; qwen2 uses NeoX pairs.
   c.rope.neox = c.arch == "qwen2";
   c.qkv_bias = c.arch == "qwen2";
-  c.bos_token = static_cast<int32_t>(GetIntOr(f, "tokenizer.ggml.bos_token_id", -1));
-  c.eos_token = static_cast<int32_t>(GetIntOr(f, "tokenizer.ggml.eos_token_id", -1));
+  c.bos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.bos_token_id", -1));
+  c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
 
   const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
   SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
@@ -227,21 +216,22 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   logits->assign(batch.n_outputs() * c.n_vocab, 0.0f);
   if (m == 0) return;
 
-  x_.Resize(m * d);             // [m, n_embd] residual stream
-  xb_.Resize(m * d);            // [m, n_embd] normalized
-  q_.Resize(m * q_dim);         // [m, n_head * head_dim]
-  k_.Resize(m * kv_dim);        // [m, kv_dim]
-  v_.Resize(m * kv_dim);        // [m, kv_dim]
-  att_.Resize(m * q_dim);       // [m, n_head * head_dim]
-  gate_.Resize(m * c.n_ff);     // [m, n_ff]
-  up_.Resize(m * c.n_ff);       // [m, n_ff]
-  ffn_.Resize(m * d);           // [m, n_embd]
-  rope_cos_.Resize(m * half);   // [m, rotary_dim / 2]
-  rope_sin_.Resize(m * half);   // [m, rotary_dim / 2]
+  x_.Resize(m * d);            // [m, n_embd] residual stream
+  xb_.Resize(m * d);           // [m, n_embd] normalized
+  q_.Resize(m * q_dim);        // [m, n_head * head_dim]
+  k_.Resize(m * kv_dim);       // [m, kv_dim]
+  v_.Resize(m * kv_dim);       // [m, kv_dim]
+  att_.Resize(m * q_dim);      // [m, n_head * head_dim]
+  gate_.Resize(m * c.n_ff);    // [m, n_ff]
+  up_.Resize(m * c.n_ff);      // [m, n_ff]
+  ffn_.Resize(m * d);          // [m, n_embd]
+  rope_cos_.Resize(m * half);  // [m, rotary_dim / 2]
+  rope_sin_.Resize(m * half);  // [m, rotary_dim / 2]
 
   for (int64_t r = 0; r < m; ++r) {
     DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), x_.data() + r * d, d);
-    RopeAngles(c.rope, batch.positions[r], rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+    RopeAngles(c.rope, batch.positions[r], rope_cos_.data() + r * half,
+               rope_sin_.data() + r * half);
   }
 
   AttentionRows rows;

@@ -13,11 +13,16 @@ namespace {
 // llama.cpp's general.file_type ("mostly" type) ids.
 uint32_t FileType(DType t) {
   switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 7;
-    case DType::kBF16: return 32;
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
   }
   return 0;
 }
@@ -133,8 +138,8 @@ ModelShape ShapeByName(const std::string& name) {
 
 void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const std::string& path,
                          ThreadPool* pool) {
-  SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0,
-              "shape '", s.name, "' has inconsistent head counts");
+  SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0, "shape '", s.name,
+              "' has inconsistent head counts");
   GgufWriter w;
   const std::string& a = s.arch;
   w.Set("general.architecture", GgufValue::Str(a));
@@ -159,8 +164,7 @@ void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const s
   uint64_t tensor_index = 0;
   // A [cols, rows] matrix (ggml order) whose row r is seeded by (seed, tensor, r), so the result
   // does not depend on the thread count.
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev,
-                    DType t) {
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev, DType t) {
     const uint64_t tensor_seed = seed * 0x9E3779B97F4A7C15ull + (++tensor_index) * 0x632BE59Bull;
     const float amplitude = stddev * std::sqrt(3.0f);
     const int64_t row_bytes = RowBytes(t, cols);

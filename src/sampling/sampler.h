@@ -6,7 +6,8 @@
 //   top-k (k > 0): the k tokens of highest probability; ties at the boundary broken towards
 //     lower token ids. k <= 0 or k >= vocabulary keeps everything.
 //   top-p (0 < p < 1): after top-k, tokens sorted by probability (desc, ties by id); keep the
-//     shortest prefix whose cumulative probability reaches p (at least one token). p >= 1 keeps all.
+//     shortest prefix whose cumulative probability reaches p (at least one token). p >= 1 keeps
+//     all.
 #pragma once
 
 #include <cstdint>

@@ -6,32 +6,43 @@ namespace specd {
 
 std::optional<DType> DTypeFromId(uint32_t id) {
   switch (id) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
+    case 0:
+      return DType::kF32;
+    case 1:
+      return DType::kF16;
+    case 2:
+      return DType::kQ4_0;
+    case 8:
+      return DType::kQ8_0;
+    case 30:
+      return DType::kBF16;
+    default:
+      return std::nullopt;
   }
 }
 
 std::string GgmlTypeName(uint32_t id) {
   static constexpr const char* kNames[] = {
-      "f32",  "f16",  "q4_0", "q4_1", "q4_2(removed)", "q4_3(removed)", "q5_0", "q5_1",
-      "q8_0", "q8_1", "q2_K", "q3_K", "q4_K",          "q5_K",          "q6_K", "q8_K",
-      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs",
-      "i8", "i16", "i32", "i64", "f64", "iq1_m", "bf16"};
+      "f32",     "f16",    "q4_0",    "q4_1",  "q4_2(removed)", "q4_3(removed)", "q5_0",  "q5_1",
+      "q8_0",    "q8_1",   "q2_K",    "q3_K",  "q4_K",          "q5_K",          "q6_K",  "q8_K",
+      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl",        "iq3_s",         "iq2_s", "iq4_xs",
+      "i8",      "i16",    "i32",     "i64",   "f64",           "iq1_m",         "bf16"};
   if (id < sizeof(kNames) / sizeof(kNames[0])) return kNames[id];
   return StrCat("unknown type id ", id);
 }
 
 std::string_view DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -49,11 +60,16 @@ int64_t BlockElements(DType t) {
 
 int64_t BlockBytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return sizeof(BlockQ8_0);
-    case DType::kQ4_0: return sizeof(BlockQ4_0);
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case DType::kQ4_0:
+      return sizeof(BlockQ4_0);
   }
   return 0;
 }
@@ -96,7 +112,7 @@ uint16_t Fp32ToFp16(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // overflow (rounds to inf) or inf
   if (abs_bits < 0x38800000u) {                        // result is subnormal or zero
     if (abs_bits < 0x33000000u) return sign;           // below half the smallest subnormal

@@ -66,8 +66,7 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
 }
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
-  SPECD_CHECK(n % BlockElements(t) == 0, "cannot read a row of ", n, " values of ",
-              DTypeName(t));
+  SPECD_CHECK(n % BlockElements(t) == 0, "cannot read a row of ", n, " values of ", DTypeName(t));
   switch (t) {
     case DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));

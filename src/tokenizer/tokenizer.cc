@@ -21,16 +21,6 @@ uint32_t ByteToCodepoint(uint8_t b) {
   return 256 + n;
 }
 
-int64_t OptionalInt(const GgufFile& f, const std::string& key, int64_t fallback) {
-  const GgufValue* v = f.Find(key);
-  return v ? v->AsInt(key) : fallback;
-}
-
-bool OptionalBool(const GgufFile& f, const std::string& key, bool fallback) {
-  const GgufValue* v = f.Find(key);
-  return v ? v->AsBool(key) : fallback;
-}
-
 }  // namespace
 
 Tokenizer::~Tokenizer() = default;
@@ -76,7 +66,7 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
   }
   const bool spm = t->kind_ == TokenizerKind::kSpm;
   auto token_id = [&](const char* key, int64_t fallback) {
-    const int64_t id = OptionalInt(f, key, fallback);
+    const int64_t id = f.GetInt(key, fallback);
     SPECD_CHECK(id >= -1 && id < static_cast<int64_t>(n), f.path(), ": ", key, " = ", id,
                 " is outside the vocabulary of ", n);
     return static_cast<int32_t>(id);
@@ -84,9 +74,9 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
   t->bos_ = token_id("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
   t->eos_ = token_id("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
   t->unk_ = token_id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
-  t->add_bos_ = OptionalBool(f, "tokenizer.ggml.add_bos_token", spm);
-  t->add_eos_ = OptionalBool(f, "tokenizer.ggml.add_eos_token", false);
-  t->add_space_prefix_ = OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm);
+  t->add_bos_ = f.GetBool("tokenizer.ggml.add_bos_token", spm);
+  t->add_eos_ = f.GetBool("tokenizer.ggml.add_eos_token", false);
+  t->add_space_prefix_ = f.GetBool("tokenizer.ggml.add_space_prefix", spm);
   if (const GgufValue* v = f.Find("tokenizer.ggml.pre"))
     t->pre_name_ = v->AsString("tokenizer.ggml.pre");
 
@@ -126,7 +116,8 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
     const std::string_view space = "\xE2\x96\x81";
     t->spm_split_before_space_ = true;
     for (const std::string& token : t->tokens_) {
-      for (size_t at = token.find(space, 1); at != std::string::npos; at = token.find(space, at + 1)) {
+      for (size_t at = token.find(space, 1); at != std::string::npos;
+           at = token.find(space, at + 1)) {
         if (at < 3 || std::string_view(token).substr(at - 3, 3) != space) {
           t->spm_split_before_space_ = false;
           break;

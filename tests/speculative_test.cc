@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "base/error.h"
+#include "sampling/sampler.h"
 #include "decode/autoregressive.h"
 #include "tests/test_util.h"
 
@@ -95,6 +98,176 @@ TEST(SpeculativeGreedy, MismatchedVocabularyIsRefused) {
     FAIL() << "a draft with another vocabulary was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("share the target's tokenizer"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+// Upper regularized incomplete gamma Q(a, x): the chi-square survival function is Q(df/2, x/2).
+double GammaQ(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);
+  if (x < a + 1) {  // series for P
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 1000; ++n) {
+      term *= x / (a + n);
+      sum += term;
+      if (term < sum * 1e-15) break;
+    }
+    return 1.0 - sum * std::exp(log_prefix);
+  }
+  // Continued fraction for Q (modified Lentz).
+  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
+  for (int i = 1; i < 1000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::fabs(d) < 1e-300) d = 1e-300;
+    c = b + an / c;
+    if (std::fabs(c) < 1e-300) c = 1e-300;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1) < 1e-15) break;
+  }
+  return std::exp(log_prefix) * h;
+}
+
+// Chi-square goodness of fit; cells expected below 5 are pooled. Returns the p-value.
+double ChiSquarePValue(const std::vector<double>& expected_probs, const std::vector<int64_t>& counts,
+                       int64_t n) {
+  double chi2 = 0, pooled_expected = 0, pooled_count = 0;
+  int cells = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double e = expected_probs[i] * n;
+    if (e < 5) {
+      pooled_expected += e;
+      pooled_count += counts[i];
+      continue;
+    }
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  if (pooled_expected > 0) {
+    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) /
+            std::max(pooled_expected, 1e-9);
+    ++cells;
+  }
+  return GammaQ((cells - 1) / 2.0, chi2 / 2.0);
+}
+
+// The exact joint distribution of the first two generated tokens under the target's processed
+// distribution: [n_vocab * n_vocab], index x1 * n_vocab + x2.
+std::vector<double> ExactTwoTokenDistribution(Model& target, const KernelContext& ctx,
+                                              const std::vector<int32_t>& prompt,
+                                              const SamplingParams& params) {
+  const int64_t v = target.config().n_vocab;
+  auto kv = target.NewKvCache({1, 64});
+  std::vector<double> joint(v * v, 0.0);
+  std::vector<float> logits;
+  auto run = [&](const std::vector<int32_t>& tokens) {
+    const int seq = kv->Acquire();
+    Batch b;
+    for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, i + 1 == tokens.size());
+    target.Forward(ctx, b, *kv, AttentionMode::kSplit, &logits);
+    kv->Release(seq);
+    return ProcessedProbs(logits, params);
+  };
+  const auto first = run(prompt);
+  for (int64_t x1 = 0; x1 < v; ++x1) {
+    if (first[x1] == 0) continue;
+    auto extended = prompt;
+    extended.push_back(static_cast<int32_t>(x1));
+    const auto second = run(extended);
+    for (int64_t x2 = 0; x2 < v; ++x2) joint[x1 * v + x2] = double(first[x1]) * second[x2];
+  }
+  return joint;
+}
+
+// Deliberately wrong verifiers: the distribution test must reject each of them.
+VerifyOutcome WrongResidual(std::span<const std::vector<float>> p,
+                            std::span<const std::vector<float>> q, std::span<const int32_t> d,
+                            const RngKey& key) {
+  VerifyOutcome out = VerifySampled(p, q, d, key);
+  if (!out.bonus) {  // resample the rejection from p itself instead of norm(max(0, p - q))
+    RngKey k2 = key;
+    k2.purpose = RngPurpose::kResidual;
+    out.next = DrawFrom(p[out.n_accepted], UniformDouble(k2, 77));
+  }
+  return out;
+}
+
+VerifyOutcome BonusFromWrongRow(std::span<const std::vector<float>> p,
+                                std::span<const std::vector<float>> q, std::span<const int32_t> d,
+                                const RngKey& key) {
+  VerifyOutcome out = VerifySampled(p, q, d, key);
+  if (out.bonus && !d.empty()) {  // an off-by-one: the bonus drawn from the last draft's row
+    RngKey k2 = key;
+    k2.purpose = RngPurpose::kBonus;
+    out.next = DrawFrom(p[d.size() - 1], UniformDouble(k2, 78));
+  }
+  return out;
+}
+
+struct DistributionCase {
+  SamplingParams params;
+  VerifyFunction verify;
+  const char* name;
+  bool should_pass;
+};
+
+double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
+  ThreadPool pool(1);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(testing::TinyModel("micro", DType::kF32, 7), &ctx);
+  auto draft = Model::Load(testing::TinyModel("micro", DType::kF32, 8), &ctx);
+  const std::vector<int32_t> prompt = {1, 5, 9, 14};
+  const auto exact = ExactTwoTokenDistribution(*target, ctx, prompt, c.params);
+  auto target_kv = target->NewKvCache({1, 64});
+  auto draft_kv = draft->NewKvCache({1, 64});
+  const int64_t v = target->config().n_vocab;
+  std::vector<int64_t> counts(v * v, 0);
+  SpeculativeStats stats;
+  for (int s = 0; s < n_samples; ++s) {
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.n_predict = 2;
+    r.stop_at_eos = false;
+    r.sampling = c.params;
+    r.sampling.seed = 1000003ull * s + 17;
+    // Draft length 1 puts the first token through the verifier and the second through either
+    // the bonus path or a second verification, so both paths are exercised.
+    const auto out = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r,
+                                         1 + s % 2, &stats, c.verify);
+    const auto& t = out.sequences[0].tokens;
+    EXPECT_EQ(t.size(), 2u);
+    if (t.size() == 2) ++counts[t[0] * v + t[1]];
+  }
+  // The draft must be neither always accepted nor always rejected, or the test proves little.
+  EXPECT_GT(stats.acceptance_rate(), 0.05) << c.name;
+  EXPECT_LT(stats.acceptance_rate(), 0.95) << c.name;
+  return ChiSquarePValue(exact, counts, n_samples);
+}
+
+TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
+  const std::vector<DistributionCase> cases = {
+      {{1.0f, 0, 1.0f, 0}, VerifySampled, "temperature 1", true},
+      {{0.7f, 0, 0.9f, 0}, VerifySampled, "temperature 0.7, top-p 0.9", true},
+      {{1.0f, 0, 1.0f, 0}, WrongResidual, "residual drawn from p (a bug)", false},
+      {{1.0f, 0, 1.0f, 0}, BonusFromWrongRow, "bonus from the wrong row (a bug)", false},
+  };
+  for (const auto& c : cases) {
+    const double p = SpeculativeTwoTokenPValue(c, 30000);
+    std::printf("%s: chi-square p = %.3g\n", c.name, p);
+    if (c.should_pass) {
+      EXPECT_GT(p, 0.001) << c.name << ": speculative samples differ from the target's";
+    } else {
+      EXPECT_LT(p, 0.001) << c.name << ": the test failed to detect a wrong verifier";
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "sampling/sampler.h"
+#include "verify/verify.h"
 
 namespace specd {
 
@@ -45,7 +46,18 @@ GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const Kern
                                          KvCache& target_kv, KvCache& draft_kv,
                                          const GenerateRequest& request, int k,
                                          SpeculativeStats* stats) {
+  GenerateRequest greedy = request;
+  greedy.sampling.temperature = 0.0f;
+  return GenerateSpeculative(target, draft, ctx, target_kv, draft_kv, greedy, k, stats);
+}
+
+GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
+                                   KvCache& target_kv, KvCache& draft_kv,
+                                   const GenerateRequest& request, int k,
+                                   SpeculativeStats* stats, VerifyFunction verify) {
   CheckDraftCompatible(target, draft);
+  ValidateSamplingParams(request.sampling);
+  const bool greedy = request.sampling.greedy();
   SPECD_CHECK(k >= 1 && k <= 64, "draft length must be in 1..64, got ", k);
   const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
   SPECD_CHECK(n_prompt >= 1, "the prompt is empty");
@@ -89,6 +101,7 @@ GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const Kern
   std::vector<int32_t> draft_pending = {request.prompt.back()};  // draft inputs not yet in its KV
   int32_t last = request.prompt.back();
   std::vector<int32_t> drafted;
+  std::vector<std::vector<float>> draft_probs(k), target_probs(k + 1);  // sampled mode only
   bool done = request.n_predict == 0;
   seq.finish_reason = "length";
   auto commit = [&](int32_t token, std::span<const float> row) {
@@ -119,7 +132,15 @@ GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const Kern
         batch.Add(inputs[j], base + static_cast<int>(j), ds, j + 1 == inputs.size());
       }
       draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
-      drafted.push_back(Argmax(std::span<const float>(logits.data(), n_vocab)));
+      const std::span<const float> row(logits.data(), n_vocab);
+      if (greedy) {
+        drafted.push_back(Argmax(row));
+      } else {
+        draft_probs[i] = ProcessedProbs(row, request.sampling);
+        const uint64_t position = target_kv.Length(ts) + 1 + i;
+        const RngKey key{request.sampling.seed, 0, position, RngPurpose::kDraft};
+        drafted.push_back(DrawFrom(draft_probs[i], UniformDouble(key)));
+      }
     }
     local.t_draft_ms += draft_timer.ElapsedMs();
 
@@ -135,23 +156,46 @@ GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const Kern
 
     int accepted = 0;
     int32_t next = -1;
-    for (int i = 0; i <= k_step; ++i) {
-      const std::span<const float> row(logits.data() + i * n_vocab, n_vocab);
-      const int32_t want = Argmax(row);
-      const bool match = i < k_step && drafted[i] == want;
-      if (i < k_step) {
+    if (greedy) {
+      for (int i = 0; i <= k_step; ++i) {
+        const std::span<const float> row(logits.data() + i * n_vocab, n_vocab);
+        const int32_t want = Argmax(row);
+        const bool match = i < k_step && drafted[i] == want;
+        if (i < k_step) {
+          ++local.drafted_at_position[i];
+          if (match) ++local.accepted_at_position[i];
+        }
+        if (commit(want, row)) {
+          done = true;
+          break;
+        }
+        if (!match) {
+          next = want;
+          break;
+        }
+        ++accepted;
+      }
+    } else {
+      for (int i = 0; i <= k_step; ++i) {
+        target_probs[i] =
+            ProcessedProbs(std::span<const float>(logits.data() + i * n_vocab, n_vocab),
+                           request.sampling);
+      }
+      const RngKey key{request.sampling.seed, 0, static_cast<uint64_t>(target_base + 1),
+                       RngPurpose::kAccept};
+      const VerifyOutcome outcome =
+          verify(std::span(target_probs.data(), k_step + 1),
+                        std::span(draft_probs.data(), k_step), std::span(drafted.data(), k_step), key);
+      for (int i = 0; i < k_step; ++i) {
         ++local.drafted_at_position[i];
-        if (match) ++local.accepted_at_position[i];
+        if (i < outcome.n_accepted) ++local.accepted_at_position[i];
       }
-      if (commit(want, row)) {
-        done = true;
-        break;
+      for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
+        const int32_t token = i < outcome.n_accepted ? drafted[i] : outcome.next;
+        done = commit(token, std::span<const float>(logits.data() + i * n_vocab, n_vocab));
       }
-      if (!match) {
-        next = want;
-        break;
-      }
-      ++accepted;
+      accepted = outcome.n_accepted;
+      next = outcome.next;
     }
     local.n_drafted += k_step;
     local.n_accepted += accepted;

@@ -29,7 +29,7 @@ uint32_t FileType(DType t) {
 
 // A byte-level SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
 void AddVocabulary(GgufWriter& w, int64_t n_vocab) {
-  SPECD_CHECK(n_vocab >= 259, "a synthetic vocabulary needs at least 259 tokens");
+  SPECD_CHECK(n_vocab >= 4, "a synthetic vocabulary needs at least 4 tokens");
   std::vector<GgufValue> tokens, scores, types;
   auto add = [&](std::string text, float score, int32_t type) {
     tokens.push_back(GgufValue::Str(std::move(text)));
@@ -39,12 +39,14 @@ void AddVocabulary(GgufWriter& w, int64_t n_vocab) {
   add("<unk>", 0.0f, 2);
   add("<s>", 0.0f, 3);
   add("</s>", 0.0f, 3);
-  for (int b = 0; b < 256; ++b) {
+  // Byte tokens when there is room for them (a tiny vocabulary has none: no byte fallback).
+  const bool bytes = n_vocab >= 259;
+  for (int b = 0; bytes && b < 256; ++b) {
     char piece[8];
     std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
     add(piece, 0.0f, 6);
   }
-  for (int64_t i = 259; i < n_vocab; ++i) {
+  for (int64_t i = bytes ? 259 : 3; i < n_vocab; ++i) {
     add("\xE2\x96\x81t" + std::to_string(i), -static_cast<float>(i), 1);
   }
   w.Set("tokenizer.ggml.model", GgufValue::Str("llama"));
@@ -70,6 +72,12 @@ std::vector<ModelShape> KnownShapes() {
   tiny.n_ff = 160;
   tiny.n_ctx = 512;
   shapes.push_back(tiny);
+
+  // A vocabulary small enough to enumerate two-token distributions exactly (statistical tests).
+  ModelShape micro = tiny;
+  micro.name = "micro";
+  micro.n_vocab = 24;
+  shapes.push_back(micro);
 
   ModelShape tiny_qwen = tiny;
   tiny_qwen.name = "tiny-qwen2";

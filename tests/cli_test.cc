@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -103,6 +104,63 @@ TEST(Cli, BadFlagsAndInputsGiveMessagesAndNonZeroExit) {
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << c.args;
+  }
+}
+
+TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  const std::string common = " --tokens 1,5,9,33 -n 24 --temp 0 --ignore-eos --json -m " + target;
+  const CliRun plain = RunSpecd("generate" + common + " --strategy ar");
+  const CliRun spec = RunSpecd("generate" + common + " -md " + draft + " --draft-max 3");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  std::istringstream a(plain.out), b(spec.out);
+  std::string la, lb;
+  std::getline(a, la);
+  std::getline(b, lb);
+  EXPECT_EQ(nlohmann::json::parse(la)["tokens"], nlohmann::json::parse(lb)["tokens"]);
+  std::getline(b, lb);
+  const auto summary = nlohmann::json::parse(lb);
+  EXPECT_EQ(summary["strategy"], "spec");
+  for (const char* k : {"n_drafted", "n_accepted", "acceptance_rate", "mean_accepted_length",
+                        "acceptance_by_position", "t_draft_ms", "t_verify_ms"}) {
+    EXPECT_TRUE(summary.contains(k)) << k;
+  }
+  // BASS: a batch of different prompts from a JSON-lines file, adaptive draft length.
+  const std::string prompts = testing::TempDir() + "/prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    out << R"({"tokens": [1, 5, 9, 33]})"
+        << "\n"
+        << R"({"tokens": [1, 7]})"
+        << "\n"
+        << R"({"tokens": [1, 12, 19, 40, 41, 42]})"
+        << "\n";
+  }
+  const std::string bass_args = " -n 16 --temp 0 --ignore-eos --json -m " + target;
+  const CliRun bass = RunSpecd("generate --prompts " + prompts + bass_args + " -md " + draft);
+  ASSERT_EQ(bass.exit_code, 0) << bass.out;
+  std::istringstream lines(bass.out);
+  std::string line;
+  std::vector<nlohmann::json> seqs;
+  nlohmann::json bass_summary;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    (j.contains("type") ? bass_summary : seqs.emplace_back()) = j;
+  }
+  ASSERT_EQ(seqs.size(), 3u);
+  EXPECT_EQ(bass_summary["strategy"], "bass");
+  EXPECT_EQ(bass_summary["draft_adaptive"], true);
+  for (const char* k : {"ptl_first_ms", "ptl_last_ms", "ptl_all_ms"})
+    EXPECT_TRUE(bass_summary.contains(k));
+  const std::vector<std::string> token_lists = {"1,5,9,33", "1,7", "1,12,19,40,41,42"};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const CliRun one =
+        RunSpecd("generate --tokens " + token_lists[i] + bass_args + " --strategy ar");
+    std::istringstream first(one.out);
+    std::getline(first, line);
+    EXPECT_EQ(seqs[i]["tokens"], nlohmann::json::parse(line)["tokens"]) << "sequence " << i;
   }
 }
 

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "sampling/sampler.h"
 #include "decode/autoregressive.h"
+#include "sampling/sampler.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -138,8 +138,8 @@ double GammaQ(double a, double x) {
 }
 
 // Chi-square goodness of fit; cells expected below 5 are pooled. Returns the p-value.
-double ChiSquarePValue(const std::vector<double>& expected_probs, const std::vector<int64_t>& counts,
-                       int64_t n) {
+double ChiSquarePValue(const std::vector<double>& expected_probs,
+                       const std::vector<int64_t>& counts, int64_t n) {
   double chi2 = 0, pooled_expected = 0, pooled_count = 0;
   int cells = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -241,8 +241,8 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     r.sampling.seed = 1000003ull * s + 17;
     // Draft length 1 puts the first token through the verifier and the second through either
     // the bonus path or a second verification, so both paths are exercised.
-    const auto out = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r,
-                                         1 + s % 2, &stats, c.verify);
+    const auto out = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r, 1 + s % 2,
+                                         &stats, c.verify);
     const auto& t = out.sequences[0].tokens;
     EXPECT_EQ(t.size(), 2u);
     if (t.size() == 2) ++counts[t[0] * v + t[1]];
@@ -268,6 +268,101 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
     } else {
       EXPECT_LT(p, 0.001) << c.name << ": the test failed to detect a wrong verifier";
     }
+  }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+TEST(Bass, DraftLengthFollowsAlgorithm1) {
+  SpeculativeOptions o;  // l0 = 7 is the caller's start; incre 2, mod 10, limit 32
+  int s = 0;
+  EXPECT_EQ(NextDraftLength(7, {7, 2, 0}, o, &s), 9);  // someone accepted everything: grow
+  EXPECT_EQ(s, 0);
+  EXPECT_EQ(NextDraftLength(9, {3, 1}, o, &s), 8);  // 9 - ceil(0.9) - 0
+  EXPECT_EQ(s, 1);
+  EXPECT_EQ(NextDraftLength(8, {2}, o, &s), 6);  // 8 - 1 - 1 (consecutive decrease)
+  EXPECT_EQ(NextDraftLength(6, {5}, o, &s), 5);  // never below the max accepted
+  EXPECT_EQ(NextDraftLength(2, {0}, o, &s), 1);  // never below 1
+  s = 0;
+  EXPECT_EQ(NextDraftLength(31, {31}, o, &s), 32);  // capped at l_limit
+}
+
+// Every sequence of a batch must equal plain greedy decoding of its own prompt: acceptance is
+// ragged, and nothing may be mixed up between sequences.
+TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/99);
+  const int n = 8;
+  auto target_kv = p.target->NewKvCache({n, 256});
+  auto draft_kv = p.draft->NewKvCache({n, 256});
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(3 + 5 * b, b));  // ragged lengths
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& prompt : prompts) {
+    expected.push_back(GenerateAutoregressive(*p.target, p.ctx, *target_kv, Greedy(prompt, 30))
+                           .sequences[0]
+                           .tokens);
+  }
+  for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
+    for (bool adaptive : {false, true}) {
+      GenerateRequest r = Greedy({}, 30);
+      r.prompts = prompts;
+      r.attention = mode;
+      SpeculativeOptions o;
+      o.draft_max = adaptive ? 7 : 3;
+      o.adaptive = adaptive;
+      SpeculativeStats stats;
+      const auto out =
+          GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, &stats);
+      ASSERT_EQ(out.sequences.size(), static_cast<size_t>(n));
+      for (int b = 0; b < n; ++b) {
+        EXPECT_EQ(out.sequences[b].tokens, expected[b])
+            << "sequence " << b << (adaptive ? " adaptive" : " fixed") << " mode "
+            << static_cast<int>(mode);
+      }
+    }
+  }
+  // n completions of one prompt (encoded once, forked) at batch 8.
+  GenerateRequest shared = Greedy(prompts[2], 30);
+  shared.n_sequences = n;
+  const auto out =
+      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, shared, 4, nullptr);
+  for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[2]) << b;
+}
+
+TEST(Bass, SampledBatchReproducesAndSequencesDiffer) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/99);
+  auto target_kv = p.target->NewKvCache({4, 256});
+  auto draft_kv = p.draft->NewKvCache({4, 256});
+  GenerateRequest r = Greedy(Prompt(6, 3), 24);
+  r.n_sequences = 4;
+  r.sampling = {0.9f, 0, 0.95f, 42};
+  SpeculativeOptions o;
+  o.adaptive = true;
+  o.draft_max = 7;
+  const auto a =
+      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, nullptr);
+  const auto b =
+      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a.sequences[i].tokens, b.sequences[i].tokens);
+  EXPECT_NE(a.sequences[0].tokens, a.sequences[1].tokens);
+}
+
+TEST(Bass, TimeBudgetStopsUnfinishedSequences) {
+  Pair p(DType::kF32, /*draft_seed=*/99);
+  auto target_kv = p.target->NewKvCache({2, 256});
+  auto draft_kv = p.draft->NewKvCache({2, 256});
+  GenerateRequest r = Greedy(Prompt(4, 1), 200);
+  r.n_sequences = 2;
+  r.time_budget_ms = 1e-6;  // already over when the first step would start
+  const auto out =
+      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, 4, nullptr);
+  for (const auto& s : out.sequences) {
+    EXPECT_EQ(s.finish_reason, "budget");
+    EXPECT_LT(s.tokens.size(), 200u);
   }
 }
 

@@ -9,6 +9,11 @@ namespace specd::cli {
 
 struct GenerateOptions {
   std::string model;
+  std::string draft_model;   // -md: speculative decoding with this draft
+  std::string strategy;      // ar | spec (empty: spec when a draft is available)
+  int draft_max = 0;         // > 0: fixed draft length; 0: adaptive (BASS Algorithm 1)
+  std::string prompts_file;  // --prompts FILE.jsonl: one sequence per prompt
+  double time_budget_ms = 0;
   std::string prompt;
   std::string prompt_file;
   std::string tokens;
@@ -48,5 +53,6 @@ int RunInfo(const std::string& path);
 
 // The default model shipped in models/ (SPECD_MODELS_DIR overrides the folder), or "" if absent.
 std::string DefaultTargetModel();
+std::string DefaultDraftModel();
 
 }  // namespace specd::cli

@@ -13,6 +13,7 @@
 #include "base/file_util.h"
 #include "cli/commands.h"
 #include "decode/autoregressive.h"
+#include "decode/speculative.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,17 +42,45 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 
 }  // namespace
 
-int RunGenerate(const GenerateOptions& o) {
-  SPECD_CHECK(!o.model.empty(),
-              "no model given: use -m MODEL.gguf (the default trained pair is "
-              "not shipped yet)");
-  const int n_prompt_sources = !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty();
-  SPECD_CHECK(n_prompt_sources == 1, "give exactly one of -p TEXT, -f FILE or --tokens 1,2,3");
+namespace {
+std::string ShippedModel(const char* file) {
+  const char* env = std::getenv("SPECD_MODELS_DIR");
+  const std::string dir = env != nullptr ? env : SPECD_DEFAULT_MODELS_DIR;
+  const std::string path = dir + "/" + file;
+  return std::filesystem::exists(path) ? path : "";
+}
+}  // namespace
+
+std::string DefaultTargetModel() { return ShippedModel("specd-target-q8_0.gguf"); }
+std::string DefaultDraftModel() { return ShippedModel("specd-draft-f16.gguf"); }
+
+int RunGenerate(const GenerateOptions& options) {
+  GenerateOptions o = options;
+  if (o.model.empty()) {
+    o.model = DefaultTargetModel();
+    SPECD_CHECK(!o.model.empty(),
+                "no model given (-m MODEL.gguf) and the default model "
+                "models/specd-target-q8_0.gguf is not there (set SPECD_MODELS_DIR)");
+    // The shipped pair decodes speculatively unless asked otherwise.
+    if (o.draft_model.empty() && o.strategy != "ar") o.draft_model = DefaultDraftModel();
+  }
+  SPECD_CHECK(o.strategy != "spec" && o.strategy != "bass" ? true : !o.draft_model.empty(),
+              "--strategy ", o.strategy, " needs a draft model (-md DRAFT.gguf)");
+  const bool speculative = !o.draft_model.empty() && o.strategy != "ar";
+  const int n_prompt_sources =
+      !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty() + !o.prompts_file.empty();
+  SPECD_CHECK(n_prompt_sources == 1,
+              "give exactly one of -p TEXT, -f FILE, --tokens 1,2,3 or --prompts FILE.jsonl");
 
   ThreadPool pool(o.threads);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto model = Model::Load(o.model, &ctx);
   const ModelConfig& config = model->config();
+  std::unique_ptr<Model> draft;
+  if (speculative) {
+    draft = Model::Load(o.draft_model, &ctx);
+    CheckDraftCompatible(*model, *draft);
+  }
   // Models without tokenizer metadata still generate from token ids.
   std::unique_ptr<Tokenizer> tokenizer;
   if (model->gguf().Find("tokenizer.ggml.model") != nullptr) {
@@ -63,6 +92,33 @@ int RunGenerate(const GenerateOptions& o) {
   GenerateRequest request;
   if (!o.tokens.empty()) {
     request.prompt = ParseTokenList(o.tokens);
+  } else if (!o.prompts_file.empty()) {
+    // One sequence per line: {"prompt": "..."} (or {"tokens": [..]}).
+    SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata for --prompts");
+    std::istringstream lines(ReadFileBytes(o.prompts_file));
+    std::string line;
+    int line_no = 0;
+    while (std::getline(lines, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        Fail(o.prompts_file, ":", line_no, ": not JSON: ", e.what());
+      }
+      if (j.contains("tokens")) {
+        request.prompts.push_back(j["tokens"].get<std::vector<int32_t>>());
+      } else {
+        SPECD_CHECK(j.contains("prompt") && j["prompt"].is_string(), o.prompts_file, ":", line_no,
+                    ": needs a \"prompt\" string");
+        request.prompts.push_back(
+            tokenizer->Encode(j["prompt"].get<std::string>(), true, o.special));
+      }
+      SPECD_CHECK(!request.prompts.back().empty(), o.prompts_file, ":", line_no, ": empty prompt");
+    }
+    SPECD_CHECK(!request.prompts.empty(), o.prompts_file, " has no prompts");
+    request.prompt = request.prompts[0];
   } else {
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata: pass --tokens");
     const std::string text = o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file);
@@ -70,7 +126,12 @@ int RunGenerate(const GenerateOptions& o) {
     SPECD_CHECK(!request.prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
   }
   request.n_predict = o.n_predict;
-  request.n_sequences = o.batch;
+  request.n_sequences =
+      request.prompts.empty() ? o.batch : static_cast<int>(request.prompts.size());
+  request.time_budget_ms = o.time_budget_ms;
+  const int n_seq = request.n_sequences;
+  size_t longest_prompt = request.prompt.size();
+  for (const auto& p : request.prompts) longest_prompt = std::max(longest_prompt, p.size());
   request.sampling.temperature = o.temperature;
   request.sampling.top_k = o.top_k;
   request.sampling.top_p = o.top_p;
@@ -79,11 +140,17 @@ int RunGenerate(const GenerateOptions& o) {
   request.stop_at_eos = !o.ignore_eos;
   ValidateSamplingParams(request.sampling);
 
-  const int64_t wanted = static_cast<int64_t>(request.prompt.size()) + o.n_predict;
+  const int64_t wanted = static_cast<int64_t>(longest_prompt) + o.n_predict;
   const int n_ctx = o.ctx > 0 ? o.ctx
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
-  auto kv = model->NewKvCache({o.batch, n_ctx});
+  SpeculativeOptions spec_options;
+  spec_options.adaptive = o.draft_max <= 0;
+  spec_options.draft_max = spec_options.adaptive ? 7 : o.draft_max;
+  const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
+  auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0)});
+  std::unique_ptr<KvCache> draft_kv;
+  if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1});
   if (!o.json) {
     std::fprintf(stderr, "model: %s (%s, %d layers, d=%d, vocab %lld), %d threads, %s kernels\n",
                  o.model.c_str(), config.arch.c_str(), config.n_layer, config.n_embd,
@@ -93,7 +160,7 @@ int RunGenerate(const GenerateOptions& o) {
   }
   // A single sequence on a terminal-style run streams its text as it is generated.
   std::unique_ptr<StreamingDecoder> stream;
-  if (!o.json && o.batch == 1 && tokenizer) {
+  if (!o.json && n_seq == 1 && tokenizer) {
     stream = std::make_unique<StreamingDecoder>(*tokenizer);
     if (!o.tokens.empty()) {
       std::cout << tokenizer->Decode(request.prompt, /*strip_space_prefix=*/true);
@@ -103,7 +170,33 @@ int RunGenerate(const GenerateOptions& o) {
     std::cout << std::flush;
     request.on_token = [&](int, int32_t token) { std::cout << stream->Push(token) << std::flush; };
   }
-  const GenerateResult result = GenerateAutoregressive(*model, ctx, *kv, request);
+  SpeculativeStats stats;
+  GenerateResult result = draft ? GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request,
+                                                      spec_options, &stats)
+                                : GenerateAutoregressive(*model, ctx, *kv, request);
+  const char* strategy = !draft ? "ar" : n_seq > 1 ? "bass" : "spec";
+  // Per-token latency (BASS): a sequence's wall time from the request's start to its last token,
+  // over the tokens it generated; of the first and last finished sequences and their mean.
+  double ptl_first = 0, ptl_last = 0, ptl_all = 0, first_ms = 1e300, last_ms = -1;
+  int n_ptl = 0;
+  for (const SequenceResult& seq : result.sequences) {
+    if (seq.tokens.empty() || seq.finish_reason == "budget") continue;
+    const double ptl = seq.elapsed_ms / seq.tokens.size();
+    ptl_all += ptl;
+    ++n_ptl;
+    if (seq.elapsed_ms < first_ms) first_ms = seq.elapsed_ms, ptl_first = ptl;
+    if (seq.elapsed_ms > last_ms) last_ms = seq.elapsed_ms, ptl_last = ptl;
+  }
+  if (n_ptl > 0) ptl_all /= n_ptl;
+  if (o.time_budget_ms > 0) {
+    // BASS 4.5: only sequences finished within the budget, best mean log-probability first.
+    std::erase_if(result.sequences,
+                  [](const SequenceResult& s) { return s.finish_reason == "budget"; });
+    std::stable_sort(result.sequences.begin(), result.sequences.end(),
+                     [](const SequenceResult& a, const SequenceResult& b) {
+                       return a.mean_logprob() > b.mean_logprob();
+                     });
+  }
   if (stream) std::cout << stream->Finish() << "\n";
 
   const double total_ms = result.t_prefill_ms + result.t_decode_ms;
@@ -131,22 +224,53 @@ int RunGenerate(const GenerateOptions& o) {
   }
   if (o.json) {
     nlohmann::json summary = {{"type", "summary"},
-                              {"strategy", "ar"},
-                              {"batch", o.batch},
+                              {"strategy", strategy},
+                              {"batch", n_seq},
+                              {"ptl_first_ms", ptl_first},
+                              {"ptl_last_ms", ptl_last},
+                              {"ptl_all_ms", ptl_all},
                               {"n_prompt_tokens", request.prompt.size()},
                               {"n_tokens", result.n_tokens},
                               {"tokens_per_s", tokens_per_s},
                               {"t_prefill_ms", result.t_prefill_ms},
                               {"t_decode_ms", result.t_decode_ms},
                               {"seed", request.sampling.seed}};
+    if (draft) {
+      std::vector<double> per_position;
+      for (size_t i = 0; i < stats.drafted_at_position.size(); ++i) {
+        per_position.push_back(stats.drafted_at_position[i]
+                                   ? double(stats.accepted_at_position[i]) /
+                                         stats.drafted_at_position[i]
+                                   : 0.0);
+      }
+      summary["draft_max"] = spec_options.draft_max;
+      summary["draft_adaptive"] = spec_options.adaptive;
+      summary["n_drafted"] = stats.n_drafted;
+      summary["n_accepted"] = stats.n_accepted;
+      summary["acceptance_rate"] = stats.acceptance_rate();
+      summary["mean_accepted_length"] = stats.mean_accepted_length();
+      summary["acceptance_by_position"] = per_position;
+      summary["t_draft_ms"] = stats.t_draft_ms;
+      summary["t_verify_ms"] = stats.t_verify_ms;
+    }
     std::cout << summary.dump() << std::endl;
   } else {
     std::fprintf(stderr,
-                 "strategy ar, batch %d: %lld tokens in %.1f ms (%.1f tok/s); prefill %.1f ms, "
+                 "strategy %s, batch %d: %lld tokens in %.1f ms (%.1f tok/s); prefill %.1f ms, "
                  "decode %.1f ms, seed %llu\n",
-                 o.batch, static_cast<long long>(result.n_tokens), total_ms, tokens_per_s,
+                 strategy, n_seq, static_cast<long long>(result.n_tokens), total_ms, tokens_per_s,
                  result.t_prefill_ms, result.t_decode_ms,
                  static_cast<unsigned long long>(request.sampling.seed));
+    if (draft) {
+      std::fprintf(stderr,
+                   "draft %s, K%s%d: acceptance %.3f (%lld of %lld), mean accepted length %.2f, "
+                   "draft %.1f ms, verify %.1f ms\n",
+                   o.draft_model.c_str(), spec_options.adaptive ? " from " : "=",
+                   spec_options.draft_max, stats.acceptance_rate(),
+                   static_cast<long long>(stats.n_accepted),
+                   static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
+                   stats.t_draft_ms, stats.t_verify_ms);
+    }
   }
   return 0;
 }

@@ -27,7 +27,23 @@ int main(int argc, char** argv) {
 
   GenerateOptions gen;
   auto* generate = app.add_subcommand("generate", "generate text from a prompt");
-  generate->add_option("-m,--model", gen.model, "target model (GGUF)");
+  generate->add_option("-m,--model", gen.model, "target model (GGUF; default: the shipped one)");
+  generate->add_option("--model-draft", gen.draft_model,
+                       "draft model for speculative decoding (also -md)");
+  generate
+      ->add_option("--strategy", gen.strategy,
+                   "ar (plain), spec / bass (speculative; default when a draft is given)")
+      ->check(CLI::IsMember({"ar", "spec", "bass"}));
+  generate->add_option("--draft-max", gen.draft_max, "fixed draft length (default: adaptive)")
+      ->check(CLI::Range(1, 32));
+  generate->add_flag_callback(
+      "--draft-adaptive", [&gen] { gen.draft_max = 0; },
+      "adapt the draft length (BASS Algorithm 1; the default)");
+  generate->add_option("--prompts", gen.prompts_file, "JSON lines, one sequence per prompt");
+  generate
+      ->add_option("--time-budget-ms", gen.time_budget_ms,
+                   "return the sequences finished within this time, best first")
+      ->check(CLI::Range(0.0, 1e9));
   generate->add_option("-p,--prompt", gen.prompt, "prompt text");
   generate->add_option("-f,--file", gen.prompt_file, "file holding the prompt text");
   generate->add_option("--tokens", gen.tokens, "prompt as comma-separated token ids");
@@ -123,8 +139,14 @@ int main(int argc, char** argv) {
   train_missing->allow_extras();
 #endif
 
+  // llama.cpp spells the draft model -md; CLI11 takes one-letter short options only.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string arg = argv[i];
+    args.push_back(arg == "-md" ? "--model-draft" : arg);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

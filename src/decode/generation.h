@@ -15,6 +15,11 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;  // token ids, at least one
   int n_predict = 128;          // new tokens per sequence
   int n_sequences = 1;          // completions of the prompt, decoded together
+  // One sequence per prompt instead (BASS with different prompts); overrides prompt/n_sequences.
+  std::vector<std::vector<int32_t>> prompts;
+  // Stop when this much time has passed (0: no budget); unfinished sequences end with
+  // finish_reason "budget" (BASS section 4.5).
+  double time_budget_ms = 0.0;
   SamplingParams sampling;
   AttentionMode attention = AttentionMode::kSplit;
   bool stop_at_eos = true;
@@ -32,6 +37,12 @@ struct SequenceResult {
 
   double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
 };
+
+// The prompt of each sequence of a request.
+inline std::vector<std::vector<int32_t>> SequencePrompts(const GenerateRequest& r) {
+  if (!r.prompts.empty()) return r.prompts;
+  return std::vector<std::vector<int32_t>>(r.n_sequences, r.prompt);
+}
 
 struct GenerateResult {
   std::vector<SequenceResult> sequences;

@@ -1,5 +1,6 @@
 #include "decode/speculative.h"
 
+#include <algorithm>
 #include <span>
 
 #include "base/error.h"
@@ -42,6 +43,20 @@ void CheckDraftCompatible(const Model& target, const Model& draft) {
   }
 }
 
+int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,
+                    int* decreasing) {
+  int max_accepted = 0;
+  for (int x : accepted) max_accepted = std::max(max_accepted, x);
+  if (max_accepted >= current) {
+    *decreasing = 0;
+    return std::min(current + o.l_incre, o.l_limit);
+  }
+  int next = current - (current + o.l_mod - 1) / o.l_mod - *decreasing;
+  next = std::max({1, max_accepted, next});
+  *decreasing = 1;
+  return next;
+}
+
 GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const KernelContext& ctx,
                                          KvCache& target_kv, KvCache& draft_kv,
                                          const GenerateRequest& request, int k,
@@ -53,58 +68,114 @@ GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const Kern
 
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
-                                   const GenerateRequest& request, int k,
+                                   const GenerateRequest& request, int k, SpeculativeStats* stats,
+                                   VerifyFunction verify) {
+  SpeculativeOptions options;
+  options.draft_max = k;
+  return GenerateSpeculative(target, draft, ctx, target_kv, draft_kv, request, options, stats,
+                             verify);
+}
+
+GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
+                                   KvCache& target_kv, KvCache& draft_kv,
+                                   const GenerateRequest& request, const SpeculativeOptions& o,
                                    SpeculativeStats* stats, VerifyFunction verify) {
   CheckDraftCompatible(target, draft);
   ValidateSamplingParams(request.sampling);
+  const int k_limit = o.adaptive ? o.l_limit : o.draft_max;
+  SPECD_CHECK(o.draft_max >= 1 && k_limit >= 1 && k_limit <= 64, "draft length must be in 1..64");
   const bool greedy = request.sampling.greedy();
-  SPECD_CHECK(k >= 1 && k <= 64, "draft length must be in 1..64, got ", k);
-  const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
-  SPECD_CHECK(n_prompt >= 1, "the prompt is empty");
-  SPECD_CHECK(n_prompt + request.n_predict + k + 1 <= std::min(target_kv.n_ctx(), draft_kv.n_ctx()),
-              "the prompt (", n_prompt, " tokens) plus ", request.n_predict,
-              " new tokens and a draft of ", k, " exceed the context");
+  const auto prompts = SequencePrompts(request);
+  const int n_seq = static_cast<int>(prompts.size());
+  SPECD_CHECK(n_seq >= 1 && n_seq <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ",
+              n_seq, " sequences does not fit the KV caches");
+  SPECD_CHECK(request.n_predict >= 0, "-n must be >= 0");
+  for (const auto& p : prompts) {
+    SPECD_CHECK(!p.empty(), "a prompt is empty");
+    SPECD_CHECK(static_cast<int64_t>(p.size()) + request.n_predict + k_limit + 1 <=
+                    std::min(target_kv.n_ctx(), draft_kv.n_ctx()),
+                "the prompt (", p.size(), " tokens) plus ", request.n_predict,
+                " new tokens and a draft of up to ", k_limit, " exceed the context");
+  }
   const int64_t n_vocab = target.config().n_vocab;
   const int32_t eos = target.config().eos_token;
   Timer request_timer;
   GenerateResult result;
-  result.sequences.resize(1);
-  SequenceResult& seq = result.sequences[0];
+  result.sequences.resize(n_seq);
   SpeculativeStats local;
-  local.accepted_at_position.assign(k, 0);
-  local.drafted_at_position.assign(k, 0);
+  local.accepted_at_position.assign(k_limit, 0);
+  local.drafted_at_position.assign(k_limit, 0);
 
-  const int ts = target_kv.Acquire();
-  const int ds = draft_kv.Acquire();
+  std::vector<int> ts, ds;
   struct Release {
     KvCache& a;
     KvCache& b;
-    int sa, sb;
+    std::vector<int>& sa;
+    std::vector<int>& sb;
     ~Release() {
-      a.Release(sa);
-      b.Release(sb);
+      for (int s : sa) a.Release(s);
+      for (int s : sb) b.Release(s);
     }
   } release{target_kv, draft_kv, ts, ds};
+  for (int b = 0; b < n_seq; ++b) {
+    ts.push_back(target_kv.Acquire());
+    ds.push_back(draft_kv.Acquire());
+  }
 
-  // Both caches hold every committed token but the last, which is the next input.
+  // Both caches hold every committed token but the last, which is the next input. Completions
+  // of one prompt encode it once and fork it.
+  const bool shared_prompt = request.prompts.empty();
   std::vector<float> logits;
   Batch batch;
-  for (int64_t i = 0; i + 1 < n_prompt; ++i) batch.Add(request.prompt[i], i, ts, false);
+  const int n_prefill = shared_prompt ? 1 : n_seq;
+  for (int b = 0; b < n_prefill; ++b) {
+    for (size_t i = 0; i + 1 < prompts[b].size(); ++i) {
+      batch.Add(prompts[b][i], static_cast<int32_t>(i), ts[b], false);
+    }
+  }
   if (batch.size() > 0) {
     target.Forward(ctx, batch, target_kv, request.attention, &logits);
-    for (auto& s : batch.seq_ids) s = ds;
+    for (int64_t r = 0; r < batch.size(); ++r) {
+      for (int b = 0; b < n_prefill; ++b) {
+        if (batch.seq_ids[r] == ts[b]) {
+          batch.seq_ids[r] = ds[b];
+          break;
+        }
+      }
+    }
     draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
+  }
+  if (shared_prompt) {
+    const int length = static_cast<int>(prompts[0].size()) - 1;
+    for (int b = 1; b < n_seq; ++b) {
+      target_kv.Fork(ts[0], ts[b], length);
+      draft_kv.Fork(ds[0], ds[b], length);
+    }
   }
   result.t_prefill_ms = request_timer.ElapsedMs();
   Timer decode_timer;
 
-  std::vector<int32_t> draft_pending = {request.prompt.back()};  // draft inputs not yet in its KV
-  int32_t last = request.prompt.back();
-  std::vector<int32_t> drafted;
-  std::vector<std::vector<float>> draft_probs(k), target_probs(k + 1);  // sampled mode only
-  bool done = request.n_predict == 0;
-  seq.finish_reason = "length";
-  auto commit = [&](int32_t token, std::span<const float> row) {
+  struct State {
+    int32_t last;
+    std::vector<int32_t> pending;  // draft inputs not yet in its KV
+    std::vector<int32_t> drafted;
+    std::vector<std::vector<float>> draft_probs;  // sampled mode
+    int k_step = 0;
+    int target_base = 0;
+    bool done = false;
+  };
+  std::vector<State> st(n_seq);
+  for (int b = 0; b < n_seq; ++b) {
+    st[b].last = prompts[b].back();
+    st[b].pending = {prompts[b].back()};
+    st[b].draft_probs.resize(k_limit);
+    st[b].done = request.n_predict == 0;
+    result.sequences[b].index = b;
+    result.sequences[b].finish_reason = "length";
+  }
+  std::vector<std::vector<float>> target_probs(k_limit + 1);
+  auto commit = [&](int b, int32_t token, std::span<const float> row) {
+    SequenceResult& seq = result.sequences[b];
     seq.sum_logprob += LogProb(row, token);
     ++seq.n_logprob;
     seq.elapsed_ms = request_timer.ElapsedMs();
@@ -114,106 +185,151 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     }
     seq.tokens.push_back(token);
     ++result.n_tokens;
-    if (request.on_token) request.on_token(0, token);
+    if (request.on_token) request.on_token(b, token);
     return static_cast<int>(seq.tokens.size()) >= request.n_predict;
   };
 
-  while (!done) {
-    // Draft K tokens greedily; the first draft forward also catches up on pending tokens.
+  int draft_length = o.draft_max;
+  int decreasing = 0;
+  std::vector<int> active, rows_of, accepted_now;
+  while (true) {
+    active.clear();
+    for (int b = 0; b < n_seq; ++b) {
+      if (!st[b].done) active.push_back(b);
+    }
+    if (active.empty()) break;
+    if (request.time_budget_ms > 0 && request_timer.ElapsedMs() > request.time_budget_ms) {
+      for (int b : active) result.sequences[b].finish_reason = "budget";
+      break;
+    }
+
+    // Draft: one draft forward per position over every sequence still drafting.
     Timer draft_timer;
-    drafted.clear();
-    const int remaining = request.n_predict - static_cast<int>(seq.tokens.size());
-    const int k_step = std::min(k, std::max(remaining - 1, 0));
-    for (int i = 0; i < k_step; ++i) {
+    int k_max = 0;
+    for (int b : active) {
+      State& s = st[b];
+      s.drafted.clear();
+      const int remaining = request.n_predict - static_cast<int>(result.sequences[b].tokens.size());
+      s.k_step = std::min(draft_length, std::max(remaining - 1, 0));
+      k_max = std::max(k_max, s.k_step);
+    }
+    for (int i = 0; i < k_max; ++i) {
       batch.Clear();
-      const int base = draft_kv.Length(ds);
-      const auto& inputs = i == 0 ? draft_pending : std::vector<int32_t>{drafted.back()};
-      for (size_t j = 0; j < inputs.size(); ++j) {
-        batch.Add(inputs[j], base + static_cast<int>(j), ds, j + 1 == inputs.size());
+      rows_of.clear();
+      for (int b : active) {
+        State& s = st[b];
+        if (i >= s.k_step) continue;
+        const int base = draft_kv.Length(ds[b]);
+        const std::vector<int32_t> inputs =
+            i == 0 ? s.pending : std::vector<int32_t>{s.drafted.back()};
+        for (size_t j = 0; j < inputs.size(); ++j) {
+          batch.Add(inputs[j], base + static_cast<int>(j), ds[b], j + 1 == inputs.size());
+        }
+        rows_of.push_back(b);
       }
       draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
-      const std::span<const float> row(logits.data(), n_vocab);
-      if (greedy) {
-        drafted.push_back(Argmax(row));
-      } else {
-        draft_probs[i] = ProcessedProbs(row, request.sampling);
-        const uint64_t position = target_kv.Length(ts) + 1 + i;
-        const RngKey key{request.sampling.seed, 0, position, RngPurpose::kDraft};
-        drafted.push_back(DrawFrom(draft_probs[i], UniformDouble(key)));
+      for (size_t r = 0; r < rows_of.size(); ++r) {
+        const int b = rows_of[r];
+        State& s = st[b];
+        const std::span<const float> row(logits.data() + r * n_vocab, n_vocab);
+        if (greedy) {
+          s.drafted.push_back(Argmax(row));
+        } else {
+          s.draft_probs[i] = ProcessedProbs(row, request.sampling);
+          const uint64_t position = target_kv.Length(ts[b]) + 1 + i;
+          const RngKey key{request.sampling.seed, static_cast<uint64_t>(b), position,
+                           RngPurpose::kDraft};
+          s.drafted.push_back(DrawFrom(s.draft_probs[i], UniformDouble(key)));
+        }
       }
     }
     local.t_draft_ms += draft_timer.ElapsedMs();
 
-    // Verify [last, d1..dK] in one target forward.
+    // Verify: one target forward over [last, d1..dK] of every sequence.
     Timer verify_timer;
     batch.Clear();
-    const int target_base = target_kv.Length(ts);
-    batch.Add(last, target_base, ts, true);
-    for (int i = 0; i < k_step; ++i) batch.Add(drafted[i], target_base + 1 + i, ts, true);
+    for (int b : active) {
+      State& s = st[b];
+      s.target_base = target_kv.Length(ts[b]);
+      batch.Add(s.last, s.target_base, ts[b], true);
+      for (int i = 0; i < s.k_step; ++i)
+        batch.Add(s.drafted[i], s.target_base + 1 + i, ts[b], true);
+    }
     target.Forward(ctx, batch, target_kv, request.attention, &logits);
     local.t_verify_ms += verify_timer.ElapsedMs();
     ++local.n_steps;
 
-    int accepted = 0;
-    int32_t next = -1;
-    if (greedy) {
-      for (int i = 0; i <= k_step; ++i) {
-        const std::span<const float> row(logits.data() + i * n_vocab, n_vocab);
-        const int32_t want = Argmax(row);
-        const bool match = i < k_step && drafted[i] == want;
-        if (i < k_step) {
+    accepted_now.clear();
+    int64_t row0 = 0;
+    for (int b : active) {
+      State& s = st[b];
+      const float* rows = logits.data() + row0 * n_vocab;
+      row0 += s.k_step + 1;
+      int accepted = 0;
+      int32_t next = -1;
+      bool done = false;
+      if (greedy) {
+        for (int i = 0; i <= s.k_step; ++i) {
+          const std::span<const float> row(rows + i * n_vocab, n_vocab);
+          const int32_t want = Argmax(row);
+          const bool match = i < s.k_step && s.drafted[i] == want;
+          if (i < s.k_step) {
+            ++local.drafted_at_position[i];
+            if (match) ++local.accepted_at_position[i];
+          }
+          if (commit(b, want, row)) {
+            done = true;
+            break;
+          }
+          if (!match) {
+            next = want;
+            break;
+          }
+          ++accepted;
+        }
+      } else {
+        for (int i = 0; i <= s.k_step; ++i) {
+          target_probs[i] =
+              ProcessedProbs(std::span<const float>(rows + i * n_vocab, n_vocab), request.sampling);
+        }
+        const RngKey key{request.sampling.seed, static_cast<uint64_t>(b),
+                         static_cast<uint64_t>(s.target_base + 1), RngPurpose::kAccept};
+        const VerifyOutcome outcome = verify(std::span(target_probs.data(), s.k_step + 1),
+                                             std::span(s.draft_probs.data(), s.k_step),
+                                             std::span(s.drafted.data(), s.k_step), key);
+        for (int i = 0; i < s.k_step; ++i) {
           ++local.drafted_at_position[i];
-          if (match) ++local.accepted_at_position[i];
+          if (i < outcome.n_accepted) ++local.accepted_at_position[i];
         }
-        if (commit(want, row)) {
-          done = true;
-          break;
+        for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
+          const int32_t token = i < outcome.n_accepted ? s.drafted[i] : outcome.next;
+          done = commit(b, token, std::span<const float>(rows + i * n_vocab, n_vocab));
         }
-        if (!match) {
-          next = want;
-          break;
-        }
-        ++accepted;
+        accepted = outcome.n_accepted;
+        next = outcome.next;
       }
-    } else {
-      for (int i = 0; i <= k_step; ++i) {
-        target_probs[i] =
-            ProcessedProbs(std::span<const float>(logits.data() + i * n_vocab, n_vocab),
-                           request.sampling);
+      local.n_drafted += s.k_step;
+      local.n_accepted += accepted;
+      accepted_now.push_back(accepted);
+      if (done) {
+        s.done = true;
+        continue;
       }
-      const RngKey key{request.sampling.seed, 0, static_cast<uint64_t>(target_base + 1),
-                       RngPurpose::kAccept};
-      const VerifyOutcome outcome =
-          verify(std::span(target_probs.data(), k_step + 1),
-                        std::span(draft_probs.data(), k_step), std::span(drafted.data(), k_step), key);
-      for (int i = 0; i < k_step; ++i) {
-        ++local.drafted_at_position[i];
-        if (i < outcome.n_accepted) ++local.accepted_at_position[i];
+      // Keep last + the accepted drafts in both caches; `next` (correction or bonus) is the next
+      // input. The draft has seen last..d_{K-1}: after full acceptance d_K is still pending.
+      target_kv.Truncate(ts[b], s.target_base + 1 + accepted);
+      if (s.k_step == 0) {
+        s.pending.push_back(next);  // the draft did not run this step
+      } else {
+        const int draft_keep = s.target_base + 1 + std::min(accepted, s.k_step - 1);
+        draft_kv.Truncate(ds[b], std::min(draft_kv.Length(ds[b]), draft_keep));
+        s.pending.clear();
+        if (accepted == s.k_step) s.pending.push_back(s.drafted[s.k_step - 1]);
+        s.pending.push_back(next);
       }
-      for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
-        const int32_t token = i < outcome.n_accepted ? drafted[i] : outcome.next;
-        done = commit(token, std::span<const float>(logits.data() + i * n_vocab, n_vocab));
-      }
-      accepted = outcome.n_accepted;
-      next = outcome.next;
+      s.last = next;
     }
-    local.n_drafted += k_step;
-    local.n_accepted += accepted;
-    if (done) break;
-    // Keep last + the accepted drafts in both caches; `next` (correction or bonus) is the next
-    // input. The draft has seen last..d_{K-1}: after full acceptance d_K is still pending.
-    target_kv.Truncate(ts, target_base + 1 + accepted);
-    const int draft_keep = target_base + 1 + std::min(accepted, std::max(k_step - 1, 0));
-    if (k_step == 0) {
-      // Nothing was drafted: the draft never ran, its pending inputs stay queued.
-      draft_pending.push_back(next);
-    } else {
-      draft_kv.Truncate(ds, std::min(draft_kv.Length(ds), draft_keep));
-      draft_pending.clear();
-      if (accepted == k_step) draft_pending.push_back(drafted[k_step - 1]);
-      draft_pending.push_back(next);
-    }
-    last = next;
+    if (o.adaptive) draft_length = NextDraftLength(draft_length, accepted_now, o, &decreasing);
   }
   result.t_decode_ms = decode_timer.ElapsedMs();
   result.n_forward = local.n_steps;

@@ -4,7 +4,13 @@
 // Greedy (temperature 0): the longest prefix equal to the target's argmax, so the output equals
 // plain greedy decoding token for token. Sampled: modified rejection sampling (verify/), so the
 // output is distributed exactly as the target's own samples under the same temperature, top-k
-// and top-p. This file handles one sequence; batches of sequences (BASS) build on it.
+// and top-p.
+//
+// Batches follow BASS (Qian et al. 2024): every sequence accepts its own number of tokens per
+// step and finishes on its own; each draft step is one draft forward over all unfinished
+// sequences and each verification one target forward over all of their [last, drafts] rows
+// (ragged KV lengths, PAD or SPLIT attention). The draft length is fixed or adapted by BASS's
+// Algorithm 1.
 #pragma once
 
 #include <cstdint>
@@ -32,17 +38,36 @@ struct SpeculativeStats {
   void Add(const SpeculativeStats& other);
 };
 
+struct SpeculativeOptions {
+  int draft_max = 4;      // fixed draft length, or the starting one (l0) when adaptive
+  bool adaptive = false;  // BASS Algorithm 1
+  int l_incre = 2;
+  int l_mod = 10;
+  int l_limit = 32;
+};
+
+// The next draft length by BASS Algorithm 1, from the accepted counts of the last step.
+// `decreasing` carries the algorithm's s (1 after a decrease).
+int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,
+                    int* decreasing);
+
 // Checks that the draft can serve the target (same vocabulary); throws Error otherwise.
 void CheckDraftCompatible(const Model& target, const Model& draft);
 
-// Speculative decoding of one sequence: n_predict tokens (or up to EOS when stop_at_eos), greedy
-// or sampled by request.sampling. Each model needs one free KV slot with room for the prompt +
-// n_predict + draft_length tokens.
+// Speculative decoding of the request's sequences: n_predict tokens each (or up to EOS when
+// stop_at_eos), greedy or sampled by request.sampling. Each model needs a free KV slot per
+// sequence with room for its prompt + n_predict + the longest draft + 1 tokens.
 // `verify` decides the sampled case (tests pass deliberately wrong verifiers to show that the
 // distribution test would catch them).
 using VerifyFunction = VerifyOutcome (*)(std::span<const std::vector<float>>,
                                          std::span<const std::vector<float>>,
                                          std::span<const int32_t>, const RngKey&);
+GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
+                                   KvCache& target_kv, KvCache& draft_kv,
+                                   const GenerateRequest& request,
+                                   const SpeculativeOptions& options, SpeculativeStats* stats,
+                                   VerifyFunction verify = VerifySampled);
+// With a fixed draft length.
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
                                    const GenerateRequest& request, int draft_length,

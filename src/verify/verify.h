@@ -17,9 +17,9 @@
 namespace specd {
 
 struct VerifyOutcome {
-  int n_accepted = 0;    // drafts kept
-  int32_t next = -1;     // the recovered token (after a rejection) or the bonus token
-  bool bonus = false;    // true when all drafts were accepted
+  int n_accepted = 0;  // drafts kept
+  int32_t next = -1;   // the recovered token (after a rejection) or the bonus token
+  bool bonus = false;  // true when all drafts were accepted
 };
 
 // The residual distribution norm(max(0, p - q)); if p == q (nothing left), returns p.

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "bench/forward_bench.h"
 #include "bench/matmul_bench.h"
+#include "bench/spec_bench.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -125,6 +126,22 @@ int main(int argc, char** argv) {
   bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
   bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
 
+  bench::SpecBenchOptions sb;
+  auto* bench_spec = bench->add_subcommand("spec", "plain vs speculative decoding by batch size");
+  bench_spec->add_option("-m,--model", sb.target, "target (default: the shipped one)");
+  bench_spec->add_option("--model-draft", sb.draft, "draft (default: the shipped one; also -md)");
+  bench_spec->add_option("--batches", sb.batches, "batch sizes")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  bench_spec->add_option("--draft-lengths", sb.draft_lengths, "fixed draft lengths to try")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 32));
+  bench_spec->add_option("-n,--n-predict", sb.n_predict, "new tokens per sequence")
+      ->check(CLI::Range(1, 4096));
+  bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
+  bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
+  bench_spec->add_option("--out", sb.out_dir, "where results are written");
+
   TokenizeBenchOptions tb;
   auto* bench_tokenize = bench->add_subcommand("tokenize", "encoding throughput on a text file");
   bench_tokenize->add_option("-m,--model", tb.models, "models or vocabularies (GGUF)")->required();
@@ -173,6 +190,12 @@ int main(int argc, char** argv) {
     }
 #endif
     if (*bench_tokenize) return RunTokenizeBench(tb);
+    if (*bench_spec) {
+      if (sb.target.empty()) sb.target = DefaultTargetModel();
+      if (sb.draft.empty()) sb.draft = DefaultDraftModel();
+      bench::RunSpecBench(sb);
+      return 0;
+    }
     if (*bench_matmul) {
       SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
       bench::RunMatmulBench(mm);

@@ -1,0 +1,234 @@
+#include "bench/spec_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "decode/autoregressive.h"
+#include "decode/speculative.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specd::bench {
+namespace {
+
+// Python prompts of the kind the shipped pair was trained on (not copied from its corpus).
+const char* const kPrompts[] = {
+    "def quicksort(items):\n    \"\"\"Return a sorted copy of items.\"\"\"\n",
+    "class Stack:\n    def __init__(self):\n        self._items = []\n\n    def push(self, "
+    "item):\n",
+    "import os\n\ndef list_python_files(root):\n",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+    "class Point:\n    \"\"\"A point in the plane.\"\"\"\n\n    def __init__(self, x, y):\n",
+    "def read_config(path):\n    with open(path) as f:\n",
+    "    def __repr__(self):\n        return ",
+    "def fibonacci(n):\n    if n < 2:\n",
+    "try:\n    import json\nexcept ImportError:\n",
+    "def merge(left, right):\n    result = []\n    i = j = 0\n",
+    "class Error(Exception):\n    \"\"\"Base class for exceptions in this module.\"\"\"\n",
+    "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    "for name, value in sorted(kwargs.items()):\n",
+    "def _check_type(value, expected):\n    if not isinstance(value, expected):\n",
+    "    @property\n    def name(self):\n",
+    "def main():\n    args = parse_args()\n",
+};
+
+struct Run {
+  double tokens_per_s = 0, ptl_first = 0, ptl_last = 0, ptl_all = 0;
+  double acceptance = 0, mean_accepted_length = 0;
+};
+
+Run Measure(const GenerateResult& r, const SpeculativeStats* stats) {
+  Run out;
+  double first_ms = 1e300, last_ms = -1;
+  int n = 0;
+  for (const SequenceResult& s : r.sequences) {
+    if (s.tokens.empty()) continue;
+    const double ptl = s.elapsed_ms / s.tokens.size();
+    out.ptl_all += ptl;
+    ++n;
+    if (s.elapsed_ms < first_ms) first_ms = s.elapsed_ms, out.ptl_first = ptl;
+    if (s.elapsed_ms > last_ms) last_ms = s.elapsed_ms, out.ptl_last = ptl;
+  }
+  if (n) out.ptl_all /= n;
+  out.tokens_per_s = r.n_tokens / ((r.t_prefill_ms + r.t_decode_ms) / 1000.0);
+  if (stats) {
+    out.acceptance = stats->acceptance_rate();
+    out.mean_accepted_length = stats->mean_accepted_length();
+  }
+  return out;
+}
+
+std::string Svg(const std::vector<int>& batches,
+                const std::vector<std::pair<std::string, std::vector<double>>>& series) {
+  const double w = 640, h = 400, left = 60, right = 170, top = 30, bottom = 50;
+  double y_max = 0;
+  for (const auto& [_, ys] : series) {
+    for (double y : ys) y_max = std::max(y_max, y);
+  }
+  y_max *= 1.1;
+  auto x_of = [&](size_t i) {
+    return left +
+           (w - left - right) * (batches.size() > 1 ? double(i) / (batches.size() - 1) : 0.5);
+  };
+  auto y_of = [&](double y) { return top + (h - top - bottom) * (1 - y / y_max); };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
+    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n";
+  s << "<text x='" << left
+    << "' y='18'>per-token latency of all sequences (ms) vs batch size</text>\n";
+  s << "<line x1='" << left << "' y1='" << h - bottom << "' x2='" << w - right << "' y2='"
+    << h - bottom << "' stroke='black'/>\n<line x1='" << left << "' y1='" << top << "' x2='" << left
+    << "' y2='" << h - bottom << "' stroke='black'/>\n";
+  for (size_t i = 0; i < batches.size(); ++i) {
+    s << "<text x='" << x_of(i) - 5 << "' y='" << h - bottom + 18 << "'>" << batches[i]
+      << "</text>\n";
+  }
+  for (int t = 0; t <= 4; ++t) {
+    const double y = y_max * t / 4;
+    char label[32];
+    std::snprintf(label, sizeof(label), "%.2f", y);
+    s << "<text x='5' y='" << y_of(y) + 4 << "'>" << label << "</text>\n";
+  }
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"};
+  for (size_t k = 0; k < series.size(); ++k) {
+    s << "<polyline fill='none' stroke-width='2' stroke='" << colors[k % 4] << "' points='";
+    for (size_t i = 0; i < series[k].second.size(); ++i) {
+      s << x_of(i) << "," << y_of(series[k].second[i]) << " ";
+    }
+    s << "'/>\n<text x='" << w - right + 10 << "' y='" << top + 20 * k + 10 << "' fill='"
+      << colors[k % 4] << "'>" << series[k].first << "</text>\n";
+  }
+  s << "<text x='" << (left + w - right) / 2 - 30 << "' y='" << h - 10
+    << "'>batch size</text>\n</svg>\n";
+  return s.str();
+}
+
+}  // namespace
+
+void RunSpecBench(const SpecBenchOptions& o) {
+  SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench spec needs a target and a draft model");
+  ThreadPool pool(o.threads);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(o.target, &ctx);
+  auto draft = Model::Load(o.draft, &ctx);
+  CheckDraftCompatible(*target, *draft);
+  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : kPrompts) prompts.push_back(tokenizer->Encode(p, true, false));
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  auto target_kv = target->NewKvCache({max_batch, 512});
+  auto draft_kv = draft->NewKvCache({max_batch, 512});
+
+  struct Setting {
+    const char* name;
+    SamplingParams params;
+  };
+  const Setting settings[] = {{"greedy", {0.0f, 0, 1.0f, 1}},
+                              {"t=0.2 top-p=0.95", {0.2f, 0, 0.95f, 1}}};
+  nlohmann::json report;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+  report["date"] = date;
+  report["target"] = o.target;
+  report["draft"] = o.draft;
+  std::ostringstream md;
+  md << "Speculative decoding benchmark, " << date << ", " << o.threads << " threads, "
+     << o.n_predict << " new tokens per sequence, one Python prompt per sequence\n\n"
+     << "| sampling | batch | plain tok/s | spec tok/s | draft | acceptance | ptl first (ms) | "
+        "ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<std::pair<std::string, std::vector<double>>> series;
+  for (const Setting& setting : settings) {
+    std::vector<double> plain_ptl, spec_ptl;
+    for (int batch : o.batches) {
+      GenerateRequest request;
+      request.prompts.assign(prompts.begin(),
+                             prompts.begin() + std::min<size_t>(batch, prompts.size()));
+      while (static_cast<int>(request.prompts.size()) < batch) {
+        request.prompts.push_back(prompts[request.prompts.size() % prompts.size()]);
+      }
+      request.prompt = request.prompts[0];
+      request.n_sequences = batch;
+      request.n_predict = o.n_predict;
+      request.sampling = setting.params;
+      request.stop_at_eos = false;
+      Run plain;
+      plain.ptl_all = 1e300;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        const Run r = Measure(GenerateAutoregressive(*target, ctx, *target_kv, request), nullptr);
+        if (r.ptl_all < plain.ptl_all) plain = r;
+      }
+      // Speculative: adaptive and each fixed length; keep the fastest (all-sequence latency).
+      Run best;
+      best.ptl_all = 1e300;
+      std::string best_name;
+      std::vector<SpeculativeOptions> candidates;
+      SpeculativeOptions adaptive;
+      adaptive.adaptive = true;
+      adaptive.draft_max = 7;
+      candidates.push_back(adaptive);
+      for (int k : o.draft_lengths) {
+        SpeculativeOptions fixed;
+        fixed.draft_max = k;
+        candidates.push_back(fixed);
+      }
+      for (const SpeculativeOptions& c : candidates) {
+        for (int rep = 0; rep < o.reps; ++rep) {
+          SpeculativeStats stats;
+          const Run r = Measure(
+              GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, request, c, &stats),
+              &stats);
+          if (r.ptl_all < best.ptl_all) {
+            best = r;
+            best_name = c.adaptive ? "adaptive" : "K=" + std::to_string(c.draft_max);
+          }
+        }
+      }
+      plain_ptl.push_back(plain.ptl_all);
+      spec_ptl.push_back(best.ptl_all);
+      char line[512];
+      std::snprintf(
+          line, sizeof(line),
+          "| %s | %d | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx |\n",
+          setting.name, batch, plain.tokens_per_s, best.tokens_per_s, best_name.c_str(),
+          best.acceptance, best.ptl_first, best.ptl_last, best.ptl_all,
+          plain.ptl_first / best.ptl_first, plain.ptl_last / best.ptl_last,
+          plain.ptl_all / best.ptl_all);
+      md << line;
+      std::fprintf(stderr, "[bench spec] %s", line);
+      report["runs"].push_back({{"sampling", setting.name},
+                                {"batch", batch},
+                                {"plain",
+                                 {{"tokens_per_s", plain.tokens_per_s},
+                                  {"ptl_first_ms", plain.ptl_first},
+                                  {"ptl_last_ms", plain.ptl_last},
+                                  {"ptl_all_ms", plain.ptl_all}}},
+                                {"speculative",
+                                 {{"draft", best_name},
+                                  {"tokens_per_s", best.tokens_per_s},
+                                  {"acceptance_rate", best.acceptance},
+                                  {"mean_accepted_length", best.mean_accepted_length},
+                                  {"ptl_first_ms", best.ptl_first},
+                                  {"ptl_last_ms", best.ptl_last},
+                                  {"ptl_all_ms", best.ptl_all}}}});
+    }
+    series.push_back({std::string("plain, ") + setting.name, plain_ptl});
+    series.push_back({std::string("spec, ") + setting.name, spec_ptl});
+  }
+  std::printf("%s", md.str().c_str());
+  std::filesystem::create_directories(o.out_dir);
+  std::ofstream(o.out_dir + "/spec.md") << md.str();
+  std::ofstream(o.out_dir + "/spec.json") << report.dump(2) << "\n";
+  std::ofstream(o.out_dir + "/spec.svg") << Svg(o.batches, series);
+}
+
+}  // namespace specd::bench

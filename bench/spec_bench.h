@@ -1,0 +1,25 @@
+// `specd bench spec`: plain decoding against speculative decoding (spec at batch 1, BASS above)
+// on a model pair and a set of Python prompts, at several batch sizes, greedy and sampled:
+// tokens/s, per-token latency of the first / last / all sequences, acceptance, and the speedup
+// over plain decoding at the same batch size. Writes Markdown, JSON and an SVG plot.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace specd::bench {
+
+struct SpecBenchOptions {
+  std::string target;  // default: the shipped pair
+  std::string draft;
+  std::vector<int> batches = {1, 2, 4, 8, 16};
+  std::vector<int> draft_lengths = {1, 2, 3, 4, 6};  // fixed lengths tried besides adaptive
+  int n_predict = 64;
+  int threads = 2;
+  int reps = 2;  // each configuration; the best (lowest latency) run is kept
+  std::string out_dir = "bench/results";
+};
+
+void RunSpecBench(const SpecBenchOptions& options);
+
+}  // namespace specd::bench

@@ -261,6 +261,8 @@ int RunGenerate(const GenerateOptions& options) {
                  strategy, n_seq, static_cast<long long>(result.n_tokens), total_ms, tokens_per_s,
                  result.t_prefill_ms, result.t_decode_ms,
                  static_cast<unsigned long long>(request.sampling.seed));
+    std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n", ptl_first,
+                 ptl_last, ptl_all);
     if (draft) {
       std::fprintf(stderr,
                    "draft %s, K%s%d: acceptance %.3f (%lld of %lld), mean accepted length %.2f, "

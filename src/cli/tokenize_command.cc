@@ -1,7 +1,5 @@
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "base/error.h"
 #include "base/file_util.h"

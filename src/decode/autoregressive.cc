@@ -64,22 +64,9 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
     const RngKey key{request.sampling.seed, static_cast<uint64_t>(i),
                      static_cast<uint64_t>(position), RngPurpose::kSample};
     const int32_t token = SampleToken(row, request.sampling, key);
-    seq.sum_logprob += LogProb(row, token);
-    ++seq.n_logprob;
-    seq.elapsed_ms = request_timer.ElapsedMs();
-    if (request.stop_at_eos && token == config.eos_token) {
-      seq.finish_reason = "stop";
-      return true;
-    }
-    seq.tokens.push_back(token);
-    if (request.on_token) request.on_token(i, token);
     last[i] = token;
-    ++result.n_tokens;
-    if (static_cast<int>(seq.tokens.size()) >= request.n_predict) {
-      seq.finish_reason = "length";
-      return true;
-    }
-    return false;
+    return CommitToken(request, config.eos_token, i, token, row, request_timer.ElapsedMs(),
+                       &result);
   };
 
   for (int i = 0; i < n_seq; ++i) {

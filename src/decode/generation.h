@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,11 @@ struct GenerateResult {
   int64_t n_tokens = 0;  // generated over all sequences
   int64_t n_forward = 0;
 };
+
+// Records token `token` of sequence `index` (logits `row` it was chosen from), shared by every
+// strategy: log-probability, latency, EOS, streaming callback, length limit. Returns true when
+// the sequence is finished (finish_reason set).
+bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t token,
+                 std::span<const float> row, double elapsed_ms, GenerateResult* result);
 
 }  // namespace specd

@@ -175,18 +175,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   }
   std::vector<std::vector<float>> target_probs(k_limit + 1);
   auto commit = [&](int b, int32_t token, std::span<const float> row) {
-    SequenceResult& seq = result.sequences[b];
-    seq.sum_logprob += LogProb(row, token);
-    ++seq.n_logprob;
-    seq.elapsed_ms = request_timer.ElapsedMs();
-    if (request.stop_at_eos && token == eos) {
-      seq.finish_reason = "stop";
-      return true;
-    }
-    seq.tokens.push_back(token);
-    ++result.n_tokens;
-    if (request.on_token) request.on_token(b, token);
-    return static_cast<int>(seq.tokens.size()) >= request.n_predict;
+    return CommitToken(request, eos, b, token, row, request_timer.ElapsedMs(), &result);
   };
 
   int draft_length = o.draft_max;

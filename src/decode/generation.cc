@@ -1,0 +1,25 @@
+#include "decode/generation.h"
+
+namespace specd {
+
+bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t token,
+                 std::span<const float> row, double elapsed_ms, GenerateResult* result) {
+  SequenceResult& seq = result->sequences[index];
+  seq.sum_logprob += LogProb(row, token);
+  ++seq.n_logprob;
+  seq.elapsed_ms = elapsed_ms;
+  if (request.stop_at_eos && token == eos) {
+    seq.finish_reason = "stop";
+    return true;
+  }
+  seq.tokens.push_back(token);
+  ++result->n_tokens;
+  if (request.on_token) request.on_token(index, token);
+  if (static_cast<int>(seq.tokens.size()) >= request.n_predict) {
+    seq.finish_reason = "length";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace specd

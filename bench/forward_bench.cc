@@ -87,7 +87,8 @@ double ForwardMs(Model& model, const KernelContext& ctx, int m, int reps) {
 
 void RunForwardBench(const ForwardBenchOptions& o) {
   const CpuFeatures cpu = CpuFeatures::Detect();
-  const ModelShape shape = ShapeByName(o.shape);
+  const bool synthetic = o.model_path.empty();
+  const std::string subject = synthetic ? StrCat("synthetic ", o.shape) : o.model_path;
   std::filesystem::create_directories(o.model_dir);
   std::filesystem::create_directories(o.out_dir);
   auto log = [&](const std::string& s) {
@@ -98,7 +99,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   report["date"] = Today();
   report["cpu"] = CpuName();
   report["kernels"] = cpu.Name();
-  report["shape"] = o.shape;
+  report["model"] = subject;
 
   std::map<int, double> bandwidth;
   for (int t : o.threads) {
@@ -109,8 +110,8 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   }
 
   std::ostringstream md;
-  md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name()
-     << " kernels), synthetic " << o.shape << "\n\n";
+  md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name() << " kernels), "
+     << subject << "\n\n";
   md << "| weights | GiB read/token | threads | decode tok/s | read GB/s | roofline tok/s | "
         "fraction |\n";
   md << "|---|---|---|---|---|---|---|\n";
@@ -122,16 +123,21 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   md_rows << "\n";
 
   const int max_threads = *std::max_element(o.threads.begin(), o.threads.end());
-  for (DType type : o.types) {
-    const std::string path = StrCat(o.model_dir, "/", o.shape, "-", DTypeName(type), ".gguf");
-    if (!std::filesystem::exists(path)) {
-      log(StrCat("writing ", path));
-      ThreadPool pool(max_threads);
-      WriteSyntheticModel(shape, type, 1, path, &pool);
+  const std::vector<DType> types = synthetic ? o.types : std::vector<DType>{DType::kF32};
+  for (DType listed_type : types) {
+    std::string path = o.model_path;
+    if (synthetic) {
+      path = StrCat(o.model_dir, "/", o.shape, "-", DTypeName(listed_type), ".gguf");
+      if (!std::filesystem::exists(path)) {
+        log(StrCat("writing ", path));
+        ThreadPool pool(max_threads);
+        WriteSyntheticModel(ShapeByName(o.shape), listed_type, 1, path, &pool);
+      }
     }
     ThreadPool load_pool(max_threads);
     const KernelContext load_ctx{&load_pool, cpu};
     auto model = Model::Load(path, &load_ctx);
+    const DType type = model->MatrixType();
     const double gib = model->WeightBytesPerToken() / double(1ull << 30);
     nlohmann::json entry;
     entry["type"] = DTypeName(type);
@@ -168,7 +174,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       log(StrCat(DTypeName(type), " M=", m, ": ", ms, " ms (", ms / base_ms, "x)"));
       entry["rows"][std::to_string(m)] = {{"ms", ms}, {"relative", ms / base_ms}};
       char cell[64];
-      std::snprintf(cell, sizeof(cell), " %.2fx (%.0f ms) |", ms / base_ms, ms);
+      std::snprintf(cell, sizeof(cell), " %.2fx (%.3g ms) |", ms / base_ms, ms);
       md_rows << cell;
     }
     md_rows << "\n";

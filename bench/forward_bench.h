@@ -11,6 +11,7 @@ namespace specd::bench {
 
 struct ForwardBenchOptions {
   std::string shape = "llama-3.2-1b";
+  std::string model_path;  // a model file instead of synthetic shapes (types are then ignored)
   std::vector<DType> types = {DType::kBF16, DType::kQ8_0, DType::kQ4_0};
   std::vector<int> threads = {1, 2};
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};

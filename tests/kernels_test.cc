@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "base/rng.h"
@@ -149,11 +150,38 @@ TEST(Kernels, SoftmaxAndSwiGluMatchReference) {
   Softmax(x.data(), 1000);
   reference::Softmax(y.data(), 1000);
   EXPECT_LT(RelativeError(x, y), 1e-5);
-  const auto g = RandomVector(100, 1, 8.0f), u = RandomVector(100, 2);
-  std::vector<float> fast(100), ref(100);
-  SwiGlu(g.data(), u.data(), fast.data(), 100);
-  reference::SwiGlu(g.data(), u.data(), ref.data(), 100);
-  EXPECT_LT(RelativeError(fast, ref), 1e-6);
+  // 103 values: the AVX-512 path's masked tail is exercised too.
+  const auto g = RandomVector(103, 1, 8.0f), u = RandomVector(103, 2);
+  std::vector<float> ref(103);
+  reference::SwiGlu(g.data(), u.data(), ref.data(), 103);
+  ThreadPool pool(1);
+  for (bool avx512 : {false, true}) {
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    if (avx512 && !ctx.cpu.avx512) continue;
+    ctx.cpu.avx512 = avx512;
+    std::vector<float> fast(103);
+    SwiGlu(ctx, g.data(), u.data(), fast.data(), 103);
+    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
+  }
+}
+
+TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
+  if (!CpuFeatures::Detect().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> x;
+  for (float v = -110.0f; v <= 88.0f; v += 0.37f) x.push_back(v);
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(0.0f);
+  std::vector<float> y(x.size());
+  avx512::Exp(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] < -104.0f) {
+      EXPECT_EQ(y[i], 0.0f) << "x " << x[i];  // masked attention keys rely on an exact 0
+    } else if (x[i] > -87.0f) {               // normal range: relative error
+      const double want = std::exp(static_cast<double>(x[i]));
+      EXPECT_LT(std::abs(y[i] - want) / want, 1e-6) << "x " << x[i];
+    }
+  }
+  EXPECT_EQ(y.back(), 1.0f);
 }
 
 TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {

@@ -102,6 +102,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> fwd_types = {"bf16", "q8_0", "q4_0"};
   auto* bench_forward = bench->add_subcommand("forward", "decode speed vs roofline, M-row cost");
   bench_forward->add_option("--shape", fwd.shape, "model shape: " + shape_names);
+  bench_forward
+      ->add_option("-m,--model", fwd.model_path, "a model file instead of a synthetic shape")
+      ->check(CLI::ExistingFile);
   bench_forward->add_option("--types", fwd_types, "weight types")
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));

@@ -27,14 +27,25 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
   });
 }
 
-float DotGeneric(const float* a, const float* b, int64_t n) {
+// Portable attention of one (row, head); same contract as avx512::AttendRow.
+void AttendRowGeneric(const float* q, const float* k, const float* v, int64_t kv_stride,
+                      int head_dim, float scale, int32_t n_visible, int32_t n_compute,
+                      float* scores, float* out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int32_t t = 0; t < n_compute; ++t) {
+    float dot = 0.0f;
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * k[t * kv_stride + d];
+    scores[t] = t < n_visible ? dot * scale : -std::numeric_limits<float>::infinity();
+    max = std::max(max, scores[t]);
+  }
   float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void AxpyGeneric(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+  std::fill(out, out + head_dim, 0.0f);
+  for (int32_t t = 0; t < n_visible; ++t) {
+    for (int d = 0; d < head_dim; ++d) out[d] += scores[t] * v[t * kv_stride + d];
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
 }
 
 }  // namespace
@@ -150,7 +161,8 @@ void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n) {
+  if (ctx.cpu.avx512) return avx512::SwiGlu(gate, up, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
@@ -159,33 +171,19 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
   const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
   const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
   const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
-  const auto dot = fast ? avx512::Dot : DotGeneric;
-  const auto axpy = fast ? avx512::Axpy : AxpyGeneric;
+  const auto attend_row = fast ? avx512::AttendRow : AttendRowGeneric;
   int32_t n_padded = 0;
   for (int64_t r = 0; r < rows.n_rows; ++r) n_padded = std::max(n_padded, rows.n_visible[r]);
 
   // One (row, head): scores over n_compute keys, of which the first n_visible count. Keys past
-  // n_visible are computed (PAD's wasted work) and then masked with -inf, so they add exactly 0
+  // n_visible are scored (PAD's wasted work) and then masked with -inf, so they add exactly 0
   // to the softmax and to the output: PAD and SPLIT give bit-identical results.
   auto attend = [&](int64_t r, int h, int32_t n_compute, float* scores) {
-    const float* q = rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
     const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
-    const float* k = rows.k[r] + kv_off;
-    const float* v = rows.v[r] + kv_off;
-    const int32_t n_visible = rows.n_visible[r];
-    float max = -std::numeric_limits<float>::infinity();
-    for (int32_t t = 0; t < n_compute; ++t) {
-      const float s = dot(q, k + t * kv_stride, rows.head_dim) * rows.scale;
-      scores[t] = t < n_visible ? s : -std::numeric_limits<float>::infinity();
-      max = std::max(max, scores[t]);
-    }
-    float sum = 0.0f;
-    for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
-    float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
-    std::fill(out, out + rows.head_dim, 0.0f);
-    for (int32_t t = 0; t < n_compute; ++t) axpy(scores[t], v + t * kv_stride, out, rows.head_dim);
-    const float inv = 1.0f / sum;
-    for (int d = 0; d < rows.head_dim; ++d) out[d] *= inv;
+    attend_row(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim, rows.k[r] + kv_off,
+               rows.v[r] + kv_off, kv_stride, rows.head_dim, rows.scale, rows.n_visible[r],
+               n_compute, scores,
+               rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
   };
 
   if (mode == AttentionMode::kPad) {

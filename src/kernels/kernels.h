@@ -84,7 +84,7 @@ void Rope(const RopeConfig& config, const float* cos, const float* sin, float* x
 void Softmax(float* x, int64_t n);
 
 // y = silu(gate) * up, elementwise.
-void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n);
 
 // Causal attention of query rows against per-sequence key/value caches.
 struct AttentionRows {
@@ -125,8 +125,13 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
             MatmulScratch* scratch);
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);
-float Dot(const float* a, const float* b, int64_t n);
-void Axpy(float a, const float* x, float* y, int64_t n);
+void Exp(const float* x, float* y, int64_t n);
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+// Attention of one query row and head over keys [0, n_compute), of which [0, n_visible) count:
+// k / v point at the head's first key / value, consecutive keys kv_stride floats apart.
+// scores: [n_compute] scratch; out: [head_dim]. head_dim must be a multiple of 16.
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out);
 }  // namespace avx512
 
 }  // namespace specd

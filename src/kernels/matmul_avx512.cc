@@ -252,37 +252,61 @@ template <int MT, bool kQ4>
 void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
                 const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
                 int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  // The block's 8 weight registers are used in two halves of 4, so that MT integer sums, MT
+  // float accumulators and 4 weights fit the 32 registers without spills up to MT = 8. Integer
+  // sums are exact in any order, so the halves do not change results.
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512i w[8];
-    if constexpr (kQ4) {
-      for (int g = 0; g < 4; ++g) {
-        const __m512i z = _mm512_loadu_si512(blk + 32 + g * 64);
-        w[g] = _mm512_and_si512(z, low4);
-        w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
+    const uint8_t* values = blk + 32;
+    __m512i isum[MT];
+    for (int r = 0; r < MT; ++r) isum[r] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+    for (int half = 0; half < 2; ++half) {
+      // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (q4_0 keeps lanes g and g+4 in one load).
+      const int g0 = 2 * half;
+      const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
+      __m512i w[4];
+      if constexpr (kQ4) {
+        const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
+        const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
+        w[0] = _mm512_and_si512(z0, low4);
+        w[1] = _mm512_and_si512(z1, low4);
+        w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+        w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+      } else {
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
       }
-    } else {
-      for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(blk + 32 + g * 64);
+      for (int r = 0; r < MT; ++r) {
+        const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+        for (int j = 0; j < 4; ++j) {
+          isum[r] = _mm512_dpbusd_epi32(isum[r], w[j], _mm512_set1_epi32(a[lanes[j]]));
+        }
+      }
     }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < MT; ++r) {
-      const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
-      __m512i s0 = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
-      __m512i s1 = _mm512_setzero_si512();
-      for (int g = 0; g < 8; g += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[g], _mm512_set1_epi32(a[g]));
-        s1 = _mm512_dpbusd_epi32(s1, w[g + 1], _mm512_set1_epi32(a[g + 1]));
-      }
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-      acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
   for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
 }
+
+// Up to 8 activation rows share each loaded weight block (8 weight registers + 8 accumulators
+// fit the 32 zmm registers), so a verification of up to 7 drafted tokens reads the weights once.
+constexpr int kPackedTileRows = 8;
+
+template <bool kQ4>
+using PackedTileFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const float*,
+                              const int32_t*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+
+template <bool kQ4>
+constexpr PackedTileFn<kQ4> kPackedTiles[kPackedTileRows] = {
+    PackedTile<1, kQ4>, PackedTile<2, kQ4>, PackedTile<3, kQ4>, PackedTile<4, kQ4>,
+    PackedTile<5, kQ4>, PackedTile<6, kQ4>, PackedTile<7, kQ4>, PackedTile<8, kQ4>};
 
 template <bool kQ4>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
@@ -292,30 +316,13 @@ void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
   const int64_t block_bytes = w.BlockBytes();
   for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
     const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
-      const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
+    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
+      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
+      const PackedTileFn<kQ4> tile = kPackedTiles<kQ4>[mt - 1];
       for (int64_t g = c0; g < c1; ++g) {
-        const uint8_t* group = w.data.data() + g * w.GroupBytes();
         const int64_t n0 = g * 16;
-        const int64_t valid = std::min<int64_t>(16, w.rows - n0);
-        switch (mt) {
-          case 1:
-            PackedTile<1, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
-                               valid);
-            break;
-          case 2:
-            PackedTile<2, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
-                               valid);
-            break;
-          case 3:
-            PackedTile<3, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
-                               valid);
-            break;
-          default:
-            PackedTile<4, kQ4>(group, nb, block_bytes, aq, da, acorr, w.cols, m0, y, w.rows, n0,
-                               valid);
-            break;
-        }
+        tile(w.data.data() + g * w.GroupBytes(), nb, block_bytes, aq, da, acorr, w.cols, m0, y,
+             w.rows, n0, std::min<int64_t>(16, w.rows - n0));
       }
     }
   }
@@ -417,21 +424,6 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);
     }
   });
-}
-
-float Dot(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
-void Axpy(float a, const float* x, float* y, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  for (int64_t i = 0; i < n; i += 16) {
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-  }
 }
 
 }  // namespace specd::avx512

@@ -213,7 +213,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = c.kv_dim();
   const int half = c.rope.rotary_dim / 2;
-  logits->assign(batch.n_outputs() * c.n_vocab, 0.0f);
+  logits->resize(batch.n_outputs() * c.n_vocab);  // fully written by the output matmul
   if (m == 0) return;
 
   x_.Resize(m * d);            // [m, n_embd] residual stream
@@ -284,7 +284,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
     Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
     Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
-    SwiGlu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+    SwiGlu(ctx, gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
     Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
     for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
   }

@@ -71,6 +71,8 @@ class Model {
   // Bytes of weights read by one decode step (all matrices plus one embedding row).
   int64_t WeightBytesPerToken() const;
   int64_t NumParameters() const;
+  // Type of the layer matrices (the first layer's attention query).
+  DType MatrixType() const { return layers_.front().wq.type; }
 
   // A KV cache shaped for this model.
   std::unique_ptr<KvCache> NewKvCache(const KvCacheConfig& config) const;

@@ -1,0 +1,109 @@
+// AVX-512 elementwise kernels: exp, SwiGLU, and attention of one (row, head). Compiled with the
+// AVX-512 flags and only called after the run-time CPU check.
+//
+// The attention keeps PAD == SPLIT bit for bit: key t always lands in lane t % 16, masked keys
+// give exactly 0 after exp, and adding +0 to a lane or to the output changes nothing.
+#include <immintrin.h>
+
+#include <limits>
+
+#include "kernels/kernels.h"
+
+namespace specd::avx512 {
+namespace {
+
+// exp(x) for 16 floats: x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for exp(r), then
+// scale by 2^n. Relative error ~2e-7. Inputs below -104 (including -inf) give exactly 0.
+inline __m512 Exp16(__m512 x) {
+  const __m512 kLog2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 kLn2Hi = _mm512_set1_ps(0.693359375f);
+  const __m512 kLn2Lo = _mm512_set1_ps(-2.12194440e-4f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, kLog2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, kLn2Hi, x);
+  r = _mm512_fnmadd_ps(n, kLn2Lo, r);
+  __m512 p = _mm512_set1_ps(1.3981999507e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
+}
+
+inline __mmask16 TailMask(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xFFFF)
+                         : static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+}  // namespace
+
+void Exp(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, Exp16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 sig =
+        _mm512_div_ps(one, _mm512_add_ps(one, Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sig), u));
+  }
+}
+
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
+  // Scores: one dot product per key (head_dim is a multiple of 16).
+  for (int32_t t = 0; t < n_compute; ++t) {
+    const float* kt = k + t * kv_stride;
+    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
+    for (int d = 16; d < head_dim; d += 16) {
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
+    }
+    scores[t] =
+        t < n_visible ? _mm512_reduce_add_ps(acc) * scale : -std::numeric_limits<float>::infinity();
+  }
+  // Softmax weights, lane-wise max and sum over key t -> lane t % 16.
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int32_t t = 0; t < n_compute; t += 16) {
+    const __mmask16 m = TailMask(n_compute - t);
+    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, m, scores + t));
+  }
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int32_t t = 0; t < n_compute; t += 16) {
+    const __mmask16 m = TailMask(n_compute - t);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + t), max)));
+    _mm512_mask_storeu_ps(scores + t, m, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  // Output: sum_t w_t v_t in key order, up to 4 vectors of head_dim held in registers. Masked
+  // keys have weight exactly 0 and are skipped (adding +0 would change nothing).
+  for (int d0 = 0; d0 < head_dim; d0 += 64) {
+    const int width = head_dim - d0 < 64 ? head_dim - d0 : 64;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    const int nv = width / 16;
+    for (int32_t t = 0; t < n_visible; ++t) {
+      const __m512 w = _mm512_set1_ps(scores[t]);
+      const float* vt = v + t * kv_stride + d0;
+      for (int j = 0; j < nv; ++j)
+        acc[j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vt + 16 * j), acc[j]);
+    }
+    for (int j = 0; j < nv; ++j) {
+      _mm512_storeu_ps(out + d0 + 16 * j, _mm512_mul_ps(acc[j], _mm512_set1_ps(inv)));
+    }
+  }
+}
+
+}  // namespace specd::avx512

@@ -87,7 +87,7 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
         packed_weights = PackInt8(w.view, &pool);
         w.view.packed = &packed_weights;
       }
-      const int64_t max_m = 9;
+      const int64_t max_m = 17;  // two full 8-row tiles and a remainder
       const auto x = RandomVector(max_m * cols, 3 + cols);
       std::vector<float> expected(max_m * rows);
       reference::Matmul(x.data(), max_m, w.view, expected.data());
@@ -113,6 +113,47 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                                                               DType::kBF16, DType::kQ8_0,
                                                               DType::kQ4_0),
                                             ::testing::Values(1, 2)));
+
+TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  if (!cpu.avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, cpu};
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t cols = 96;
+    Weights a = MakeWeights(type, 32, cols, 1), b = MakeWeights(type, 16, cols, 2),
+            c = MakeWeights(type, 21, cols, 3);  // the last part may have a partial group
+    PackedInt8Weights stacked;
+    ASSERT_TRUE(StackPackedInt8({&a.view, &b.view, &c.view}, &pool, &stacked));
+    const WeightView stacked_view{type, nullptr, stacked.rows, cols, &stacked};
+    const int64_t m = 5, width = 32 + 16 + 21;
+    const auto x = RandomVector(m * cols, 7);
+    MatmulScratch scratch;
+    std::vector<float> together(m * width);
+    Matmul(ctx, x.data(), m, stacked_view, together.data(), &scratch);
+    int64_t offset = 0;
+    for (Weights* w : {&a, &b, &c}) {
+      const PackedInt8Weights own = PackInt8(w->view, &pool);
+      w->view.packed = &own;
+      std::vector<float> alone(m * w->view.rows);
+      Matmul(ctx, x.data(), m, w->view, alone.data(), &scratch);
+      for (int64_t r = 0; r < m; ++r) {
+        ASSERT_EQ(0,
+                  std::memcmp(alone.data() + r * w->view.rows, together.data() + r * width + offset,
+                              w->view.rows * sizeof(float)))
+            << DTypeName(type) << " row " << r << " part at " << offset;
+      }
+      offset += w->view.rows;
+      w->view.packed = nullptr;
+    }
+  }
+  // Parts that cannot be stacked are refused: a partial group in the middle, mixed types.
+  Weights odd = MakeWeights(DType::kQ8_0, 20, 64, 4), even = MakeWeights(DType::kQ8_0, 16, 64, 5),
+          q4 = MakeWeights(DType::kQ4_0, 16, 64, 6);
+  PackedInt8Weights out;
+  EXPECT_FALSE(StackPackedInt8({&odd.view, &even.view}, &pool, &out));
+  EXPECT_FALSE(StackPackedInt8({&even.view, &q4.view}, &pool, &out));
+}
 
 TEST(Kernels, RmsNormMatchesReference) {
   const int64_t n = 200, rows = 3;

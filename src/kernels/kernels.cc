@@ -110,6 +110,32 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
   return p;
 }
 
+bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
+                     PackedInt8Weights* out) {
+  if (parts.empty()) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const WeightView& w = *parts[i];
+    if (w.type != parts[0]->type || w.cols != parts[0]->cols) return false;
+    if ((w.type != DType::kQ8_0 && w.type != DType::kQ4_0) || w.cols % 32 != 0) return false;
+    if (i + 1 < parts.size() && w.rows % 16 != 0) return false;
+  }
+  PackedInt8Weights stacked;
+  stacked.source_type = parts[0]->type;
+  stacked.cols = parts[0]->cols;
+  for (const WeightView* w : parts) stacked.rows += w->rows;
+  stacked.row_groups = (stacked.rows + 15) / 16;
+  stacked.data.Resize(stacked.row_groups * stacked.GroupBytes());
+  uint8_t* at = stacked.data.data();
+  for (const WeightView* w : parts) {
+    const PackedInt8Weights part = PackInt8(*w, pool);
+    const int64_t bytes = part.row_groups * part.GroupBytes();
+    std::copy(part.data.data(), part.data.data() + bytes, at);
+    at += bytes;
+  }
+  *out = std::move(stacked);
+  return true;
+}
+
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;

@@ -60,6 +60,13 @@ struct MatmulScratch {
 // Builds the packed layout of q8_0 / q4_0 weights (cols a multiple of 32).
 PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool);
 
+// Stacks matrices of one type and width into one packed matrix (rows of parts[0], then
+// parts[1], ...), so that projections of the same input (Q/K/V, gate/up) run as one matmul:
+// one activation quantization and one parallel region instead of several. Every part but the
+// last must have a multiple of 16 rows; returns false (and leaves *out alone) otherwise.
+bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
+                     PackedInt8Weights* out);
+
 // y[m, n] = sum_k x[m, k] * W[n, k].  x: [m, cols] f32, y: [m, rows] f32.
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch);

@@ -150,8 +150,20 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
       model->packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx->pool)));
       w.packed = model->packed_.back().get();
     };
+    // Projections of the same input are stacked into one matrix when their types allow it.
+    auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
+      auto packed = std::make_unique<PackedInt8Weights>();
+      if (!StackPackedInt8({parts.begin(), parts.end()}, ctx->pool, packed.get())) {
+        for (WeightView* w : parts) pack(*w);
+        return;
+      }
+      *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
+      model->packed_.push_back(std::move(packed));
+    };
     for (Layer& l : model->layers_) {
-      for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*w);
+      stack({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+      stack({&l.w_gate, &l.w_up}, &l.w_gate_up);
+      for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
     }
     pack(model->output_);
   }
@@ -254,9 +266,21 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   for (int il = 0; il < c.n_layer; ++il) {
     const Layer& l = layers_[il];
     RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
-    Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
+    if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
+      const int64_t width = q_dim + 2 * kv_dim;
+      stacked_.Resize(m * width);  // [m, q_dim + 2 kv_dim]
+      Matmul(ctx, xb_.data(), m, l.wqkv, stacked_.data(), &matmul_scratch_);
+      for (int64_t r = 0; r < m; ++r) {
+        const float* row = stacked_.data() + r * width;
+        std::copy(row, row + q_dim, q_.data() + r * q_dim);
+        std::copy(row + q_dim, row + q_dim + kv_dim, k_.data() + r * kv_dim);
+        std::copy(row + q_dim + kv_dim, row + width, v_.data() + r * kv_dim);
+      }
+    } else {
+      Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
+      Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
+      Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
+    }
     for (int64_t r = 0; r < m; ++r) {
       float* qr = q_.data() + r * q_dim;
       float* kr = k_.data() + r * kv_dim;
@@ -282,9 +306,18 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
 
     RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
-    Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
-    SwiGlu(ctx, gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+    if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
+      stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
+      Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
+      for (int64_t r = 0; r < m; ++r) {
+        const float* row = stacked_.data() + r * 2 * c.n_ff;
+        SwiGlu(ctx, row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
+      }
+    } else {
+      Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
+      Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+      SwiGlu(ctx, gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+    }
     Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
     for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
   }

@@ -87,6 +87,8 @@ class Model {
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // [n_embd]
     WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    // Stacked packed forms (AVX-512 only): [q; k; v] and [gate; up], or .packed == nullptr.
+    WeightView wqkv, w_gate_up;
     std::vector<float> bq, bk, bv;  // qwen2 only
   };
   Model() = default;
@@ -102,6 +104,7 @@ class Model {
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, rope_cos_, rope_sin_, out_rows_;
+  AlignedBuffer<float> stacked_;  // [m, q_dim + 2 kv_dim] or [m, 2 n_ff] from a stacked matmul
   MatmulScratch matmul_scratch_;
 };
 

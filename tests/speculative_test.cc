@@ -307,21 +307,27 @@ TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
                            .tokens);
   }
   for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
-    for (bool adaptive : {false, true}) {
+    // Fixed K, BASS Algorithm 1, cost-aware, and a schedule that switches drafting off and on
+    // (plain steps leave tokens for the draft to catch up on).
+    for (const char* policy : {"fixed", "adaptive", "cost", "schedule"}) {
       GenerateRequest r = Greedy({}, 30);
       r.prompts = prompts;
       r.attention = mode;
       SpeculativeOptions o;
-      o.draft_max = adaptive ? 7 : 3;
-      o.adaptive = adaptive;
+      o.draft_max = std::string(policy) == "adaptive" ? 7 : 3;
+      o.adaptive = std::string(policy) == "adaptive";
+      o.cost_aware = std::string(policy) == "cost";
+      if (std::string(policy) == "schedule") o.schedule = {0, 3, 0, 0, 5, 1, 0, 2};
       SpeculativeStats stats;
       const auto out =
           GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, &stats);
       ASSERT_EQ(out.sequences.size(), static_cast<size_t>(n));
       for (int b = 0; b < n; ++b) {
         EXPECT_EQ(out.sequences[b].tokens, expected[b])
-            << "sequence " << b << (adaptive ? " adaptive" : " fixed") << " mode "
-            << static_cast<int>(mode);
+            << "sequence " << b << " policy " << policy << " mode " << static_cast<int>(mode);
+      }
+      if (std::string(policy) == "schedule") {
+        EXPECT_GT(stats.n_plain_steps, 0);
       }
     }
   }

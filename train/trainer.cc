@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "decode/autoregressive.h"
 #include "decode/speculative.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -56,6 +58,97 @@ std::pair<torch::Tensor, torch::Tensor> SampleBatch(const std::vector<int32_t>& 
     }
   }
   return {x, y};
+}
+
+// A batch of whole sequences (each ctx + 1 tokens long), chosen at random.
+std::pair<torch::Tensor, torch::Tensor> SampleSequences(
+    const std::vector<std::vector<int32_t>>& sequences, int batch, int64_t ctx, uint64_t seed,
+    int64_t step) {
+  auto x = torch::empty({batch, ctx}, torch::kInt64), y = torch::empty({batch, ctx}, torch::kInt64);
+  auto* xp = x.data_ptr<int64_t>();
+  auto* yp = y.data_ptr<int64_t>();
+  for (int b = 0; b < batch; ++b) {
+    const RngKey key{seed, static_cast<uint64_t>(b), static_cast<uint64_t>(step),
+                     RngPurpose::kDraft};
+    const auto& seq = sequences[static_cast<size_t>(UniformDouble(key) * sequences.size())];
+    for (int64_t t = 0; t < ctx; ++t) {
+      xp[b * ctx + t] = seq[t];
+      yp[b * ctx + t] = seq[t + 1];
+    }
+  }
+  return {x, y};
+}
+
+// Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
+// teacher in specd's engine; alternate batches greedy and sampled (temperature 1, top-p 0.95),
+// as speculative decoding is used both ways. Cached in `cache_path` (int32 tokens) so that a
+// resumed run trains on the same text.
+std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
+                                              const std::vector<int32_t>& stream, int64_t n_tokens,
+                                              int64_t ctx, int threads, uint64_t seed,
+                                              const std::string& cache_path) {
+  constexpr int64_t kPrefix = 32;
+  constexpr int kBatch = 16;
+  const int64_t length = ctx + 1;
+  const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
+  std::vector<std::vector<int32_t>> sequences;
+  if (!cache_path.empty() && fs::exists(cache_path) &&
+      static_cast<int64_t>(fs::file_size(cache_path)) ==
+          n_sequences * length * static_cast<int64_t>(sizeof(int32_t))) {
+    const std::string bytes = ReadFileBytes(cache_path);
+    for (int64_t i = 0; i < n_sequences; ++i) {
+      std::vector<int32_t> seq(length);
+      std::memcpy(seq.data(), bytes.data() + i * length * sizeof(int32_t),
+                  length * sizeof(int32_t));
+      sequences.push_back(std::move(seq));
+    }
+    std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
+                 static_cast<long long>(n_sequences), cache_path.c_str());
+    return sequences;
+  }
+  ThreadPool pool(threads);
+  const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
+  auto teacher = Model::Load(teacher_gguf, &ctx_kernels);
+  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length)});
+  Timer timer;
+  const uint64_t span = stream.size() - kPrefix;
+  for (int64_t first = 0; first < n_sequences; first += kBatch) {
+    GenerateRequest request;
+    const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
+    for (int64_t i = 0; i < count; ++i) {
+      const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
+      const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
+      request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
+    }
+    request.n_predict = static_cast<int>(length - kPrefix);
+    request.stop_at_eos = false;
+    const bool sampled = (first / kBatch) % 2 == 1;
+    request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
+    const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<int32_t> seq = request.prompts[i];
+      const auto& tokens = result.sequences[i].tokens;
+      seq.insert(seq.end(), tokens.begin(), tokens.end());
+      SPECD_CHECK(static_cast<int64_t>(seq.size()) == length, "teacher text: sequence of ",
+                  seq.size(), " tokens, expected ", length);
+      sequences.push_back(std::move(seq));
+    }
+    std::fprintf(stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s",
+                 ::isatty(2) ? "\r" : "", static_cast<long long>(sequences.size()),
+                 static_cast<long long>(n_sequences),
+                 sequences.size() * (length - kPrefix) / (timer.ElapsedMs() / 1000.0),
+                 ::isatty(2) ? "" : "\n");
+  }
+  std::fprintf(stderr, "\n");
+  if (!cache_path.empty()) {
+    const std::string tmp = cache_path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    SPECD_CHECK(f != nullptr, "cannot write ", tmp);
+    for (const auto& seq : sequences) std::fwrite(seq.data(), sizeof(int32_t), seq.size(), f);
+    SPECD_CHECK(std::fclose(f) == 0, "cannot write ", tmp);
+    fs::rename(tmp, cache_path);
+  }
+  return sequences;
 }
 
 double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
@@ -130,6 +223,15 @@ TrainResult Train(const TrainOptions& o) {
                corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
                valid_stream.size(), static_cast<unsigned long long>(corpus.fingerprint));
 
+  // Teacher text comes first, before LibTorch starts its own threads: specd's spinning pool
+  // runs several times slower next to them on 2 cores.
+  std::vector<std::vector<int32_t>> teacher_text;
+  if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
+    if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
+    teacher_text =
+        TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
+                    o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin");
+  }
   Llama model(o.shape);
   Llama teacher{nullptr};
   if (!o.teacher.empty()) {
@@ -210,7 +312,9 @@ TrainResult Train(const TrainOptions& o) {
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
     }
-    auto [x, y] = SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
+    auto [x, y] = !teacher_text.empty() && step % 2 == 1
+                      ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
+                      : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
     torch::Tensor logits, teacher_logits;
     {
       Autocast autocast(o.bf16);

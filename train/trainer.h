@@ -29,6 +29,11 @@ struct TrainOptions {
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   double distill_alpha = 0.9;  // weight of the KL term when distilling (rest: cross-entropy)
+  // Tokens of text written by the teacher itself (specd's engine continues prompts from the
+  // training files); every other step then trains on it. The draft sees what the target
+  // writes, which is what speculative decoding asks it to predict (sequence-level / on-policy
+  // distillation as in DistillSpec). 0: corpus only.
+  int64_t teacher_text_tokens = 0;
   int checkpoint_every = 200;
   int eval_every = 500;
   int eval_windows = 64;

@@ -145,9 +145,12 @@ int RunGenerate(const GenerateOptions& options) {
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
   SpeculativeOptions spec_options;
-  spec_options.adaptive = o.draft_max <= 0;
-  spec_options.draft_max = spec_options.adaptive ? 7 : o.draft_max;
+  spec_options.cost_aware = o.draft_auto;
+  spec_options.adaptive = !o.draft_auto && o.draft_max <= 0;
+  spec_options.draft_max = o.draft_max > 0 ? o.draft_max : (o.draft_auto ? 8 : 7);
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
+  const char* draft_policy =
+      spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
   auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0)});
   std::unique_ptr<KvCache> draft_kv;
   if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1});
@@ -245,6 +248,8 @@ int RunGenerate(const GenerateOptions& options) {
       }
       summary["draft_max"] = spec_options.draft_max;
       summary["draft_adaptive"] = spec_options.adaptive;
+      summary["draft_policy"] = draft_policy;
+      summary["n_plain_steps"] = stats.n_plain_steps;
       summary["n_drafted"] = stats.n_drafted;
       summary["n_accepted"] = stats.n_accepted;
       summary["acceptance_rate"] = stats.acceptance_rate();
@@ -265,13 +270,13 @@ int RunGenerate(const GenerateOptions& options) {
                  ptl_last, ptl_all);
     if (draft) {
       std::fprintf(stderr,
-                   "draft %s, K%s%d: acceptance %.3f (%lld of %lld), mean accepted length %.2f, "
-                   "draft %.1f ms, verify %.1f ms\n",
-                   o.draft_model.c_str(), spec_options.adaptive ? " from " : "=",
-                   spec_options.draft_max, stats.acceptance_rate(),
-                   static_cast<long long>(stats.n_accepted),
+                   "draft %s, K %s %d: acceptance %.3f (%lld of %lld), mean accepted length "
+                   "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
+                   o.draft_model.c_str(), draft_policy, spec_options.draft_max,
+                   stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
                    static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
-                   stats.t_draft_ms, stats.t_verify_ms);
+                   stats.t_draft_ms, stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
+                   static_cast<long long>(stats.n_steps));
     }
   }
   return 0;

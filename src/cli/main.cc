@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   generate->add_flag_callback(
       "--draft-adaptive", [&gen] { gen.draft_max = 0; },
       "adapt the draft length (BASS Algorithm 1; the default)");
+  generate->add_flag("--draft-auto", gen.draft_auto,
+                     "choose the draft length from measured costs and acceptance, 0 (plain "
+                     "steps) when speculation does not pay; --draft-max caps it (default 8)");
   generate->add_option("--prompts", gen.prompts_file, "JSON lines, one sequence per prompt");
   generate
       ->add_option("--time-budget-ms", gen.time_budget_ms,

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "decode/draft_policy.h"
 #include "sampling/sampler.h"
 #include "verify/verify.h"
 
@@ -14,6 +15,7 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   n_drafted += o.n_drafted;
   n_accepted += o.n_accepted;
   n_steps += o.n_steps;
+  n_plain_steps += o.n_plain_steps;
   if (accepted_at_position.size() < o.accepted_at_position.size()) {
     accepted_at_position.resize(o.accepted_at_position.size());
     drafted_at_position.resize(o.drafted_at_position.size());
@@ -82,8 +84,13 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
                                    SpeculativeStats* stats, VerifyFunction verify) {
   CheckDraftCompatible(target, draft);
   ValidateSamplingParams(request.sampling);
-  const int k_limit = o.adaptive ? o.l_limit : o.draft_max;
+  int k_limit = o.adaptive ? o.l_limit : o.draft_max;
+  for (int k : o.schedule) {
+    SPECD_CHECK(k >= 0 && k <= 64, "scheduled draft lengths must be in 0..64, got ", k);
+    k_limit = std::max(k_limit, k);
+  }
   SPECD_CHECK(o.draft_max >= 1 && k_limit >= 1 && k_limit <= 64, "draft length must be in 1..64");
+  SPECD_CHECK(!(o.adaptive && o.cost_aware), "choose one draft-length policy");
   const bool greedy = request.sampling.greedy();
   const auto prompts = SequencePrompts(request);
   const int n_seq = static_cast<int>(prompts.size());
@@ -180,6 +187,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
 
   int draft_length = o.draft_max;
   int decreasing = 0;
+  CostAwareDraftLength cost_policy(o.draft_max);
   std::vector<int> active, rows_of, accepted_now;
   while (true) {
     active.clear();
@@ -191,6 +199,13 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       for (int b : active) result.sequences[b].finish_reason = "budget";
       break;
     }
+
+    if (!o.schedule.empty()) {
+      draft_length = o.schedule[local.n_steps % o.schedule.size()];
+    } else if (o.cost_aware) {
+      draft_length = cost_policy.Next(static_cast<int>(active.size()));
+    }
+    if (draft_length == 0) ++local.n_plain_steps;
 
     // Draft: one draft forward per position over every sequence still drafting.
     Timer draft_timer;
@@ -216,7 +231,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
         }
         rows_of.push_back(b);
       }
+      Timer forward_timer;
       draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
+      cost_policy.ObserveDraftForward(static_cast<int>(batch.size()), forward_timer.ElapsedMs());
       for (size_t r = 0; r < rows_of.size(); ++r) {
         const int b = rows_of[r];
         State& s = st[b];
@@ -246,6 +263,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     }
     target.Forward(ctx, batch, target_kv, request.attention, &logits);
     local.t_verify_ms += verify_timer.ElapsedMs();
+    cost_policy.ObserveTargetForward(static_cast<int>(batch.size()), verify_timer.ElapsedMs());
     ++local.n_steps;
 
     accepted_now.clear();
@@ -299,6 +317,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       }
       local.n_drafted += s.k_step;
       local.n_accepted += accepted;
+      cost_policy.ObserveAcceptance(s.k_step, accepted);
       accepted_now.push_back(accepted);
       if (done) {
         s.done = true;

@@ -10,7 +10,8 @@
 // step and finishes on its own; each draft step is one draft forward over all unfinished
 // sequences and each verification one target forward over all of their [last, drafts] rows
 // (ragged KV lengths, PAD or SPLIT attention). The draft length is fixed or adapted by BASS's
-// Algorithm 1.
+// Algorithm 1, or chosen from measured costs and acceptance (draft_policy.h), which may turn
+// drafting off (K = 0) when it does not pay.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct SpeculativeStats {
   int64_t n_drafted = 0;
   int64_t n_accepted = 0;
   int64_t n_steps = 0;                        // verification forwards
+  int64_t n_plain_steps = 0;                  // of which without drafts (cost-aware K = 0)
   std::vector<int64_t> accepted_at_position;  // [K]: drafts accepted at position i
   std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
   double t_draft_ms = 0.0;
@@ -39,8 +41,13 @@ struct SpeculativeStats {
 };
 
 struct SpeculativeOptions {
-  int draft_max = 4;      // fixed draft length, or the starting one (l0) when adaptive
-  bool adaptive = false;  // BASS Algorithm 1
+  int draft_max = 4;        // fixed draft length, the starting one (l0) when adaptive, the cap
+                            // when cost-aware
+  bool adaptive = false;    // BASS Algorithm 1
+  bool cost_aware = false;  // CostAwareDraftLength (draft_policy.h): K in 0..draft_max
+  // Draft lengths step by step (cycled; 0 = a plain step), overriding the policies above: for
+  // tests and experiments that need a known sequence of lengths.
+  std::vector<int> schedule;
   int l_incre = 2;
   int l_mod = 10;
   int l_limit = 32;

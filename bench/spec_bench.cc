@@ -97,14 +97,16 @@ std::string Svg(const std::vector<int>& batches,
     std::snprintf(label, sizeof(label), "%.2f", y);
     s << "<text x='5' y='" << y_of(y) + 4 << "'>" << label << "</text>\n";
   }
-  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"};
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#1f77b4", "#ff7f0e", "#2ca02c"};
   for (size_t k = 0; k < series.size(); ++k) {
-    s << "<polyline fill='none' stroke-width='2' stroke='" << colors[k % 4] << "' points='";
+    // Greedy solid, sampled dashed.
+    s << "<polyline fill='none' stroke-width='2' stroke='" << colors[k % 6] << "'"
+      << (k >= 3 ? " stroke-dasharray='6,4'" : "") << " points='";
     for (size_t i = 0; i < series[k].second.size(); ++i) {
       s << x_of(i) << "," << y_of(series[k].second[i]) << " ";
     }
     s << "'/>\n<text x='" << w - right + 10 << "' y='" << top + 20 * k + 10 << "' fill='"
-      << colors[k % 4] << "'>" << series[k].first << "</text>\n";
+      << colors[k % 6] << "'>" << series[k].first << "</text>\n";
   }
   s << "<text x='" << (left + w - right) / 2 - 30 << "' y='" << h - 10
     << "'>batch size</text>\n</svg>\n";
@@ -142,13 +144,15 @@ void RunSpecBench(const SpecBenchOptions& o) {
   report["draft"] = o.draft;
   std::ostringstream md;
   md << "Speculative decoding benchmark, " << date << ", " << o.threads << " threads, "
-     << o.n_predict << " new tokens per sequence, one Python prompt per sequence\n\n"
-     << "| sampling | batch | plain tok/s | spec tok/s | draft | acceptance | ptl first (ms) | "
-        "ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
+     << o.n_predict << " new tokens per sequence, one Python prompt per sequence, median of "
+     << o.reps << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
+     << "length (chosen in hindsight) and `auto`, the cost-aware policy (chosen online).\n\n"
+     << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "
+        "(ms) | ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::pair<std::string, std::vector<double>>> series;
   for (const Setting& setting : settings) {
-    std::vector<double> plain_ptl, spec_ptl;
+    std::vector<double> plain_ptl, spec_ptl, auto_ptl;
     for (int batch : o.batches) {
       GenerateRequest request;
       request.prompts.assign(prompts.begin(),
@@ -161,68 +165,106 @@ void RunSpecBench(const SpecBenchOptions& o) {
       request.n_predict = o.n_predict;
       request.sampling = setting.params;
       request.stop_at_eos = false;
-      Run plain;
-      plain.ptl_all = 1e300;
-      for (int rep = 0; rep < o.reps; ++rep) {
-        const Run r = Measure(GenerateAutoregressive(*target, ctx, *target_kv, request), nullptr);
-        if (r.ptl_all < plain.ptl_all) plain = r;
-      }
-      // Speculative: adaptive and each fixed length; keep the fastest (all-sequence latency).
-      Run best;
-      best.ptl_all = 1e300;
-      std::string best_name;
-      std::vector<SpeculativeOptions> candidates;
-      SpeculativeOptions adaptive;
-      adaptive.adaptive = true;
-      adaptive.draft_max = 7;
-      candidates.push_back(adaptive);
+      // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy. Plain decoding
+      // and every candidate run round-robin, rep by rep, so that a slow phase of this shared
+      // machine hits them alike; each is summarized by its median run (all-sequence latency).
+      struct Candidate {
+        std::string name;
+        SpeculativeOptions options;
+        std::vector<Run> runs;
+        Run median;
+      };
+      std::vector<Candidate> candidates;
       for (int k : o.draft_lengths) {
-        SpeculativeOptions fixed;
-        fixed.draft_max = k;
-        candidates.push_back(fixed);
+        Candidate c{"K=" + std::to_string(k), {}, {}, {}};
+        c.options.draft_max = k;
+        candidates.push_back(c);
       }
-      for (const SpeculativeOptions& c : candidates) {
-        for (int rep = 0; rep < o.reps; ++rep) {
+      Candidate adaptive{"adaptive", {}, {}, {}};
+      adaptive.options.adaptive = true;
+      adaptive.options.draft_max = 7;
+      candidates.push_back(adaptive);
+      Candidate automatic{"auto", {}, {}, {}};
+      automatic.options.cost_aware = true;
+      automatic.options.draft_max = 8;
+      candidates.push_back(automatic);
+      std::vector<Run> plain_runs;
+      std::vector<double> auto_plain_share;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        plain_runs.push_back(
+            Measure(GenerateAutoregressive(*target, ctx, *target_kv, request), nullptr));
+        for (Candidate& c : candidates) {
           SpeculativeStats stats;
-          const Run r = Measure(
-              GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, request, c, &stats),
-              &stats);
-          if (r.ptl_all < best.ptl_all) {
-            best = r;
-            best_name = c.adaptive ? "adaptive" : "K=" + std::to_string(c.draft_max);
+          c.runs.push_back(Measure(GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv,
+                                                       request, c.options, &stats),
+                                   &stats));
+          if (c.options.cost_aware) {
+            auto_plain_share.push_back(stats.n_steps ? double(stats.n_plain_steps) / stats.n_steps
+                                                     : 0.0);
           }
         }
       }
+      auto median = [](std::vector<Run> runs) {
+        std::sort(runs.begin(), runs.end(),
+                  [](const Run& a, const Run& b) { return a.ptl_all < b.ptl_all; });
+        return runs[runs.size() / 2];
+      };
+      const Run plain = median(plain_runs);
+      for (Candidate& c : candidates) c.median = median(c.runs);
+      // The best fixed or adaptive setting for this batch (chosen in hindsight), and the
+      // cost-aware policy (chosen online, no hindsight).
+      const Candidate* best = nullptr;
+      for (const Candidate& c : candidates) {
+        if (c.options.cost_aware) continue;
+        if (best == nullptr || c.median.ptl_all < best->median.ptl_all) best = &c;
+      }
+      std::sort(auto_plain_share.begin(), auto_plain_share.end());
+      const double plain_share = auto_plain_share[auto_plain_share.size() / 2];
+      const Candidate& chosen_online = candidates.back();
       plain_ptl.push_back(plain.ptl_all);
-      spec_ptl.push_back(best.ptl_all);
-      char line[512];
-      std::snprintf(
-          line, sizeof(line),
-          "| %s | %d | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx |\n",
-          setting.name, batch, plain.tokens_per_s, best.tokens_per_s, best_name.c_str(),
-          best.acceptance, best.ptl_first, best.ptl_last, best.ptl_all,
-          plain.ptl_first / best.ptl_first, plain.ptl_last / best.ptl_last,
-          plain.ptl_all / best.ptl_all);
-      md << line;
-      std::fprintf(stderr, "[bench spec] %s", line);
-      report["runs"].push_back({{"sampling", setting.name},
-                                {"batch", batch},
-                                {"plain",
-                                 {{"tokens_per_s", plain.tokens_per_s},
-                                  {"ptl_first_ms", plain.ptl_first},
-                                  {"ptl_last_ms", plain.ptl_last},
-                                  {"ptl_all_ms", plain.ptl_all}}},
-                                {"speculative",
-                                 {{"draft", best_name},
-                                  {"tokens_per_s", best.tokens_per_s},
-                                  {"acceptance_rate", best.acceptance},
-                                  {"mean_accepted_length", best.mean_accepted_length},
-                                  {"ptl_first_ms", best.ptl_first},
-                                  {"ptl_last_ms", best.ptl_last},
-                                  {"ptl_all_ms", best.ptl_all}}}});
+      spec_ptl.push_back(best->median.ptl_all);
+      auto_ptl.push_back(chosen_online.median.ptl_all);
+      nlohmann::json entry = {{"sampling", setting.name},
+                              {"batch", batch},
+                              {"plain",
+                               {{"tokens_per_s", plain.tokens_per_s},
+                                {"ptl_first_ms", plain.ptl_first},
+                                {"ptl_last_ms", plain.ptl_last},
+                                {"ptl_all_ms", plain.ptl_all}}}};
+      for (const Candidate& c : candidates) {
+        const Run& r = c.median;
+        char line[512];
+        std::string label = c.name;
+        if (&c == best) label += " (best)";
+        if (c.options.cost_aware) {
+          char share[64];
+          std::snprintf(share, sizeof(share), " (%.0f%% plain steps)", 100.0 * plain_share);
+          label += share;
+        }
+        entry["speculative"].push_back({{"draft", c.name},
+                                        {"tokens_per_s", r.tokens_per_s},
+                                        {"acceptance_rate", r.acceptance},
+                                        {"mean_accepted_length", r.mean_accepted_length},
+                                        {"ptl_first_ms", r.ptl_first},
+                                        {"ptl_last_ms", r.ptl_last},
+                                        {"ptl_all_ms", r.ptl_all},
+                                        {"speedup_all", plain.ptl_all / r.ptl_all}});
+        if (&c != best && !c.options.cost_aware) continue;
+        std::snprintf(
+            line, sizeof(line),
+            "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",
+            setting.name, batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s, r.acceptance,
+            r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
+            plain.ptl_last / r.ptl_last, plain.ptl_all / r.ptl_all);
+        md << line;
+        std::fprintf(stderr, "[bench spec] %s", line);
+      }
+      entry["auto_plain_step_share"] = plain_share;
+      report["runs"].push_back(entry);
     }
     series.push_back({std::string("plain, ") + setting.name, plain_ptl});
-    series.push_back({std::string("spec, ") + setting.name, spec_ptl});
+    series.push_back({std::string("best K, ") + setting.name, spec_ptl});
+    series.push_back({std::string("auto, ") + setting.name, auto_ptl});
   }
   std::printf("%s", md.str().c_str());
   std::filesystem::create_directories(o.out_dir);

@@ -13,10 +13,10 @@ struct SpecBenchOptions {
   std::string target;  // default: the shipped pair
   std::string draft;
   std::vector<int> batches = {1, 2, 4, 8, 16};
-  std::vector<int> draft_lengths = {1, 2, 3, 4, 6};  // fixed lengths tried besides adaptive
+  std::vector<int> draft_lengths = {1, 2, 3, 4, 6};  // fixed lengths tried besides the policies
   int n_predict = 64;
   int threads = 2;
-  int reps = 2;  // each configuration; the best (lowest latency) run is kept
+  int reps = 3;  // runs of each configuration, round-robin; the median is reported
   std::string out_dir = "bench/results";
 };
 

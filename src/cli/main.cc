@@ -1,6 +1,9 @@
 // The `specd` command line.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,11 +18,34 @@
 #include "cli/commands.h"
 #include "model/model.h"
 #include "model/synth.h"
-#ifdef SPECD_HAVE_TRAIN
-#include "train/train_command.h"
-#endif
+
+namespace {
+
+// `specd train ...` runs the `specd-train` executable next to this one: LibTorch takes ~0.4 s
+// to load, which every other command would pay if it were linked in here.
+int RunTrainExecutable(int argc, char** argv) {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::filesystem::path trainer =
+      (error ? std::filesystem::path(argv[0]).parent_path() : self.parent_path()) / "specd-train";
+  if (!std::filesystem::exists(trainer)) {
+    std::fprintf(stderr,
+                 "error: `specd train` needs %s, which is built only when LibTorch is installed "
+                 "(Debian: libtorch-dev; then rebuild)\n",
+                 trainer.c_str());
+    return 1;
+  }
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(nullptr);
+  ::execv(trainer.c_str(), args.data());
+  std::fprintf(stderr, "error: cannot run %s\n", trainer.c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "train") return RunTrainExecutable(argc, argv);
   using namespace specd;
   using namespace specd::cli;
   CLI::App app{"specd: speculative decoding inference engine for GGUF Llama-family models"};
@@ -155,12 +181,9 @@ int main(int argc, char** argv) {
   bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
       ->check(CLI::Range(1, 100));
 
-#ifdef SPECD_HAVE_TRAIN
-  const std::function<int()> run_train = specd::train::AddTrainCommands(app);
-#else
-  auto* train_missing = app.add_subcommand("train", "(unavailable: built without LibTorch)");
-  train_missing->allow_extras();
-#endif
+  // Listed for --help; handled before parsing by RunTrainExecutable.
+  app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
+      ->allow_extras();
 
   // llama.cpp spells the draft model -md; CLI11 takes one-letter short options only.
   std::vector<std::string> args;
@@ -186,15 +209,6 @@ int main(int argc, char** argv) {
     }
     if (*info) return RunInfo(info_model);
     if (*tokenize) return RunTokenize(tok);
-#ifdef SPECD_HAVE_TRAIN
-    if (app.got_subcommand("train")) return run_train();
-#else
-    if (*train_missing) {
-      Fail(
-          "this specd was built without LibTorch: install libtorch-dev and libsentencepiece-dev, "
-          "then rebuild, to use `specd train`");
-    }
-#endif
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_spec) {
       if (sb.target.empty()) sb.target = DefaultTargetModel();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -64,6 +65,23 @@ TEST(Sampling, TemperatureSharpensAndGreedyIsArgmax) {
   EXPECT_NEAR(hot[0] + hot[1] + hot[2], 1.0, 1e-6);
   EXPECT_EQ(SampleToken(logits, {0.0f, 0, 1.0f, 0}, {}), 1);
   EXPECT_EQ(Argmax(std::vector<float>{3.0f, 7.0f, 7.0f}), 1);
+}
+
+TEST(Sampling, ArgmaxIsTheFirstMaximumAtAnyPosition) {
+  // Sizes around the 64-wide blocks of the vectorized search; the maximum placed everywhere,
+  // sometimes twice (the first one wins).
+  for (int n : {1, 63, 64, 65, 200, 4096}) {
+    for (int at = 0; at < n; at += std::max(1, n / 17)) {
+      std::vector<float> x(n);
+      for (int i = 0; i < n; ++i) x[i] = std::sin(i * 1.3f);  // all < 2
+      x[at] = 2.0f;
+      if (at + 5 < n) x[at + 5] = 2.0f;
+      EXPECT_EQ(Argmax(x), at) << "n " << n;
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(Argmax(std::vector<float>{nan, 1.0f, nan, 3.0f}), 3);  // NaN never wins
+  EXPECT_EQ(Argmax(std::vector<float>{nan, nan}), 0);
 }
 
 TEST(Sampling, SeededSamplingReproducesAndStreamsDiffer) {

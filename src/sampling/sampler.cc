@@ -17,14 +17,6 @@ void ValidateSamplingParams(const SamplingParams& p) {
               "--top-p must be in (0, 1], got ", p.top_p);
 }
 
-int32_t Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
-}
-
 namespace {
 
 // exp(x) in float, branch-free so that the loops below vectorize (one clone per ISA): x = n ln2
@@ -73,7 +65,32 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float MaxScaled(con
   return max;
 }
 
+// Index of the first element equal to `value`, or -1.
+__attribute__((target_clones("avx512f", "avx2", "default"))) int64_t FindFirst(const float* x,
+                                                                               int64_t n,
+                                                                               float value) {
+  // Blocks of 64 compare without branches (vectorized); the block holding it is then scanned.
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    int hits = 0;
+    for (int j = 0; j < 64; ++j) hits += x[i + j] == value;
+    if (hits != 0) break;
+  }
+  for (; i < n; ++i) {
+    if (x[i] == value) return i;
+  }
+  return -1;
+}
+
 }  // namespace
+
+int32_t Argmax(std::span<const float> logits) {
+  // Two vectorized passes (the maximum, then its first position) instead of a dependent
+  // compare chain: ties still go to the lowest id.
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const int64_t at = FindFirst(logits.data(), n, MaxScaled(logits.data(), n, 1.0f));
+  return at < 0 ? 0 : static_cast<int32_t>(at);  // -1: no comparable value (all NaN)
+}
 
 std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const SamplingParams& params) {
   SPECD_CHECK(!logits.empty(), "cannot sample from an empty vocabulary");

@@ -58,10 +58,21 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double ExpWeights(
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) float MaxScaled(const float* logits,
-                                                                             int64_t n,
-                                                                             float inv_t) {
+                                                                               int64_t n,
+                                                                               float inv_t) {
+  // 16 running maxima written as (v > m ? v : m), the form that compiles to vector max.
+  float lane[16];
+  for (float& m : lane) m = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      const float v = logits[i + j] * inv_t;
+      lane[j] = v > lane[j] ? v : lane[j];
+    }
+  }
   float max = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, logits[i] * inv_t);
+  for (; i < n; ++i) max = std::max(max, logits[i] * inv_t);
+  for (float m : lane) max = std::max(max, m);
   return max;
 }
 

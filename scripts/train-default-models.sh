@@ -22,10 +22,15 @@ target_args=(--corpus "$corpus" --tokenizer models/specd-tokenizer.gguf
 # Re-export the finished checkpoint as q8_0 (the shipped file).
 "$specd" train model "${target_args[@]}" --type q8_0 -o models/specd-target-q8_0.gguf
 
-# 3. Draft: 1.7M parameters, wide and shallow, distilled from the shipped target.
+# 3. Draft: 1.7M parameters, wide and shallow, distilled from the shipped target in two phases on
+#    one checkpoint: 2 epochs of token-level distillation on the corpus, then on to 3.5 epochs
+#    with every other step on 1M tokens of text the target writes itself (--teacher-text,
+#    generated once by specd's engine and cached in the checkpoint folder).
 draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
   --tokenizer models/specd-tokenizer.gguf
-  --dim 192 --layers 2 --heads 3 --kv-heads 3 --ffn 576 --ctx 256 --batch 8 --epochs 2
+  --dim 192 --layers 2 --heads 3 --kv-heads 3 --ffn 576 --ctx 256 --batch 8
   --lr 2e-3 --warmup 100 --checkpoint checkpoints/draft --checkpoint-every 200 --eval-every 400
-  --name specd-draft-2m)
-"$specd" train draft "${draft_args[@]}" --type f16 -o models/specd-draft-f16.gguf
+  --name specd-draft-2m --type q8_0)
+"$specd" train draft "${draft_args[@]}" --epochs 2 -o checkpoints/specd-draft-2ep-q8_0.gguf
+"$specd" train draft "${draft_args[@]}" --epochs 3.5 --teacher-text 1000000 \
+  -o models/specd-draft-q8_0.gguf

@@ -52,7 +52,7 @@ std::string ShippedModel(const char* file) {
 }  // namespace
 
 std::string DefaultTargetModel() { return ShippedModel("specd-target-q8_0.gguf"); }
-std::string DefaultDraftModel() { return ShippedModel("specd-draft-f16.gguf"); }
+std::string DefaultDraftModel() { return ShippedModel("specd-draft-q8_0.gguf"); }
 
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;

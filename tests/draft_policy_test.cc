@@ -37,16 +37,21 @@ TEST(CostAwareDraftLength, TurnsDraftingOffWhenVerificationCostsAsMuchAsPlainSte
   int plain = 0, probes = 0;
   Settle(
       policy, 4, [](int n) { return 0.1 * n; }, 0.05, 0.7, 10);
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < 128; ++i) {
     const int k = policy.Next(4);
     (k == 0 ? plain : probes) += 1;
     for (int j = 0; j < k; ++j) policy.ObserveDraftForward(4, 0.05);
     policy.ObserveTargetForward(4 * (k + 1), 0.1 * 4 * (k + 1));
     for (int s = 0; s < 4; ++s) policy.ObserveAcceptance(k, k == 0 ? 0 : static_cast<int>(0.7 * k));
   }
-  EXPECT_GE(plain, 56);
+  EXPECT_GE(plain, 120);
   EXPECT_GE(probes, 2);  // K = 1 is probed now and then so the estimates stay current
-  EXPECT_LE(probes, 8);
+  EXPECT_LE(probes, 4);  // less and less often
+  // No probing when the request is about to end.
+  CostAwareDraftLength ending(8);
+  Settle(
+      ending, 4, [](int n) { return 0.1 * n; }, 0.05, 0.7, 10);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(ending.Next(4, /*remaining_tokens=*/8), 0) << i;
 }
 
 TEST(CostAwareDraftLength, PicksAnInteriorLengthForAffineCosts) {
@@ -56,6 +61,28 @@ TEST(CostAwareDraftLength, PicksAnInteriorLengthForAffineCosts) {
       policy, 1, [](int n) { return 1.0 + 0.25 * n; }, 0.1, 0.8, 60);
   EXPECT_GE(k, 2);
   EXPECT_LE(k, 5);
+}
+
+TEST(CostAwareDraftLength, RealizedRatesOverrideABiasedModel) {
+  CostAwareDraftLength policy(4);
+  // The forward costs say drafting pays (flat verification, cheap draft, high acceptance)...
+  Settle(
+      policy, 2, [](int) { return 1.0; }, 0.01, 0.9, 5);
+  EXPECT_GT(policy.Next(2), 0);
+  // ...but whole steps show otherwise: plain steps commit 2 tokens per ms, drafting steps
+  // (whatever K) 1.5. After two observations of each, the realized rates decide.
+  for (int k = 0; k <= 4; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      policy.ObserveStep(2, k, 1.0, 0.9, k == 0 ? 4 : 3, /*catch_up=*/false);
+    }
+  }
+  EXPECT_EQ(policy.Next(2), 0);
+  // Steps where the draft caught up on skipped tokens do not count as typical.
+  CostAwareDraftLength other(4);
+  Settle(
+      other, 2, [](int) { return 1.0; }, 0.01, 0.9, 5);
+  for (int k = 1; k <= 4; ++k) other.ObserveStep(2, k, 10.0, 9.0, 1, /*catch_up=*/true);
+  EXPECT_GT(other.Next(2), 0);
 }
 
 TEST(CostAwareDraftLength, AcceptanceIsTheGeometricEstimate) {

@@ -67,6 +67,45 @@ TEST(Sampling, TemperatureSharpensAndGreedyIsArgmax) {
   EXPECT_EQ(Argmax(std::vector<float>{3.0f, 7.0f, 7.0f}), 1);
 }
 
+// The kept set by the definition: sort everything, cut at k, then at the top-p prefix.
+std::set<int32_t> KeptByDefinition(const std::vector<float>& logits, const SamplingParams& p) {
+  std::vector<std::pair<double, int32_t>> all;
+  double max = -1e300;
+  for (float l : logits) max = std::max(max, double(l) / p.temperature);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    all.push_back({std::exp(double(logits[i]) / p.temperature - max), static_cast<int32_t>(i)});
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  if (p.top_k > 0 && p.top_k < static_cast<int>(all.size())) all.resize(p.top_k);
+  double total = 0.0;
+  for (const auto& [w, t] : all) total += w;
+  std::set<int32_t> kept;
+  double cumulative = 0.0;
+  for (const auto& [w, t] : all) {
+    kept.insert(t);
+    cumulative += w / total;
+    if (p.top_p < 1.0f && cumulative >= p.top_p) break;
+  }
+  return kept;
+}
+
+TEST(Sampling, KeptSetsMatchTheDefinitionOnALargeVocabulary) {
+  // Peaked, flat and in-between distributions over 4096 tokens: the candidate threshold must
+  // fall back correctly when few tokens carry little mass.
+  for (float spread : {0.01f, 1.0f, 4.0f, 12.0f}) {
+    std::vector<float> logits(4096);
+    for (int i = 0; i < 4096; ++i) logits[i] = spread * std::sin(i * 2.7f + std::cos(i * 0.3f));
+    for (SamplingParams p : {SamplingParams{1.0f, 0, 0.95f, 0}, SamplingParams{0.2f, 0, 0.95f, 0},
+                             SamplingParams{1.0f, 40, 1.0f, 0}, SamplingParams{0.7f, 50, 0.9f, 0},
+                             SamplingParams{1.5f, 3000, 0.99f, 0}}) {
+      EXPECT_EQ(KeptSet(logits, p), KeptByDefinition(logits, p))
+          << "spread " << spread << " t " << p.temperature << " k " << p.top_k << " p " << p.top_p;
+    }
+  }
+}
+
 TEST(Sampling, ArgmaxIsTheFirstMaximumAtAnyPosition) {
   // Sizes around the 64-wide blocks of the vectorized search; the maximum placed everywhere,
   // sometimes twice (the first one wins).

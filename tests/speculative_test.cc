@@ -73,7 +73,7 @@ TEST(SpeculativeGreedy, IdenticalDraftIsAcceptedCompletely) {
   EXPECT_EQ(spec.sequences[0].tokens, plain.sequences[0].tokens);
   EXPECT_EQ(stats.n_accepted, stats.n_drafted);
   EXPECT_DOUBLE_EQ(stats.acceptance_rate(), 1.0);
-  EXPECT_EQ(stats.n_steps, 9);  // 41 tokens at 5 per step (4 drafts + bonus)
+  EXPECT_EQ(stats.n_steps, 8);  // the first of 41 tokens from the prompt, then 5 per step
 }
 
 TEST(SpeculativeGreedy, MismatchedVocabularyIsRefused) {
@@ -160,8 +160,10 @@ double ChiSquarePValue(const std::vector<double>& expected_probs,
   return GammaQ((cells - 1) / 2.0, chi2 / 2.0);
 }
 
-// The exact joint distribution of the first two generated tokens under the target's processed
-// distribution: [n_vocab * n_vocab], index x1 * n_vocab + x2.
+// The exact joint distribution of the second and third generated tokens under the target's
+// processed distribution, the first marginalized out: [n_vocab * n_vocab], index x2 * n_vocab +
+// x3. (The first token comes from the prompt's own forward, as in plain decoding; the next two
+// are the ones speculation produces.)
 std::vector<double> ExactTwoTokenDistribution(Model& target, const KernelContext& ctx,
                                               const std::vector<int32_t>& prompt,
                                               const SamplingParams& params) {
@@ -180,10 +182,18 @@ std::vector<double> ExactTwoTokenDistribution(Model& target, const KernelContext
   const auto first = run(prompt);
   for (int64_t x1 = 0; x1 < v; ++x1) {
     if (first[x1] == 0) continue;
-    auto extended = prompt;
-    extended.push_back(static_cast<int32_t>(x1));
-    const auto second = run(extended);
-    for (int64_t x2 = 0; x2 < v; ++x2) joint[x1 * v + x2] = double(first[x1]) * second[x2];
+    auto with_x1 = prompt;
+    with_x1.push_back(static_cast<int32_t>(x1));
+    const auto second = run(with_x1);
+    for (int64_t x2 = 0; x2 < v; ++x2) {
+      if (second[x2] == 0) continue;
+      auto with_x2 = with_x1;
+      with_x2.push_back(static_cast<int32_t>(x2));
+      const auto third = run(with_x2);
+      for (int64_t x3 = 0; x3 < v; ++x3) {
+        joint[x2 * v + x3] += double(first[x1]) * second[x2] * third[x3];
+      }
+    }
   }
   return joint;
 }
@@ -235,17 +245,18 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   for (int s = 0; s < n_samples; ++s) {
     GenerateRequest r;
     r.prompt = prompt;
-    r.n_predict = 2;
+    r.n_predict = 4;
     r.stop_at_eos = false;
     r.sampling = c.params;
     r.sampling.seed = 1000003ull * s + 17;
-    // Draft length 1 puts the first token through the verifier and the second through either
-    // the bonus path or a second verification, so both paths are exercised.
+    // Tokens 2 and 3: with draft length 2 both go through one verification (rejection at either
+    // position, or both accepted); with length 1 token 3 comes from the bonus path or from a
+    // second verification, so every path is exercised.
     const auto out = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r, 1 + s % 2,
                                          &stats, c.verify);
     const auto& t = out.sequences[0].tokens;
-    EXPECT_EQ(t.size(), 2u);
-    if (t.size() == 2) ++counts[t[0] * v + t[1]];
+    EXPECT_EQ(t.size(), 4u);
+    if (t.size() == 4) ++counts[t[1] * v + t[2]];
   }
   // The draft must be neither always accepted nor always rejected, or the test proves little.
   EXPECT_GT(stats.acceptance_rate(), 0.05) << c.name;
@@ -337,6 +348,36 @@ TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
   const auto out =
       GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, shared, 4, nullptr);
   for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[2]) << b;
+}
+
+// Long runs of plain steps make the draft restart from a window of recent tokens instead of
+// reading everything it skipped; the output must not notice.
+TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/7);  // the target's own weights: acceptance stays high
+  const int n = 3;
+  auto target_kv = p.target->NewKvCache({n, 256});
+  auto draft_kv = p.draft->NewKvCache({n, 256});
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(4 + 3 * b, b));
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& prompt : prompts) {
+    expected.push_back(GenerateAutoregressive(*p.target, p.ctx, *target_kv, Greedy(prompt, 180))
+                           .sequences[0]
+                           .tokens);
+  }
+  GenerateRequest r = Greedy({}, 180);
+  r.prompts = prompts;
+  SpeculativeOptions o;
+  o.schedule.assign(80, 0);  // 80 plain steps, then drafting, then 70 plain steps and drafting
+  for (int k : {3, 2, 4}) o.schedule.push_back(k);
+  o.schedule.insert(o.schedule.end(), 70, 0);
+  for (int i = 0; i < 10; ++i) o.schedule.push_back(3);
+  SpeculativeStats stats;
+  const auto out =
+      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, &stats);
+  for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
+  EXPECT_GT(stats.n_accepted, 0);
+  EXPECT_GT(stats.n_plain_steps, 100);
 }
 
 TEST(Bass, SampledBatchReproducesAndSequencesDiffer) {

@@ -10,6 +10,10 @@
 #include "verify/verify.h"
 
 namespace specd {
+namespace {
+// Most tokens a draft reads to catch up after plain steps (see the draft phase).
+constexpr int kDraftCatchUpLimit = 32;
+}  // namespace
 
 void SpeculativeStats::Add(const SpeculativeStats& o) {
   n_drafted += o.n_drafted;
@@ -129,34 +133,45 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     ds.push_back(draft_kv.Acquire());
   }
 
-  // Both caches hold every committed token but the last, which is the next input. Completions
-  // of one prompt encode it once and fork it.
+  // The target reads each whole prompt and gives the first token, as plain decoding does; the
+  // draft reads all but each prompt's last token, which waits in its pending inputs. From then
+  // on both caches hold every committed token but the last, which is the next input.
+  // Completions of one prompt encode it once and fork it.
   const bool shared_prompt = request.prompts.empty();
-  std::vector<float> logits;
+  std::vector<float> logits, first_logits;
   Batch batch;
   const int n_prefill = shared_prompt ? 1 : n_seq;
   for (int b = 0; b < n_prefill; ++b) {
+    for (size_t i = 0; i < prompts[b].size(); ++i) {
+      batch.Add(prompts[b][i], static_cast<int32_t>(i), ts[b], i + 1 == prompts[b].size());
+    }
+  }
+  // The prompt's forwards are the cost-aware policy's first measurements (many rows, the far
+  // end of the cost curves), so it can decide the first step without a trial.
+  CostAwareDraftLength cost_policy(o.draft_max);
+  Timer prefill_timer;
+  target.Forward(ctx, batch, target_kv, request.attention, &first_logits);
+  const int target_prefill_rows = static_cast<int>(batch.size());
+  const double target_prefill_ms = prefill_timer.ElapsedMs();
+  double draft_prefill_ms = 0.0;
+  batch.Clear();
+  for (int b = 0; b < n_prefill; ++b) {
     for (size_t i = 0; i + 1 < prompts[b].size(); ++i) {
-      batch.Add(prompts[b][i], static_cast<int32_t>(i), ts[b], false);
+      batch.Add(prompts[b][i], static_cast<int32_t>(i), ds[b], false);
     }
   }
   if (batch.size() > 0) {
-    target.Forward(ctx, batch, target_kv, request.attention, &logits);
-    for (int64_t r = 0; r < batch.size(); ++r) {
-      for (int b = 0; b < n_prefill; ++b) {
-        if (batch.seq_ids[r] == ts[b]) {
-          batch.seq_ids[r] = ds[b];
-          break;
-        }
-      }
-    }
+    prefill_timer.Reset();
     draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
+    draft_prefill_ms = prefill_timer.ElapsedMs();
   }
+  cost_policy.ObservePrefill(target_prefill_rows, target_prefill_ms, static_cast<int>(batch.size()),
+                             draft_prefill_ms);
   if (shared_prompt) {
-    const int length = static_cast<int>(prompts[0].size()) - 1;
+    const int length = static_cast<int>(prompts[0].size());
     for (int b = 1; b < n_seq; ++b) {
       target_kv.Fork(ts[0], ts[b], length);
-      draft_kv.Fork(ds[0], ds[b], length);
+      draft_kv.Fork(ds[0], ds[b], length - 1);
     }
   }
   result.t_prefill_ms = request_timer.ElapsedMs();
@@ -169,6 +184,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     std::vector<std::vector<float>> draft_probs;  // sampled mode
     int k_step = 0;
     int target_base = 0;
+    int draft_shift = 0;  // target position - draft position of the same token
     bool done = false;
   };
   std::vector<State> st(n_seq);
@@ -184,10 +200,21 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   auto commit = [&](int b, int32_t token, std::span<const float> row) {
     return CommitToken(request, eos, b, token, row, request_timer.ElapsedMs(), &result);
   };
+  // First tokens from the prompt's logits (the same draw as plain decoding's).
+  for (int b = 0; b < n_seq; ++b) {
+    if (st[b].done) continue;
+    const std::span<const float> row(first_logits.data() + (shared_prompt ? 0 : b) * n_vocab,
+                                     n_vocab);
+    const RngKey key{request.sampling.seed, static_cast<uint64_t>(b),
+                     static_cast<uint64_t>(prompts[b].size()), RngPurpose::kSample};
+    const int32_t token = SampleToken(row, request.sampling, key);
+    st[b].done = commit(b, token, row);
+    st[b].last = token;
+    st[b].pending.push_back(token);
+  }
 
   int draft_length = o.draft_max;
   int decreasing = 0;
-  CostAwareDraftLength cost_policy(o.draft_max);
   std::vector<int> active, rows_of, accepted_now;
   while (true) {
     active.clear();
@@ -203,11 +230,21 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     if (!o.schedule.empty()) {
       draft_length = o.schedule[local.n_steps % o.schedule.size()];
     } else if (o.cost_aware) {
-      draft_length = cost_policy.Next(static_cast<int>(active.size()));
+      int remaining = 0;
+      for (int b : active) {
+        remaining = std::max(
+            remaining, request.n_predict - static_cast<int>(result.sequences[b].tokens.size()));
+      }
+      draft_length = cost_policy.Next(static_cast<int>(active.size()), remaining);
     }
     if (draft_length == 0) ++local.n_plain_steps;
 
     // Draft: one draft forward per position over every sequence still drafting.
+    Timer step_timer;
+    double step_forward_ms = 0.0;
+    const int64_t tokens_before = result.n_tokens;
+    bool catch_up = false;
+    for (int b : active) catch_up = catch_up || (draft_length > 0 && st[b].pending.size() > 2);
     Timer draft_timer;
     int k_max = 0;
     for (int b : active) {
@@ -216,6 +253,16 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       const int remaining = request.n_predict - static_cast<int>(result.sequences[b].tokens.size());
       s.k_step = std::min(draft_length, std::max(remaining - 1, 0));
       k_max = std::max(k_max, s.k_step);
+      // After a long run of plain steps the draft would have to read every skipped token, which
+      // costs about as much as having drafted all along. It restarts instead from the last
+      // kDraftCatchUpLimit tokens: a proposer needs no more context to be useful, and RoPE
+      // makes its fresh positions equivalent. Output is unaffected (the target decides).
+      if (s.k_step > 0 && static_cast<int>(s.pending.size()) > kDraftCatchUpLimit) {
+        const int skipped = static_cast<int>(s.pending.size()) - kDraftCatchUpLimit;
+        s.draft_shift += draft_kv.Length(ds[b]) + skipped;
+        draft_kv.Truncate(ds[b], 0);
+        s.pending.erase(s.pending.begin(), s.pending.begin() + skipped);
+      }
     }
     for (int i = 0; i < k_max; ++i) {
       batch.Clear();
@@ -233,7 +280,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       }
       Timer forward_timer;
       draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
-      cost_policy.ObserveDraftForward(static_cast<int>(batch.size()), forward_timer.ElapsedMs());
+      const double forward_ms = forward_timer.ElapsedMs();
+      cost_policy.ObserveDraftForward(static_cast<int>(batch.size()), forward_ms);
+      step_forward_ms += forward_ms;
       for (size_t r = 0; r < rows_of.size(); ++r) {
         const int b = rows_of[r];
         State& s = st[b];
@@ -264,6 +313,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     target.Forward(ctx, batch, target_kv, request.attention, &logits);
     local.t_verify_ms += verify_timer.ElapsedMs();
     cost_policy.ObserveTargetForward(static_cast<int>(batch.size()), verify_timer.ElapsedMs());
+    step_forward_ms += verify_timer.ElapsedMs();
     ++local.n_steps;
 
     accepted_now.clear();
@@ -294,6 +344,13 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
           }
           ++accepted;
         }
+      } else if (s.k_step == 0) {
+        // A plain step: sample from the target row directly (no dense distributions needed).
+        const std::span<const float> row(rows, n_vocab);
+        const RngKey key{request.sampling.seed, static_cast<uint64_t>(b),
+                         static_cast<uint64_t>(s.target_base + 1), RngPurpose::kAccept};
+        next = SampleToken(row, request.sampling, key);
+        done = commit(b, next, row);
       } else {
         for (int i = 0; i <= s.k_step; ++i) {
           target_probs[i] =
@@ -329,7 +386,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       if (s.k_step == 0) {
         s.pending.push_back(next);  // the draft did not run this step
       } else {
-        const int draft_keep = s.target_base + 1 + std::min(accepted, s.k_step - 1);
+        const int draft_keep = s.target_base + 1 + std::min(accepted, s.k_step - 1) - s.draft_shift;
         draft_kv.Truncate(ds[b], std::min(draft_kv.Length(ds[b]), draft_keep));
         s.pending.clear();
         if (accepted == s.k_step) s.pending.push_back(s.drafted[s.k_step - 1]);
@@ -337,6 +394,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       }
       s.last = next;
     }
+    cost_policy.ObserveStep(static_cast<int>(active.size()), draft_length, step_timer.ElapsedMs(),
+                            step_forward_ms, static_cast<int>(result.n_tokens - tokens_before),
+                            catch_up);
     if (o.adaptive) draft_length = NextDraftLength(draft_length, accepted_now, o, &decreasing);
   }
   result.t_decode_ms = decode_timer.ElapsedMs();

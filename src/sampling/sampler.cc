@@ -58,8 +58,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double ExpWeights(
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) float MaxScaled(const float* logits,
-                                                                               int64_t n,
-                                                                               float inv_t) {
+                                                                             int64_t n,
+                                                                             float inv_t) {
   // 16 running maxima written as (v > m ? v : m), the form that compiles to vector max.
   float lane[16];
   for (float& m : lane) m = -std::numeric_limits<float>::infinity();
@@ -111,45 +111,54 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
   std::vector<float> weight(n);
   const double total =
       ExpWeights(logits.data(), n, inv_t, MaxScaled(logits.data(), n, inv_t), weight.data());
-  std::vector<int32_t> order(n);
-  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
   const auto before = [&](int32_t a, int32_t b) {
     return weight[a] != weight[b] ? weight[a] > weight[b] : a < b;
   };
-  // Sorts the `count` most likely tokens (of the first `limit` of order) to the front.
-  const auto sort_front = [&](int64_t count, int64_t limit) {
-    if (count < limit) {
-      std::nth_element(order.begin(), order.begin() + count, order.begin() + limit, before);
-    }
-    std::sort(order.begin(), order.begin() + count, before);
-  };
-
-  int64_t keep = n;
+  const bool top_k = params.top_k > 0 && params.top_k < n;
+  const bool top_p = params.top_p < 1.0f;
+  // Candidates: tokens whose weight (relative to the most likely token's 1) reaches a
+  // threshold. Every other token weighs strictly less than every candidate, so when the
+  // candidates hold k tokens (top-k) and enough mass (top-p), the kept set lies among them and
+  // only they need sorting. Otherwise the threshold drops, down to 0 (every token).
+  float threshold = top_k || top_p ? 1e-3f : 0.0f;
+  std::vector<int32_t> order;
+  order.reserve(n);
+  int64_t keep = 0;
   double kept_total = total;
-  if (params.top_k > 0 && params.top_k < n) {
-    keep = params.top_k;
-    std::nth_element(order.begin(), order.begin() + keep, order.end(), before);
-    kept_total = 0.0;
-    for (int64_t i = 0; i < keep; ++i) kept_total += weight[order[i]];
-  }
-  if (params.top_p < 1.0f) {
-    // Sort a growing prefix until its cumulative probability reaches top_p; a peaked
-    // distribution needs only a few dozen tokens sorted, not the vocabulary.
-    const double target = params.top_p * kept_total;
-    int64_t sorted = std::min<int64_t>(keep, 64);
-    for (;;) {
-      sort_front(sorted, keep);
-      double cumulative = 0.0;
-      int64_t i = 0;
-      while (i < sorted && cumulative < target) cumulative += weight[order[i++]];
-      if (cumulative >= target || sorted == keep) {
-        keep = std::max<int64_t>(i, 1);
-        break;
-      }
-      sorted = std::min(keep, sorted * 4);
+  for (;;) {
+    order.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (weight[i] >= threshold) order.push_back(static_cast<int32_t>(i));
     }
-  } else {
-    sort_front(keep, keep);
+    const int64_t count = static_cast<int64_t>(order.size());
+    bool enough = true;
+    keep = count;
+    kept_total = total;
+    if (top_k) {
+      enough = count >= params.top_k;
+      if (enough) {
+        keep = params.top_k;
+        std::nth_element(order.begin(), order.begin() + keep - 1, order.end(), before);
+        kept_total = 0.0;
+        for (int64_t i = 0; i < keep; ++i) kept_total += weight[order[i]];
+      }
+    }
+    if (enough && top_p && threshold > 0.0f) {
+      double mass = 0.0;
+      for (int64_t i = 0; i < keep; ++i) mass += weight[order[i]];
+      enough = mass >= params.top_p * kept_total;
+    }
+    if (enough || threshold == 0.0f) break;
+    threshold = threshold < 1e-30f ? 0.0f : threshold * 1e-4f;
+  }
+  std::sort(order.begin(), order.begin() + keep, before);
+  if (top_p) {
+    // The shortest sorted prefix whose cumulative probability reaches top_p.
+    const double target = params.top_p * kept_total;
+    double cumulative = 0.0;
+    int64_t i = 0;
+    while (i < keep && cumulative < target) cumulative += weight[order[i++]];
+    keep = std::max<int64_t>(i, 1);
   }
   std::vector<TokenProb> kept(keep);
   double norm = 0.0;

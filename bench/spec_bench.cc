@@ -146,7 +146,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   md << "Speculative decoding benchmark, " << date << ", " << o.threads << " threads, "
      << o.n_predict << " new tokens per sequence, one Python prompt per sequence, median of "
      << o.reps << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
-     << "length (chosen in hindsight) and `auto`, the cost-aware policy (chosen online).\n\n"
+     << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
+     << "cost-aware policy (chosen online; the default).\n\n"
      << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "
         "(ms) | ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -235,10 +236,12 @@ void RunSpecBench(const SpecBenchOptions& o) {
         const Run& r = c.median;
         char line[512];
         std::string label = c.name;
+        if (c.options.adaptive) label = "adaptive";
         if (&c == best) label += " (best)";
         if (c.options.cost_aware) {
           char share[64];
-          std::snprintf(share, sizeof(share), " (%.0f%% plain steps)", 100.0 * plain_share);
+          std::snprintf(share, sizeof(share), " (default; %.0f%% plain steps)",
+                        100.0 * plain_share);
           label += share;
         }
         entry["speculative"].push_back({{"draft", c.name},
@@ -249,7 +252,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
                                         {"ptl_last_ms", r.ptl_last},
                                         {"ptl_all_ms", r.ptl_all},
                                         {"speedup_all", plain.ptl_all / r.ptl_all}});
-        if (&c != best && !c.options.cost_aware) continue;
+        if (&c != best && !c.options.cost_aware && !c.options.adaptive) continue;
         std::snprintf(
             line, sizeof(line),
             "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",

@@ -120,6 +120,19 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
   std::getline(a, la);
   std::getline(b, lb);
   EXPECT_EQ(nlohmann::json::parse(la)["tokens"], nlohmann::json::parse(lb)["tokens"]);
+  // Without a policy flag the draft length is cost-aware; its output is plain greedy's too.
+  const CliRun automatic = RunSpecd("generate" + common + " -md " + draft);
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.out;
+  std::istringstream c(automatic.out);
+  std::string lc;
+  std::getline(c, lc);
+  EXPECT_EQ(nlohmann::json::parse(la)["tokens"], nlohmann::json::parse(lc)["tokens"]);
+  std::getline(c, lc);
+  EXPECT_EQ(nlohmann::json::parse(lc)["draft_policy"], "cost");
+  const CliRun both =
+      RunSpecd("generate" + common + " -md " + draft + " --draft-auto --draft-adaptive");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.out.find("choose one"), std::string::npos) << both.out;
   std::getline(b, lb);
   const auto summary = nlohmann::json::parse(lb);
   EXPECT_EQ(summary["strategy"], "spec");
@@ -139,7 +152,8 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
         << "\n";
   }
   const std::string bass_args = " -n 16 --temp 0 --ignore-eos --json -m " + target;
-  const CliRun bass = RunSpecd("generate --prompts " + prompts + bass_args + " -md " + draft);
+  const CliRun bass =
+      RunSpecd("generate --prompts " + prompts + bass_args + " -md " + draft + " --draft-adaptive");
   ASSERT_EQ(bass.exit_code, 0) << bass.out;
   std::istringstream lines(bass.out);
   std::string line;
@@ -152,6 +166,7 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
   ASSERT_EQ(seqs.size(), 3u);
   EXPECT_EQ(bass_summary["strategy"], "bass");
   EXPECT_EQ(bass_summary["draft_adaptive"], true);
+  EXPECT_EQ(bass_summary["draft_policy"], "adaptive");
   for (const char* k : {"ptl_first_ms", "ptl_last_ms", "ptl_all_ms"})
     EXPECT_TRUE(bass_summary.contains(k));
   const std::vector<std::string> token_lists = {"1,5,9,33", "1,7", "1,12,19,40,41,42"};

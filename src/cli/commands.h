@@ -9,11 +9,12 @@ namespace specd::cli {
 
 struct GenerateOptions {
   std::string model;
-  std::string draft_model;   // -md: speculative decoding with this draft
-  std::string strategy;      // ar | spec (empty: spec when a draft is available)
-  int draft_max = 0;         // > 0: fixed draft length; 0: adaptive (BASS Algorithm 1)
-  bool draft_auto = false;   // cost-aware draft length in 0..draft_max (8 when not given)
-  std::string prompts_file;  // --prompts FILE.jsonl: one sequence per prompt
+  std::string draft_model;      // -md: speculative decoding with this draft
+  std::string strategy;         // ar | spec (empty: spec when a draft is available)
+  int draft_max = 0;            // > 0 alone: fixed draft length; with a policy: its cap / start
+  bool draft_auto = false;      // cost-aware draft length in 0..draft_max (8 when not given)
+  bool draft_adaptive = false;  // BASS Algorithm 1 (starting at draft_max, 7 when not given)
+  std::string prompts_file;     // --prompts FILE.jsonl: one sequence per prompt
   double time_budget_ms = 0;
   std::string prompt;
   std::string prompt_file;

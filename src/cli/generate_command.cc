@@ -145,9 +145,11 @@ int RunGenerate(const GenerateOptions& options) {
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
   SpeculativeOptions spec_options;
-  spec_options.cost_aware = o.draft_auto;
-  spec_options.adaptive = !o.draft_auto && o.draft_max <= 0;
-  spec_options.draft_max = o.draft_max > 0 ? o.draft_max : (o.draft_auto ? 8 : 7);
+  SPECD_CHECK(!(o.draft_auto && o.draft_adaptive),
+              "--draft-auto and --draft-adaptive are two policies: choose one");
+  spec_options.adaptive = o.draft_adaptive;
+  spec_options.cost_aware = o.draft_auto || (!o.draft_adaptive && o.draft_max <= 0);
+  spec_options.draft_max = o.draft_max > 0 ? o.draft_max : (spec_options.adaptive ? 7 : 8);
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");

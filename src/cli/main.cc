@@ -61,14 +61,15 @@ int main(int argc, char** argv) {
       ->add_option("--strategy", gen.strategy,
                    "ar (plain), spec / bass (speculative; default when a draft is given)")
       ->check(CLI::IsMember({"ar", "spec", "bass"}));
-  generate->add_option("--draft-max", gen.draft_max, "fixed draft length (default: adaptive)")
+  generate
+      ->add_option("--draft-max", gen.draft_max,
+                   "fixed draft length; with --draft-auto its cap, with --draft-adaptive its start")
       ->check(CLI::Range(1, 32));
-  generate->add_flag_callback(
-      "--draft-adaptive", [&gen] { gen.draft_max = 0; },
-      "adapt the draft length (BASS Algorithm 1; the default)");
+  generate->add_flag("--draft-adaptive", gen.draft_adaptive,
+                     "adapt the draft length by BASS Algorithm 1 (l0 7, +2, limit 32)");
   generate->add_flag("--draft-auto", gen.draft_auto,
                      "choose the draft length from measured costs and acceptance, 0 (plain "
-                     "steps) when speculation does not pay; --draft-max caps it (default 8)");
+                     "steps) when speculation does not pay; the default without --draft-max");
   generate->add_option("--prompts", gen.prompts_file, "JSON lines, one sequence per prompt");
   generate
       ->add_option("--time-budget-ms", gen.time_budget_ms,

@@ -33,6 +33,27 @@ inline __m512 Exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
 }
 
+// r[j] = sum of the 16 lanes of v[j], for 16 vectors at once (a transpose-and-add tree; every
+// v[j] is summed in the same order whatever j is).
+inline __m512 SumEach16(const __m512 v[16]) {
+  __m512 s[8];
+  for (int i = 0; i < 8; ++i) {
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  __m512 u[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 w01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 w23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
 inline __mmask16 TailMask(int64_t remaining) {
   return remaining >= 16 ? static_cast<__mmask16>(0xFFFF)
                          : static_cast<__mmask16>((1u << remaining) - 1);
@@ -61,15 +82,30 @@ void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
 
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
                float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
-  // Scores: one dot product per key (head_dim is a multiple of 16).
-  for (int32_t t = 0; t < n_compute; ++t) {
-    const float* kt = k + t * kv_stride;
-    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
-    for (int d = 16; d < head_dim; d += 16) {
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
+  // Scores, 16 keys at a time: 16 dot-product accumulators, then one transpose-and-add tree
+  // instead of 16 horizontal sums. Keys past n_compute in the last block are zeros (never
+  // loaded); keys past n_visible are masked with -inf.
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int32_t t0 = 0; t0 < n_compute; t0 += 16) {
+    const int32_t n_block = n_compute - t0 < 16 ? n_compute - t0 : 16;
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) {
+      if (j >= n_block) {
+        acc[j] = _mm512_setzero_ps();
+        continue;
+      }
+      const float* kt = k + (t0 + j) * kv_stride;
+      acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
+      for (int d = 16; d < head_dim; d += 16) {
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc[j]);
+      }
     }
-    scores[t] =
-        t < n_visible ? _mm512_reduce_add_ps(acc) * scale : -std::numeric_limits<float>::infinity();
+    const int32_t visible = n_visible - t0;
+    const __mmask16 keep = TailMask(visible < 0 ? 0 : visible);
+    const __m512 block =
+        _mm512_mask_blend_ps(keep, minus_inf, _mm512_mul_ps(SumEach16(acc), scale_v));
+    _mm512_mask_storeu_ps(scores + t0, TailMask(n_block), block);
   }
   // Softmax weights, lane-wise max and sum over key t -> lane t % 16.
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());

@@ -22,10 +22,11 @@ target_args=(--corpus "$corpus" --tokenizer models/specd-tokenizer.gguf
 # Re-export the finished checkpoint as q8_0 (the shipped file).
 "$specd" train model "${target_args[@]}" --type q8_0 -o models/specd-target-q8_0.gguf
 
-# 3. Draft: 1.7M parameters, wide and shallow, distilled from the shipped target in two phases on
-#    one checkpoint: 2 epochs of token-level distillation on the corpus, then on to 3.5 epochs
-#    with every other step on 1M tokens of text the target writes itself (--teacher-text,
-#    generated once by specd's engine and cached in the checkpoint folder).
+# 3. Draft: 1.7M parameters, wide and shallow, distilled from the shipped target in three phases
+#    on one checkpoint: 2 epochs of token-level distillation on the corpus; on to 3.5 epochs with
+#    every other step on 1M tokens of text the target writes itself (--teacher-text, generated
+#    by specd's engine and cached in the checkpoint folder); on to 4.5 epochs with 2M such
+#    tokens (a new cache: the file is regenerated when its size does not match).
 draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
   --tokenizer models/specd-tokenizer.gguf
   --dim 192 --layers 2 --heads 3 --kv-heads 3 --ffn 576 --ctx 256 --batch 8
@@ -33,4 +34,6 @@ draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
   --name specd-draft-2m --type q8_0)
 "$specd" train draft "${draft_args[@]}" --epochs 2 -o checkpoints/specd-draft-2ep-q8_0.gguf
 "$specd" train draft "${draft_args[@]}" --epochs 3.5 --teacher-text 1000000 \
+  -o checkpoints/specd-draft-3ep-q8_0.gguf
+"$specd" train draft "${draft_args[@]}" --epochs 4.5 --teacher-text 2000000 \
   -o models/specd-draft-q8_0.gguf

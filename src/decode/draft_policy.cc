@@ -7,11 +7,12 @@ namespace specd {
 namespace {
 constexpr double kSmoothing = 0.2;         // weight of a new time measurement
 constexpr double kAcceptanceDecay = 0.98;  // per observed verification
-constexpr double kPriorWeight = 4.0;       // pseudo-observations behind the prior acceptance
+constexpr double kPriorWeight = 2.0;       // pseudo-observations behind the prior acceptance
 constexpr int kFirstProbe = 32;  // plain steps before K = 1 is probed; doubles after each probe
 constexpr int kMaxProbe = 1024;
-constexpr double kMargin = 1.1;        // drafting must promise 10% more tokens per ms
+constexpr double kMargin = 1.05;       // drafting must promise 5% more tokens per ms
 constexpr double kFirstMargin = 1.25;  // ... and 25% on the first step, from prompt timings
+constexpr double kFirstProbeRatio = 0.95;  // first step: try K = 1 if it looks this close
 constexpr int kFirstDraftLength = 1;   // before anything is measured: the cheapest try
 }  // namespace
 
@@ -96,7 +97,8 @@ double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
 }
 
 int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
-  const double margin = decisions_++ == 0 ? kFirstMargin : kMargin;
+  const bool first = decisions_++ == 0;
+  const double margin = first ? kFirstMargin : kMargin;
   if (ExpectedTokensPerMs(0, n_sequences) <= 0.0 || ExpectedTokensPerMs(1, n_sequences) <= 0.0) {
     return std::min(k_max_, kFirstDraftLength);
   }
@@ -113,6 +115,12 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
     plain_steps_ = 0;
     probe_every_ = kFirstProbe;
     return best;
+  }
+  // The first step's estimates rest on prompt timings and a prior acceptance: when drafting
+  // looks close to paying, one K = 1 step measures the real thing.
+  if (first && ExpectedTokensPerMs(1, n_sequences) >=
+                   kFirstProbeRatio * ExpectedTokensPerMs(0, n_sequences)) {
+    return 1;
   }
   // Plain steps teach nothing about acceptance or draft cost: probe K = 1 now and then, less
   // often each time (a probe makes the draft catch up on every token it skipped).

@@ -302,6 +302,19 @@ TEST(Bass, DraftLengthFollowsAlgorithm1) {
   EXPECT_EQ(NextDraftLength(31, {31}, o, &s), 32);  // capped at l_limit
 }
 
+// Plain greedy decoding of each prompt alone: what every speculative output must equal.
+std::vector<std::vector<int32_t>> PlainGreedy(Pair& p, KvCache& kv,
+                                              const std::vector<std::vector<int32_t>>& prompts,
+                                              int n_predict) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& prompt : prompts) {
+    out.push_back(GenerateAutoregressive(*p.target, p.ctx, kv, Greedy(prompt, n_predict))
+                      .sequences[0]
+                      .tokens);
+  }
+  return out;
+}
+
 // Every sequence of a batch must equal plain greedy decoding of its own prompt: acceptance is
 // ragged, and nothing may be mixed up between sequences.
 TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
@@ -311,12 +324,7 @@ TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
   auto draft_kv = p.draft->NewKvCache({n, 256});
   std::vector<std::vector<int32_t>> prompts;
   for (int b = 0; b < n; ++b) prompts.push_back(Prompt(3 + 5 * b, b));  // ragged lengths
-  std::vector<std::vector<int32_t>> expected;
-  for (const auto& prompt : prompts) {
-    expected.push_back(GenerateAutoregressive(*p.target, p.ctx, *target_kv, Greedy(prompt, 30))
-                           .sequences[0]
-                           .tokens);
-  }
+  const auto expected = PlainGreedy(p, *target_kv, prompts, 30);
   for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
     // Fixed K, BASS Algorithm 1, cost-aware, and a schedule that switches drafting off and on
     // (plain steps leave tokens for the draft to catch up on).
@@ -359,12 +367,7 @@ TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
   auto draft_kv = p.draft->NewKvCache({n, 256});
   std::vector<std::vector<int32_t>> prompts;
   for (int b = 0; b < n; ++b) prompts.push_back(Prompt(4 + 3 * b, b));
-  std::vector<std::vector<int32_t>> expected;
-  for (const auto& prompt : prompts) {
-    expected.push_back(GenerateAutoregressive(*p.target, p.ctx, *target_kv, Greedy(prompt, 180))
-                           .sequences[0]
-                           .tokens);
-  }
+  const auto expected = PlainGreedy(p, *target_kv, prompts, 180);
   GenerateRequest r = Greedy({}, 180);
   r.prompts = prompts;
   SpeculativeOptions o;

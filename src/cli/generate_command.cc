@@ -153,6 +153,11 @@ int RunGenerate(const GenerateOptions& options) {
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
+  const std::string draft_length_label =
+      spec_options.cost_aware
+          ? StrCat("cost-aware 0..", spec_options.draft_max)
+          : (spec_options.adaptive ? StrCat("BASS Algorithm 1 from ", spec_options.draft_max)
+                                   : StrCat("fixed ", spec_options.draft_max));
   auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0)});
   std::unique_ptr<KvCache> draft_kv;
   if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1});
@@ -272,9 +277,9 @@ int RunGenerate(const GenerateOptions& options) {
                  ptl_last, ptl_all);
     if (draft) {
       std::fprintf(stderr,
-                   "draft %s, K %s %d: acceptance %.3f (%lld of %lld), mean accepted length "
+                   "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
                    "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
-                   o.draft_model.c_str(), draft_policy, spec_options.draft_max,
+                   o.draft_model.c_str(), draft_length_label.c_str(),
                    stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
                    static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
                    stats.t_draft_ms, stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),

@@ -147,7 +147,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     }
   }
   // The prompt's forwards are the cost-aware policy's first measurements (many rows, the far
-  // end of the cost curves), so it can decide the first step without a trial.
+  // end of the cost curves): its first decision rests on them.
   CostAwareDraftLength cost_policy(o.draft_max);
   Timer prefill_timer;
   target.Forward(ctx, batch, target_kv, request.attention, &first_logits);

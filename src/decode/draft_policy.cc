@@ -10,10 +10,10 @@ constexpr double kAcceptanceDecay = 0.98;  // per observed verification
 constexpr double kPriorWeight = 2.0;       // pseudo-observations behind the prior acceptance
 constexpr int kFirstProbe = 32;  // plain steps before K = 1 is probed; doubles after each probe
 constexpr int kMaxProbe = 1024;
-constexpr double kMargin = 1.05;       // drafting must promise 5% more tokens per ms
-constexpr double kFirstMargin = 1.25;  // ... and 25% on the first step, from prompt timings
+constexpr double kMargin = 1.05;           // drafting must promise 5% more tokens per ms
+constexpr double kFirstMargin = 1.25;      // ... and 25% on the first step, from prompt timings
 constexpr double kFirstProbeRatio = 0.95;  // first step: try K = 1 if it looks this close
-constexpr int kFirstDraftLength = 1;   // before anything is measured: the cheapest try
+constexpr int kFirstDraftLength = 1;       // before anything is measured: the cheapest try
 }  // namespace
 
 void ForwardCostCurve::Observe(int n_rows, double ms) {
@@ -86,8 +86,8 @@ double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   }
   const double a = std::min(acceptance(), 0.999);
   const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
-  const ForwardCostCurve& target = target_.Predict(1) < 0.0 ? prefill_target_ : target_;
-  const ForwardCostCurve& draft = draft_.Predict(1) < 0.0 ? prefill_draft_ : draft_;
+  const ForwardCostCurve& target = target_.empty() ? prefill_target_ : target_;
+  const ForwardCostCurve& draft = draft_.empty() ? prefill_draft_ : draft_;
   const double verify_ms = target.Predict(n_sequences * (k + 1));
   const double draft_ms = k == 0 ? 0.0 : draft.Predict(n_sequences);
   if (verify_ms <= 0.0 || draft_ms < 0.0) return 0.0;

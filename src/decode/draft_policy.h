@@ -23,6 +23,7 @@ class ForwardCostCurve {
   void Observe(int n_rows, double ms);
   // Predicted ms for n rows; a negative number before any measurement.
   double Predict(int n_rows) const;
+  bool empty() const { return by_rows_.empty(); }
 
  private:
   struct Average {

@@ -1,6 +1,7 @@
 #include "decode/speculative.h"
 
 #include <algorithm>
+#include <optional>
 #include <span>
 
 #include "base/error.h"
@@ -148,7 +149,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   }
   // The prompt's forwards are the cost-aware policy's first measurements (many rows, the far
   // end of the cost curves): its first decision rests on them.
-  CostAwareDraftLength cost_policy(o.draft_max);
+  // Only the cost-aware policy measures; the others leave the hot loop alone.
+  std::optional<CostAwareDraftLength> cost_policy;
+  if (o.cost_aware) cost_policy.emplace(o.draft_max);
   Timer prefill_timer;
   target.Forward(ctx, batch, target_kv, request.attention, &first_logits);
   const int target_prefill_rows = static_cast<int>(batch.size());
@@ -165,8 +168,10 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
     draft_prefill_ms = prefill_timer.ElapsedMs();
   }
-  cost_policy.ObservePrefill(target_prefill_rows, target_prefill_ms, static_cast<int>(batch.size()),
-                             draft_prefill_ms);
+  if (cost_policy) {
+    cost_policy->ObservePrefill(target_prefill_rows, target_prefill_ms,
+                                static_cast<int>(batch.size()), draft_prefill_ms);
+  }
   if (shared_prompt) {
     const int length = static_cast<int>(prompts[0].size());
     for (int b = 1; b < n_seq; ++b) {
@@ -235,7 +240,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
         remaining = std::max(
             remaining, request.n_predict - static_cast<int>(result.sequences[b].tokens.size()));
       }
-      draft_length = cost_policy.Next(static_cast<int>(active.size()), remaining);
+      draft_length = cost_policy->Next(static_cast<int>(active.size()), remaining);
     }
     if (draft_length == 0) ++local.n_plain_steps;
 
@@ -244,7 +249,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     double step_forward_ms = 0.0;
     const int64_t tokens_before = result.n_tokens;
     bool catch_up = false;
-    for (int b : active) catch_up = catch_up || (draft_length > 0 && st[b].pending.size() > 2);
+    if (cost_policy) {
+      for (int b : active) catch_up = catch_up || (draft_length > 0 && st[b].pending.size() > 2);
+    }
     Timer draft_timer;
     int k_max = 0;
     for (int b : active) {
@@ -281,7 +288,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       Timer forward_timer;
       draft.Forward(ctx, batch, draft_kv, request.attention, &logits);
       const double forward_ms = forward_timer.ElapsedMs();
-      cost_policy.ObserveDraftForward(static_cast<int>(batch.size()), forward_ms);
+      if (cost_policy) cost_policy->ObserveDraftForward(static_cast<int>(batch.size()), forward_ms);
       step_forward_ms += forward_ms;
       for (size_t r = 0; r < rows_of.size(); ++r) {
         const int b = rows_of[r];
@@ -312,7 +319,9 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
     }
     target.Forward(ctx, batch, target_kv, request.attention, &logits);
     local.t_verify_ms += verify_timer.ElapsedMs();
-    cost_policy.ObserveTargetForward(static_cast<int>(batch.size()), verify_timer.ElapsedMs());
+    if (cost_policy) {
+      cost_policy->ObserveTargetForward(static_cast<int>(batch.size()), verify_timer.ElapsedMs());
+    }
     step_forward_ms += verify_timer.ElapsedMs();
     ++local.n_steps;
 
@@ -374,7 +383,7 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       }
       local.n_drafted += s.k_step;
       local.n_accepted += accepted;
-      cost_policy.ObserveAcceptance(s.k_step, accepted);
+      if (cost_policy) cost_policy->ObserveAcceptance(s.k_step, accepted);
       accepted_now.push_back(accepted);
       if (done) {
         s.done = true;
@@ -394,9 +403,11 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
       }
       s.last = next;
     }
-    cost_policy.ObserveStep(static_cast<int>(active.size()), draft_length, step_timer.ElapsedMs(),
-                            step_forward_ms, static_cast<int>(result.n_tokens - tokens_before),
-                            catch_up);
+    if (cost_policy) {
+      cost_policy->ObserveStep(static_cast<int>(active.size()), draft_length,
+                               step_timer.ElapsedMs(), step_forward_ms,
+                               static_cast<int>(result.n_tokens - tokens_before), catch_up);
+    }
     if (o.adaptive) draft_length = NextDraftLength(draft_length, accepted_now, o, &decreasing);
   }
   result.t_decode_ms = decode_timer.ElapsedMs();

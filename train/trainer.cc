@@ -312,9 +312,13 @@ TrainResult Train(const TrainOptions& o) {
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
     }
-    auto [x, y] = !teacher_text.empty() && step % 2 == 1
-                      ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
-                      : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
+    // A share s of the steps use teacher text, spread evenly: step i does when floor((i+1)s)
+    // passes an integer (s = 0.5: every odd step).
+    const bool teacher_step =
+        !teacher_text.empty() &&
+        std::floor((step + 1) * o.teacher_text_share) > std::floor(step * o.teacher_text_share);
+    auto [x, y] = teacher_step ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
+                               : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
     torch::Tensor logits, teacher_logits;
     {
       Autocast autocast(o.bf16);

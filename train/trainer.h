@@ -34,6 +34,7 @@ struct TrainOptions {
   // writes, which is what speculative decoding asks it to predict (sequence-level / on-policy
   // distillation as in DistillSpec). 0: corpus only.
   int64_t teacher_text_tokens = 0;
+  double teacher_text_share = 0.5;  // of the training steps, when teacher text is given
   int checkpoint_every = 200;
   int eval_every = 500;
   int eval_windows = 64;

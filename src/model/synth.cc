@@ -86,6 +86,28 @@ std::vector<ModelShape> KnownShapes() {
   tiny_qwen.rms_eps = 1e-6f;
   shapes.push_back(tiny_qwen);
 
+  // The shipped target's shape, and a larger one of the same family whose q8_0 weights (48 MB)
+  // no longer fit this machine's 32 MB L3: decoding it is DRAM-bound, like real models.
+  ModelShape specd16;
+  specd16.name = "specd-16m";
+  specd16.n_vocab = 4096;
+  specd16.n_embd = 448;
+  specd16.n_layer = 6;
+  specd16.n_head = 7;
+  specd16.n_head_kv = 7;
+  specd16.n_ff = 1216;
+  specd16.n_ctx = 256;
+  shapes.push_back(specd16);
+
+  ModelShape specd45 = specd16;
+  specd45.name = "specd-45m";
+  specd45.n_embd = 640;
+  specd45.n_layer = 8;
+  specd45.n_head = 10;
+  specd45.n_head_kv = 10;
+  specd45.n_ff = 1728;
+  shapes.push_back(specd45);
+
   ModelShape llama32;
   llama32.name = "llama-3.2-1b";
   llama32.n_vocab = 128256;

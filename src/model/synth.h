@@ -28,7 +28,8 @@ struct ModelShape {
   bool llama3_rope_factors = false;  // writes rope_freqs.weight as Llama 3.x does
 };
 
-// The named shapes: tiny, llama-3.2-1b, qwen2.5-0.5b, tinyllama-1.1b, llama-1.1b-peer.
+// The named shapes: tiny, micro, tiny-qwen2, specd-16m, specd-45m, llama-3.2-1b, qwen2.5-0.5b,
+// tinyllama-1.1b, llama-1.1b-peer.
 std::vector<ModelShape> KnownShapes();
 // Throws an Error listing the known names if `name` is unknown.
 ModelShape ShapeByName(const std::string& name);

@@ -124,6 +124,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
 
   const int max_threads = *std::max_element(o.threads.begin(), o.threads.end());
   const std::vector<DType> types = synthetic ? o.types : std::vector<DType>{DType::kF32};
+  std::ostringstream md_profile;
   for (DType listed_type : types) {
     std::string path = o.model_path;
     if (synthetic) {
@@ -178,11 +179,45 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       md_rows << cell;
     }
     md_rows << "\n";
+    if (o.profile) {
+      // Where an M-row forward's time goes, per op: what grows with M and what does not.
+      std::vector<ForwardProfile> profiles(o.rows.size());
+      for (size_t i = 0; i < o.rows.size(); ++i) {
+        model->SetProfile(&profiles[i]);
+        ForwardMs(*model, ctx, o.rows[i], o.n_reps);
+        model->SetProfile(nullptr);
+      }
+      md_profile << "\n"
+                 << DTypeName(type) << ": ms per forward by op, " << max_threads
+                 << " threads\n\n| op |";
+      for (int m : o.rows) md_profile << " M=" << m << " |";
+      md_profile << "\n|---|";
+      for (size_t i = 0; i < o.rows.size(); ++i) md_profile << "---|";
+      md_profile << "\n";
+      for (int op = 0; op <= ForwardProfile::kCount; ++op) {
+        md_profile << "| " << (op < ForwardProfile::kCount ? ForwardProfile::Name(op) : "total")
+                   << " |";
+        for (size_t i = 0; i < o.rows.size(); ++i) {
+          const ForwardProfile& p = profiles[i];
+          double ms = 0.0;
+          for (int j = 0; j < ForwardProfile::kCount; ++j) {
+            if (j == op || op == ForwardProfile::kCount) ms += p.ms[j];
+          }
+          ms /= std::max<int64_t>(1, p.n_forwards);
+          entry["profile"][std::to_string(o.rows[i])]
+               [op < ForwardProfile::kCount ? ForwardProfile::Name(op) : "total"] = ms;
+          char cell[32];
+          std::snprintf(cell, sizeof(cell), " %.4f |", ms);
+          md_profile << cell;
+        }
+        md_profile << "\n";
+      }
+    }
     report["models"].push_back(entry);
   }
   md << "\nCost of one forward over M rows (one sequence, logits for every row) relative to M="
      << o.rows.front() << ", " << max_threads << " threads:\n\n"
-     << md_rows.str();
+     << md_rows.str() << md_profile.str();
   std::cout << md.str() << std::flush;
   std::ofstream(o.out_dir + "/forward.md") << md.str();
   std::ofstream(o.out_dir + "/forward.json") << report.dump(2) << "\n";

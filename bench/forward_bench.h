@@ -20,6 +20,7 @@ struct ForwardBenchOptions {
   std::string model_dir = "bench/models";
   std::string out_dir = "bench/results";
   bool verbose = true;
+  bool profile = false;  // also time each op of the M-row forwards
 };
 
 // Runs the benchmark, prints a Markdown table to stdout and writes forward.md / forward.json

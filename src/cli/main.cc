@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   generate->add_option("--attention", gen.attention, "attention over ragged sequences")
       ->check(CLI::IsMember({"pad", "split"}));
+  generate->add_option("--cache-type", gen.cache_type, "KV cache type of both models (f32, f16)")
+      ->check(CLI::IsMember({"f32", "f16"}));
   generate->add_flag("--json", gen.json, "one JSON object per sequence, then a summary");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");
   generate->add_flag("--special", gen.special,
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
   bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
   bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
+  bench_forward->add_flag("--profile", fwd.profile, "time each op of the M-row forwards");
   bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd.out_dir, "where results are written");
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "tensor/quantize.h"
 
 namespace specd {
@@ -216,9 +217,31 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
   }
 }
 
+const char* ForwardProfile::Name(int op) {
+  static constexpr const char* kNames[kCount] = {"embed + rope angles",
+                                                 "rms norm",
+                                                 "q/k/v matmul",
+                                                 "rope + kv write",
+                                                 "attention",
+                                                 "attention out matmul",
+                                                 "gate/up matmul + swiglu",
+                                                 "down matmul",
+                                                 "residual adds",
+                                                 "output norm + logits matmul"};
+  return op >= 0 && op < kCount ? kNames[op] : "?";
+}
+
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits) {
   Validate(batch, kv);
+  // Charges the time since the previous mark to `op` (only when profiling).
+  Timer op_timer;
+  auto mark = [&](ForwardProfile::Op op) {
+    if (profile_ == nullptr) return;
+    profile_->ms[op] += op_timer.ElapsedMs();
+    op_timer.Reset();
+  };
+  if (profile_ != nullptr) ++profile_->n_forwards;
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
@@ -245,6 +268,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     RopeAngles(c.rope, batch.positions[r], rope_cos_.data() + r * half,
                rope_sin_.data() + r * half);
   }
+  mark(ForwardProfile::kEmbed);
 
   AttentionRows rows;
   rows.n_rows = m;
@@ -254,6 +278,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   rows.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   rows.q = q_.data();
   rows.out = att_.data();
+  rows.kv_type = kv.type();
   rows.k.resize(m);
   rows.v.resize(m);
   rows.n_visible.resize(m);
@@ -265,7 +290,9 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
 
   for (int il = 0; il < c.n_layer; ++il) {
     const Layer& l = layers_[il];
+    mark(ForwardProfile::kResidual);
     RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
+    mark(ForwardProfile::kNorm);
     if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
       const int64_t width = q_dim + 2 * kv_dim;
       stacked_.Resize(m * width);  // [m, q_dim + 2 kv_dim]
@@ -281,6 +308,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
       Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
     }
+    mark(ForwardProfile::kQkv);
     for (int64_t r = 0; r < m; ++r) {
       float* qr = q_.data() + r * q_dim;
       float* kr = k_.data() + r * kv_dim;
@@ -295,17 +323,22 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       Rope(c.rope, cs, sn, qr, c.n_head);
       Rope(c.rope, cs, sn, kr, c.n_head_kv);
       const int32_t seq = batch.seq_ids[r];
-      const int64_t at = static_cast<int64_t>(batch.positions[r]) * kv_dim;
-      std::copy(kr, kr + kv_dim, kv.K(il, seq) + at);
-      std::copy(vr, vr + kv_dim, kv.V(il, seq) + at);
+      const int64_t at = static_cast<int64_t>(batch.positions[r]) * RowBytes(kv.type(), kv_dim);
+      StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
+      StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
       rows.k[r] = kv.K(il, seq);
       rows.v[r] = kv.V(il, seq);
     }
+    mark(ForwardProfile::kRopeKvWrite);
     Attention(ctx, rows, attention);
+    mark(ForwardProfile::kAttention);
     Matmul(ctx, att_.data(), m, l.wo, ffn_.data(), &matmul_scratch_);
+    mark(ForwardProfile::kAttnOut);
     for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+    mark(ForwardProfile::kResidual);
 
     RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
+    mark(ForwardProfile::kNorm);
     if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
       stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
       Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
@@ -318,9 +351,12 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
       SwiGlu(ctx, gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
     }
+    mark(ForwardProfile::kGateUp);
     Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
+    mark(ForwardProfile::kDown);
     for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
   }
+  mark(ForwardProfile::kResidual);
 
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();
@@ -332,6 +368,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     }
   }
   Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+  mark(ForwardProfile::kLogits);
 
   int32_t prev = -1;
   for (int64_t r = 0; r < m; ++r) {

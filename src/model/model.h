@@ -58,6 +58,27 @@ struct Batch {
   int64_t n_outputs() const;
 };
 
+// Wall time of a forward pass by kind of work, summed over calls while attached to a model
+// (Model::SetProfile). For benchmarks; the forward pass does no timing when none is attached.
+struct ForwardProfile {
+  enum Op {
+    kEmbed,
+    kNorm,
+    kQkv,
+    kRopeKvWrite,
+    kAttention,
+    kAttnOut,
+    kGateUp,
+    kDown,
+    kResidual,
+    kLogits,
+    kCount
+  };
+  static const char* Name(int op);
+  double ms[kCount] = {};
+  int64_t n_forwards = 0;
+};
+
 class Model {
  public:
   // Loads and validates a model; the GGUF stays mapped for the model's lifetime. With a context
@@ -82,6 +103,8 @@ class Model {
   // the cache is unchanged.
   void Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
                std::vector<float>* logits);
+  // Attaches (or with nullptr detaches) a profile that later forwards add their times to.
+  void SetProfile(ForwardProfile* profile) { profile_ = profile; }
 
  private:
   struct Layer {
@@ -106,6 +129,7 @@ class Model {
   AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, rope_cos_, rope_sin_, out_rows_;
   AlignedBuffer<float> stacked_;  // [m, q_dim + 2 kv_dim] or [m, 2 n_ff] from a stacked matmul
   MatmulScratch matmul_scratch_;
+  ForwardProfile* profile_ = nullptr;
 };
 
 }  // namespace specd

@@ -77,6 +77,12 @@ TEST(Cli, GenerateJsonLinesAndSummary) {
     return all;
   };
   EXPECT_EQ(tokens_of(r.out), tokens_of(again.out));
+  // An f16 KV cache runs the same request end to end.
+  const CliRun f16 = RunSpecd("generate -m " + model +
+                              " --tokens 1,5,9 -n 6 --batch 3 --seed 4 --temp 0.7 --top-k 20 "
+                              "--top-p 0.9 --cache-type f16 --ignore-eos --json -t 1");
+  EXPECT_EQ(f16.exit_code, 0) << f16.out;
+  EXPECT_FALSE(tokens_of(f16.out).empty());
 }
 
 TEST(Cli, BadFlagsAndInputsGiveMessagesAndNonZeroExit) {
@@ -89,6 +95,7 @@ TEST(Cli, BadFlagsAndInputsGiveMessagesAndNonZeroExit) {
       {"generate -m " + model + " --tokens 1,2 --temp -1", "temp"},
       {"generate -m " + model + " --tokens 1,2 --top-p 2", "top-p"},
       {"generate -m " + model + " --tokens 1,2 --attention diagonal", "attention"},
+      {"generate -m " + model + " --tokens 1,2 --cache-type q8_0", "cache-type"},
       {"generate -m " + model + " --tokens 1,x", "not a token id"},
       {"generate -m " + model + " --tokens 1,999999", "outside the vocabulary"},
       {"generate -m " + model + " --tokens 1,2 -t 0", "threads"},

@@ -225,22 +225,28 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
   EXPECT_EQ(y.back(), 1.0f);
 }
 
-TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
+// PAD and SPLIT against the scalar reference over a cache of kv_type (f32 or f16).
+void CheckAttentionMatchesReference(DType kv_type) {
   const int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
   const int kv_dim = n_head_kv * head_dim;
   // Three sequences with different lengths; rows are the last few positions of each.
   const std::vector<int> lengths = {5, 33, 12};
   const std::vector<int> rows_per_seq = {1, 4, 2};
-  std::vector<std::vector<float>> k_cache, v_cache;
+  std::vector<std::vector<uint8_t>> k_cache, v_cache;
   for (size_t s = 0; s < lengths.size(); ++s) {
-    k_cache.push_back(RandomVector(n_ctx * kv_dim, 100 + s));
-    v_cache.push_back(RandomVector(n_ctx * kv_dim, 200 + s));
+    const auto k = RandomVector(n_ctx * kv_dim, 100 + s);
+    const auto v = RandomVector(n_ctx * kv_dim, 200 + s);
+    k_cache.emplace_back(RowBytes(kv_type, n_ctx * kv_dim));
+    v_cache.emplace_back(RowBytes(kv_type, n_ctx * kv_dim));
+    reference::StoreKvRow(k.data(), k.size(), kv_type, k_cache.back().data());
+    reference::StoreKvRow(v.data(), v.size(), kv_type, v_cache.back().data());
   }
   AttentionRows rows;
   rows.n_head = n_head;
   rows.n_head_kv = n_head_kv;
   rows.head_dim = head_dim;
   rows.scale = 1.0f / std::sqrt(float(head_dim));
+  rows.kv_type = kv_type;
   for (size_t s = 0; s < lengths.size(); ++s) {
     rows.seq_row_begin.push_back(rows.n_rows);
     for (int i = 0; i < rows_per_seq[s]; ++i) {
@@ -265,6 +271,44 @@ TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
   EXPECT_LT(RelativeError(split, ref), 1e-5);
   EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
       << "PAD's masked padding must add exactly nothing";
+}
+
+TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
+  CheckAttentionMatchesReference(DType::kF32);
+}
+
+TEST(Kernels, AttentionOverAnF16CacheMatchesReference) {
+  CheckAttentionMatchesReference(DType::kF16);
+}
+
+TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {
+  // Ties, subnormals, overflow to infinity, signed zero: the fast conversion rounds like the
+  // scalar one (to nearest even), bit for bit.
+  auto x = RandomVector(1000, 11, 4.0f);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            65504.0f,
+                            65520.0f,
+                            1e6f,
+                            -1e6f,
+                            6.0e-8f,
+                            3.0e-8f,
+                            1.0e-5f,
+                            1.0009765625f,
+                            2049.0f,
+                            -0.33333334f,
+                            std::numeric_limits<float>::infinity()};
+  x.insert(x.begin(), std::begin(specials), std::end(specials));
+  std::vector<uint16_t> fast(x.size()), ref(x.size());
+  ThreadPool pool(1);
+  StoreKvRow(KernelContext{&pool, CpuFeatures::Detect()}, x.data(), x.size(), DType::kF16,
+             fast.data());
+  reference::StoreKvRow(x.data(), x.size(), DType::kF16, ref.data());
+  EXPECT_EQ(fast, ref);
+  std::vector<float> f32(x.size());
+  StoreKvRow(KernelContext{&pool, CpuFeatures::Detect()}, x.data(), x.size(), DType::kF32,
+             f32.data());
+  EXPECT_EQ(f32, x);
 }
 
 TEST(Kernels, AttentionMasksPaddingWithMinusInfinityNotZero) {

@@ -358,6 +358,47 @@ TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
   for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[2]) << b;
 }
 
+// With f16 KV caches (both models) the speculative output still equals plain greedy decoding
+// over an f16 cache, at batch 1 and with ragged acceptance at batch 4.
+TEST(Bass, GreedyWithF16KvCachesEqualsPlainGreedy) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/99);
+  const int n = 4;
+  auto target_kv = p.target->NewKvCache({n, 256, DType::kF16});
+  auto draft_kv = p.draft->NewKvCache({n, 256, DType::kF16});
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(4 + 3 * b, 10 + b));
+  const auto expected = PlainGreedy(p, *target_kv, prompts, 30);
+  auto f32_kv = p.target->NewKvCache({1, 256});
+  // The cache type is really used: over 4 x 30 tokens the f32 cache's logits differ somewhere.
+  bool any_logit_differs = false;
+  for (const auto& prompt : prompts) {
+    Batch batch;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.Add(prompt[i], static_cast<int32_t>(i), 0, i + 1 == prompt.size());
+    }
+    std::vector<float> a, b;
+    const int s16 = target_kv->Acquire();
+    const int s32 = f32_kv->Acquire();
+    for (auto& seq : batch.seq_ids) seq = s16;
+    p.target->Forward(p.ctx, batch, *target_kv, AttentionMode::kSplit, &a);
+    for (auto& seq : batch.seq_ids) seq = s32;
+    p.target->Forward(p.ctx, batch, *f32_kv, AttentionMode::kSplit, &b);
+    any_logit_differs |= a != b;
+    target_kv->Release(s16);
+    f32_kv->Release(s32);
+  }
+  EXPECT_TRUE(any_logit_differs);
+  for (int batch_size : {1, n}) {
+    GenerateRequest r = Greedy({}, 30);
+    r.prompts.assign(prompts.begin(), prompts.begin() + batch_size);
+    const auto out =
+        GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, 3, nullptr);
+    for (int b = 0; b < batch_size; ++b) {
+      EXPECT_EQ(out.sequences[b].tokens, expected[b]) << "batch " << batch_size << " seq " << b;
+    }
+  }
+}
+
 // Long runs of plain steps make the draft restart from a window of recent tokens instead of
 // reading everything it skipped; the output must not notice.
 TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {

@@ -158,15 +158,18 @@ int RunGenerate(const GenerateOptions& options) {
           ? StrCat("cost-aware 0..", spec_options.draft_max)
           : (spec_options.adaptive ? StrCat("BASS Algorithm 1 from ", spec_options.draft_max)
                                    : StrCat("fixed ", spec_options.draft_max));
-  auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0)});
+  const DType kv_type = *DTypeFromName(o.cache_type);
+  auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0), kv_type});
   std::unique_ptr<KvCache> draft_kv;
-  if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1});
+  if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1, kv_type});
   if (!o.json) {
     std::fprintf(stderr, "model: %s (%s, %d layers, d=%d, vocab %lld), %d threads, %s kernels\n",
                  o.model.c_str(), config.arch.c_str(), config.n_layer, config.n_embd,
                  static_cast<long long>(config.n_vocab), o.threads, ctx.cpu.Name());
-    std::fprintf(stderr, "prompt: %zu tokens; KV cache: %d sequences x %d positions, %.1f MiB\n",
-                 request.prompt.size(), o.batch, n_ctx, kv->BytesReserved() / 1048576.0);
+    std::fprintf(stderr,
+                 "prompt: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB\n",
+                 request.prompt.size(), o.batch, n_ctx, o.cache_type.c_str(),
+                 kv->BytesReserved() / 1048576.0);
   }
   // A single sequence on a terminal-style run streams its text as it is generated.
   std::unique_ptr<StreamingDecoder> stream;
@@ -276,14 +279,14 @@ int RunGenerate(const GenerateOptions& options) {
     std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n", ptl_first,
                  ptl_last, ptl_all);
     if (draft) {
-      std::fprintf(stderr,
-                   "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
-                   "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
-                   o.draft_model.c_str(), draft_length_label.c_str(),
-                   stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
-                   static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
-                   stats.t_draft_ms, stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
-                   static_cast<long long>(stats.n_steps));
+      std::fprintf(
+          stderr,
+          "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
+          "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
+          o.draft_model.c_str(), draft_length_label.c_str(), stats.acceptance_rate(),
+          static_cast<long long>(stats.n_accepted), static_cast<long long>(stats.n_drafted),
+          stats.mean_accepted_length(), stats.t_draft_ms, stats.t_verify_ms,
+          static_cast<long long>(stats.n_plain_steps), static_cast<long long>(stats.n_steps));
     }
   }
   return 0;

@@ -27,14 +27,18 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
   });
 }
 
+inline float KvValue(float x) { return x; }
+inline float KvValue(uint16_t h) { return Fp16ToFp32(h); }
+
 // Portable attention of one (row, head); same contract as avx512::AttendRow.
-void AttendRowGeneric(const float* q, const float* k, const float* v, int64_t kv_stride,
-                      int head_dim, float scale, int32_t n_visible, int32_t n_compute,
-                      float* scores, float* out) {
+template <typename KvT>
+void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                      float scale, int32_t n_visible, int32_t n_compute, float* scores,
+                      float* out) {
   float max = -std::numeric_limits<float>::infinity();
   for (int32_t t = 0; t < n_compute; ++t) {
     float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * k[t * kv_stride + d];
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * KvValue(k[t * kv_stride + d]);
     scores[t] = t < n_visible ? dot * scale : -std::numeric_limits<float>::infinity();
     max = std::max(max, scores[t]);
   }
@@ -42,7 +46,7 @@ void AttendRowGeneric(const float* q, const float* k, const float* v, int64_t kv
   for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
   std::fill(out, out + head_dim, 0.0f);
   for (int32_t t = 0; t < n_visible; ++t) {
-    for (int d = 0; d < head_dim; ++d) out[d] += scores[t] * v[t * kv_stride + d];
+    for (int d = 0; d < head_dim; ++d) out[d] += scores[t] * KvValue(v[t * kv_stride + d]);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < head_dim; ++d) out[d] *= inv;
@@ -192,12 +196,18 @@ void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float*
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode) {
+namespace {
+
+template <typename KvT>
+void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode) {
   const int group = rows.n_head / rows.n_head_kv;
   const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
   const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
   const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
-  const auto attend_row = fast ? avx512::AttendRow : AttendRowGeneric;
+  using AttendFn = void (*)(const float*, const KvT*, const KvT*, int64_t, int, float, int32_t,
+                            int32_t, float*, float*);
+  const AttendFn attend_row = fast ? static_cast<AttendFn>(avx512::AttendRow)
+                                   : static_cast<AttendFn>(AttendRowGeneric<KvT>);
   int32_t n_padded = 0;
   for (int64_t r = 0; r < rows.n_rows; ++r) n_padded = std::max(n_padded, rows.n_visible[r]);
 
@@ -206,9 +216,10 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
   // to the softmax and to the output: PAD and SPLIT give bit-identical results.
   auto attend = [&](int64_t r, int h, int32_t n_compute, float* scores) {
     const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
-    attend_row(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim, rows.k[r] + kv_off,
-               rows.v[r] + kv_off, kv_stride, rows.head_dim, rows.scale, rows.n_visible[r],
-               n_compute, scores,
+    attend_row(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim,
+               static_cast<const KvT*>(rows.k[r]) + kv_off,
+               static_cast<const KvT*>(rows.v[r]) + kv_off, kv_stride, rows.head_dim, rows.scale,
+               rows.n_visible[r], n_compute, scores,
                rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
   };
 
@@ -233,6 +244,25 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
       }
     });
   }
+}
+
+}  // namespace
+
+void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode) {
+  switch (rows.kv_type) {
+    case DType::kF32:
+      return AttentionT<float>(ctx, rows, mode);
+    case DType::kF16:
+      return AttentionT<uint16_t>(ctx, rows, mode);
+    default:
+      Fail("attention: KV cache type ", DTypeName(rows.kv_type), " is not supported");
+  }
+}
+
+void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst) {
+  if (type == DType::kF16 && ctx.cpu.avx512)
+    return avx512::StoreF16(x, n, static_cast<uint16_t*>(dst));
+  reference::StoreKvRow(x, n, type, dst);
 }
 
 }  // namespace specd

@@ -102,8 +102,9 @@ struct AttentionRows {
   float scale = 0.0f;
   const float* q = nullptr;        // [n_rows, n_head * head_dim]
   float* out = nullptr;            // [n_rows, n_head * head_dim]
-  std::vector<const float*> k;     // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
-  std::vector<const float*> v;     // per row: its sequence's V, same layout
+  DType kv_type = DType::kF32;     // element type of k and v: f32 or f16
+  std::vector<const void*> k;      // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
+  std::vector<const void*> v;      // per row: its sequence's V, same layout
   std::vector<int32_t> n_visible;  // per row: keys [0, n_visible) are visible
   // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
   std::vector<int64_t> seq_row_begin;
@@ -116,6 +117,9 @@ enum class AttentionMode {
 
 void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode);
 
+// Writes n floats into a KV cache row of `type` (f32: copied; f16: rounded to nearest even).
+void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst);
+
 // Scalar references (single-threaded, double accumulation where it matters): the test oracle.
 namespace reference {
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y);
@@ -124,6 +128,7 @@ void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
 void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
 void Attention(const AttentionRows& rows);
+void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
 
 // Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.
@@ -135,10 +140,15 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
 void Exp(const float* x, float* y, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
 // Attention of one query row and head over keys [0, n_compute), of which [0, n_visible) count:
-// k / v point at the head's first key / value, consecutive keys kv_stride floats apart.
-// scores: [n_compute] scratch; out: [head_dim]. head_dim must be a multiple of 16.
+// k / v point at the head's first key / value (f32, or f16 as uint16_t), consecutive keys
+// kv_stride elements apart. scores: [n_compute] scratch; out: [head_dim]. head_dim must be a
+// multiple of 16.
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
                float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out);
+void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, float* scores,
+               float* out);
+void StoreF16(const float* x, int64_t n, uint16_t* dst);
 }  // namespace avx512
 
 }  // namespace specd

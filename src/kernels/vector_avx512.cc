@@ -80,8 +80,14 @@ void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
   }
 }
 
-void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
-               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <typename KvT>
+void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
   // Scores, 16 keys at a time: 16 dot-product accumulators, then one transpose-and-add tree
   // instead of 16 horizontal sums. Keys past n_compute in the last block are zeros (never
   // loaded); keys past n_visible are masked with -inf.
@@ -95,10 +101,10 @@ void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride
         acc[j] = _mm512_setzero_ps();
         continue;
       }
-      const float* kt = k + (t0 + j) * kv_stride;
-      acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
+      const KvT* kt = k + (t0 + j) * kv_stride;
+      acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), Load16(kt));
       for (int d = 16; d < head_dim; d += 16) {
-        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), Load16(kt + d), acc[j]);
       }
     }
     const int32_t visible = n_visible - t0;
@@ -132,13 +138,31 @@ void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride
     const int nv = width / 16;
     for (int32_t t = 0; t < n_visible; ++t) {
       const __m512 w = _mm512_set1_ps(scores[t]);
-      const float* vt = v + t * kv_stride + d0;
-      for (int j = 0; j < nv; ++j)
-        acc[j] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vt + 16 * j), acc[j]);
+      const KvT* vt = v + t * kv_stride + d0;
+      for (int j = 0; j < nv; ++j) acc[j] = _mm512_fmadd_ps(w, Load16(vt + 16 * j), acc[j]);
     }
     for (int j = 0; j < nv; ++j) {
       _mm512_storeu_ps(out + d0 + 16 * j, _mm512_mul_ps(acc[j], _mm512_set1_ps(inv)));
     }
+  }
+}
+
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, scores, out);
+}
+
+void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, float* scores,
+               float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, scores, out);
+}
+
+void StoreF16(const float* x, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_mask_storeu_epi16(dst + i, m, h);
   }
 }
 

@@ -14,13 +14,15 @@ KvCache::KvCache(const KvCacheConfig& config, int n_layers, int kv_dim)
               " 1..4096, got ", config.n_slots);
   SPECD_CHECK(config.n_ctx >= 1 && config.n_ctx <= (1 << 20), "KV cache: context must be in ",
               "1..1048576, got ", config.n_ctx);
-  bytes_ =
-      sizeof(float) * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) * kv_dim;
+  SPECD_CHECK(config.type == DType::kF32 || config.type == DType::kF16,
+              "KV cache: type must be f32 or f16, got ", DTypeName(config.type));
+  bytes_ = ElementBytes() * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) *
+           kv_dim;
   void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SPECD_CHECK(p != MAP_FAILED, "KV cache: cannot reserve ", bytes_ >> 20, " MiB (", config.n_slots,
               " sequences x ", config.n_ctx, " positions); lower --ctx or --batch");
-  slab_ = static_cast<float*>(p);
+  slab_ = static_cast<uint8_t*>(p);
   length_.assign(config.n_slots, 0);
   in_use_.assign(config.n_slots, false);
 }
@@ -29,8 +31,8 @@ KvCache::~KvCache() {
   if (slab_ != nullptr) ::munmap(slab_, bytes_);
 }
 
-float* KvCache::Slot(int layer, int which, int seq) {
-  const size_t per_slot = static_cast<size_t>(config_.n_ctx) * kv_dim_;
+uint8_t* KvCache::Slot(int layer, int which, int seq) {
+  const size_t per_slot = ElementBytes() * config_.n_ctx * kv_dim_;
   return slab_ + ((static_cast<size_t>(layer) * 2 + which) * config_.n_slots + seq) * per_slot;
 }
 
@@ -77,7 +79,7 @@ void KvCache::Fork(int src, int dst, int length) {
   SPECD_CHECK(src != dst, "KV cache: cannot fork a sequence onto itself");
   SPECD_CHECK(length >= 0 && length <= length_[src], "KV cache: cannot fork ", length,
               " positions of sequence ", src, " which has ", length_[src]);
-  const size_t bytes = sizeof(float) * static_cast<size_t>(length) * kv_dim_;
+  const size_t bytes = ElementBytes() * length * kv_dim_;
   for (int layer = 0; layer < n_layers_; ++layer) {
     std::memcpy(K(layer, dst), K(layer, src), bytes);
     std::memcpy(V(layer, dst), V(layer, src), bytes);

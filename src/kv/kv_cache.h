@@ -1,6 +1,6 @@
 // Per-sequence key/value cache. Every sequence owns a slot of n_ctx positions in one slab per layer
-// and tensor ([n_slots, n_ctx, kv_dim] f32), so PAD attention can read any sequence up to the
-// longest length of a batch without copying, and rollback after a rejected draft is just a
+// and tensor ([n_slots, n_ctx, kv_dim] of f32 or f16), so PAD attention can read any sequence up to
+// the longest length of a batch without copying, and rollback after a rejected draft is just a
 // shorter length. The slab is reserved (not touched) up front: memory is bounded by
 // n_slots * n_ctx and pages are committed only as positions are written.
 #pragma once
@@ -9,11 +9,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace specd {
 
 struct KvCacheConfig {
   int n_slots = 1;   // sequences that can be live at once
   int n_ctx = 2048;  // positions per sequence
+  // f32, or f16 (half the memory and the bytes attention reads; llama.cpp's default).
+  DType type = DType::kF32;
 };
 
 class KvCache {
@@ -26,6 +30,7 @@ class KvCache {
   int n_slots() const { return config_.n_slots; }
   int n_ctx() const { return config_.n_ctx; }
   int kv_dim() const { return kv_dim_; }
+  DType type() const { return config_.type; }
   // Bytes reserved for K and V of all layers and slots.
   size_t BytesReserved() const { return bytes_; }
 
@@ -43,19 +48,20 @@ class KvCache {
   // Marks `n` more positions as written (called by the forward pass after it stores them).
   void Advance(int seq, int n);
 
-  // [n_ctx, kv_dim] storage of a sequence for a layer.
-  float* K(int layer, int seq) { return Slot(layer, 0, seq); }
-  float* V(int layer, int seq) { return Slot(layer, 1, seq); }
+  // [n_ctx, kv_dim] storage of a sequence for a layer, elements of type().
+  void* K(int layer, int seq) { return Slot(layer, 0, seq); }
+  void* V(int layer, int seq) { return Slot(layer, 1, seq); }
 
  private:
-  float* Slot(int layer, int which, int seq);
+  uint8_t* Slot(int layer, int which, int seq);
+  size_t ElementBytes() const { return config_.type == DType::kF16 ? 2 : 4; }
   void CheckSeq(int seq) const;
 
   KvCacheConfig config_;
   int n_layers_;
   int kv_dim_;
   size_t bytes_ = 0;
-  float* slab_ = nullptr;
+  uint8_t* slab_ = nullptr;
   std::vector<int> length_;
   std::vector<bool> in_use_;
 };

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 #include "tensor/quantize.h"
 
@@ -64,6 +65,24 @@ void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
   }
 }
 
+namespace {
+// Element t of a KV cache row of the given type, as a double.
+double KvAt(const void* base, DType type, int64_t t) {
+  return type == DType::kF16 ? Fp16ToFp32(static_cast<const uint16_t*>(base)[t])
+                             : static_cast<const float*>(base)[t];
+}
+}  // namespace
+
+void StoreKvRow(const float* x, int64_t n, DType type, void* dst) {
+  SPECD_CHECK(type == DType::kF32 || type == DType::kF16, "KV cache type ", DTypeName(type),
+              " is not supported");
+  if (type == DType::kF32) {
+    std::copy(x, x + n, static_cast<float*>(dst));
+  } else {
+    for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = Fp32ToFp16(x[i]);
+  }
+}
+
 void Attention(const AttentionRows& rows) {
   const int group = rows.n_head / rows.n_head_kv;
   const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
@@ -76,9 +95,11 @@ void Attention(const AttentionRows& rows) {
       const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
       double max = -std::numeric_limits<double>::infinity();
       for (int t = 0; t < n_keys; ++t) {
-        const float* k = rows.k[r] + t * kv_stride + kv_off;
         double dot = 0.0;
-        for (int d = 0; d < rows.head_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+        for (int d = 0; d < rows.head_dim; ++d) {
+          dot +=
+              static_cast<double>(q[d]) * KvAt(rows.k[r], rows.kv_type, t * kv_stride + kv_off + d);
+        }
         scores[t] = dot * rows.scale;
         max = std::max(max, scores[t]);
       }
@@ -87,7 +108,9 @@ void Attention(const AttentionRows& rows) {
       float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
       for (int d = 0; d < rows.head_dim; ++d) {
         double acc = 0.0;
-        for (int t = 0; t < n_keys; ++t) acc += scores[t] * rows.v[r][t * kv_stride + kv_off + d];
+        for (int t = 0; t < n_keys; ++t) {
+          acc += scores[t] * KvAt(rows.v[r], rows.kv_type, t * kv_stride + kv_off + d);
+        }
         out[d] = static_cast<float>(acc / sum);
       }
     }

@@ -126,8 +126,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   std::vector<std::vector<int32_t>> prompts;
   for (const char* p : kPrompts) prompts.push_back(tokenizer->Encode(p, true, false));
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  auto target_kv = target->NewKvCache({max_batch, 512});
-  auto draft_kv = draft->NewKvCache({max_batch, 512});
+  auto target_kv = target->NewKvCache({max_batch, 512, o.cache_type});
+  auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});
 
   struct Setting {
     const char* name;
@@ -142,10 +142,12 @@ void RunSpecBench(const SpecBenchOptions& o) {
   report["date"] = date;
   report["target"] = o.target;
   report["draft"] = o.draft;
+  report["cache_type"] = DTypeName(o.cache_type);
   std::ostringstream md;
   md << "Speculative decoding benchmark, " << date << ", " << o.threads << " threads, "
-     << o.n_predict << " new tokens per sequence, one Python prompt per sequence, median of "
-     << o.reps << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
+     << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
+     << " new tokens per sequence, one Python prompt per sequence, median of " << o.reps
+     << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
      << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
      << "cost-aware policy (chosen online; the default).\n\n"
      << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace specd::bench {
 
 struct SpecBenchOptions {
@@ -18,6 +20,7 @@ struct SpecBenchOptions {
   int threads = 2;
   int reps = 3;  // runs of each configuration, round-robin; the median is reported
   std::string out_dir = "bench/results";
+  DType cache_type = DType::kF32;  // KV caches of both models
 };
 
 void RunSpecBench(const SpecBenchOptions& options);

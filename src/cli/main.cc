@@ -177,6 +177,11 @@ int main(int argc, char** argv) {
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
+  bench_spec
+      ->add_option_function<std::string>(
+          "--cache-type", [&sb](const std::string& t) { sb.cache_type = *DTypeFromName(t); },
+          "KV cache type of both models (f32, f16)")
+      ->check(CLI::IsMember({"f32", "f16"}));
 
   TokenizeBenchOptions tb;
   auto* bench_tokenize = bench->add_subcommand("tokenize", "encoding throughput on a text file");

@@ -28,7 +28,7 @@ struct GenerateOptions {
   int batch = 1;
   int ctx = 0;
   std::string attention = "split";
-  std::string cache_type = "f32";  // KV cache element type: f32 | f16
+  std::string cache_type = "f16";  // KV cache element type: f32 | f16 (llama.cpp default: f16)
   bool json = false;
   bool ignore_eos = false;
   bool special = false;

@@ -95,7 +95,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   generate->add_option("--attention", gen.attention, "attention over ragged sequences")
       ->check(CLI::IsMember({"pad", "split"}));
-  generate->add_option("--cache-type", gen.cache_type, "KV cache type of both models (f32, f16)")
+  generate
+      ->add_option("--cache-type", gen.cache_type,
+                   "KV cache type of both models: f16 (default) or f32")
       ->check(CLI::IsMember({"f32", "f16"}));
   generate->add_flag("--json", gen.json, "one JSON object per sequence, then a summary");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");

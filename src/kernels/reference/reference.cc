@@ -76,11 +76,7 @@ double KvAt(const void* base, DType type, int64_t t) {
 void StoreKvRow(const float* x, int64_t n, DType type, void* dst) {
   SPECD_CHECK(type == DType::kF32 || type == DType::kF16, "KV cache type ", DTypeName(type),
               " is not supported");
-  if (type == DType::kF32) {
-    std::copy(x, x + n, static_cast<float*>(dst));
-  } else {
-    for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = Fp32ToFp16(x[i]);
-  }
+  QuantizeRow(type, x, dst, n);  // f32: copied; f16: round to nearest even
 }
 
 void Attention(const AttentionRows& rows) {

@@ -13,6 +13,7 @@
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "bench/compute_peak.h"
 #include "bench/membw.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -125,6 +126,14 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   const int max_threads = *std::max_element(o.threads.begin(), o.threads.end());
   const std::vector<DType> types = synthetic ? o.types : std::vector<DType>{DType::kF32};
   std::ostringstream md_profile;
+  std::ostringstream md_bounds;
+  double peak_gmacs = 0.0;
+  {
+    ThreadPool pool(max_threads);
+    peak_gmacs = MeasureInt8PeakGmacs(pool, 3);
+    log(StrCat("int8 VNNI peak with ", max_threads, " thread(s): ", peak_gmacs, " GMAC/s"));
+    report["int8_peak_gmacs"] = peak_gmacs;
+  }
   for (DType listed_type : types) {
     std::string path = o.model_path;
     if (synthetic) {
@@ -179,6 +188,24 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       md_rows << cell;
     }
     md_rows << "\n";
+    const bool int8 = type == DType::kQ8_0 || type == DType::kQ4_0;
+    if (int8 && peak_gmacs > 0.0) {
+      // What no kernel can beat: the weights streamed once from DRAM, and the matmul work done at
+      // the VNNI peak. Verifying K drafts is cheap only while the first bound dominates.
+      const double macs = static_cast<double>(model->MatmulMacsPerToken());
+      for (int m : o.rows) {
+        const double ms = entry["rows"][std::to_string(m)]["ms"].get<double>();
+        const double memory_ms = model->WeightBytesPerToken() / (bandwidth[max_threads] * 1e6);
+        const double compute_ms = m * macs / (peak_gmacs * 1e6);
+        entry["rows"][std::to_string(m)]["dram_bound_ms"] = memory_ms;
+        entry["rows"][std::to_string(m)]["int8_compute_bound_ms"] = compute_ms;
+        char line[160];
+        std::snprintf(line, sizeof(line), "| %s | %d | %.3g | %.3g | %.3g | %.2f |\n",
+                      std::string(DTypeName(type)).c_str(), m, ms, memory_ms, compute_ms,
+                      std::max(memory_ms, compute_ms) / ms);
+        md_bounds << line;
+      }
+    }
     if (o.profile) {
       // Where an M-row forward's time goes, per op: what grows with M and what does not.
       std::vector<ForwardProfile> profiles(o.rows.size());
@@ -217,7 +244,20 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   }
   md << "\nCost of one forward over M rows (one sequence, logits for every row) relative to M="
      << o.rows.front() << ", " << max_threads << " threads:\n\n"
-     << md_rows.str() << md_profile.str();
+     << md_rows.str();
+  if (!md_bounds.str().empty()) {
+    char peak[64];
+    std::snprintf(peak, sizeof(peak), "%.0f", peak_gmacs);
+    md << "\nLower bounds of an M-row forward, " << max_threads
+       << " threads: all weights read once from DRAM, and the matmul multiply-accumulates at the "
+          "int8 VNNI peak measured here ("
+       << peak << " GMAC/s). A model that fits the L3 cache reads faster than DRAM.\n\n"
+       << "| weights | M | ms | DRAM bound ms | int8 compute bound ms | larger bound / ms (> 1: "
+          "weights came from cache) |\n"
+       << "|---|---|---|---|---|---|\n"
+       << md_bounds.str();
+  }
+  md << md_profile.str();
   std::cout << md.str() << std::flush;
   std::ofstream(o.out_dir + "/forward.md") << md.str();
   std::ofstream(o.out_dir + "/forward.json") << report.dump(2) << "\n";

@@ -162,6 +162,15 @@ TEST(Model, ResultsDoNotDependOnThreadCount) {
             AloneLogits(two, tokens, AttentionMode::kPad));
 }
 
+TEST(Model, MatmulMacsPerTokenCountsEveryMatrixOnce) {
+  Fixture f;
+  const ModelConfig& c = f.model->config();
+  const int64_t q_dim = int64_t{c.n_head} * c.head_dim;
+  const int64_t per_layer =
+      c.n_embd * (q_dim + 2 * c.kv_dim()) + q_dim * c.n_embd + 3 * int64_t{c.n_embd} * c.n_ff;
+  EXPECT_EQ(f.model->MatmulMacsPerToken(), c.n_layer * per_layer + c.n_vocab * c.n_embd);
+}
+
 std::string ForwardError(Fixture& f, KvCache& kv, const Batch& b) {
   std::vector<float> logits;
   try {

@@ -183,6 +183,16 @@ int64_t Model::WeightBytesPerToken() const {
   return bytes;
 }
 
+int64_t Model::MatmulMacsPerToken() const {
+  int64_t macs = output_.rows * output_.cols;
+  for (const Layer& l : layers_) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      macs += w->rows * w->cols;
+    }
+  }
+  return macs;
+}
+
 int64_t Model::NumParameters() const {
   int64_t n = 0;
   for (const GgufTensorInfo& t : file_->tensors()) n += t.NumElements();

@@ -91,6 +91,8 @@ class Model {
   const GgufFile& gguf() const { return *file_; }
   // Bytes of weights read by one decode step (all matrices plus one embedding row).
   int64_t WeightBytesPerToken() const;
+  // Multiply-accumulates of the matrices (layers and output head) for one row.
+  int64_t MatmulMacsPerToken() const;
   int64_t NumParameters() const;
   // Type of the layer matrices (the first layer's attention query).
   DType MatrixType() const { return layers_.front().wq.type; }

@@ -166,5 +166,32 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   EXPECT_EQ(same_argmax, 40);
 }
 
+TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
+  TrainOptions options;
+  options.corpus_dir = SmallCorpus();
+  options.tokenizer = TrainedTokenizer();
+  options.out = specd::testing::TempDir() + "/measure.gguf";
+  options.shape.n_vocab = 1024;
+  options.shape.dim = 64;
+  options.shape.n_layers = 1;
+  options.shape.n_heads = 2;
+  options.shape.n_kv_heads = 2;
+  options.shape.ffn = 128;
+  options.shape.ctx = 64;
+  options.batch = 2;
+  options.max_steps = 3;
+  options.eval_every = 1000;
+  options.eval_windows = 2;
+  options.validation_every = 5;
+  Train(options);
+  const Corpus corpus = ListCorpus(options.corpus_dir, {".py"}, 5);
+  ASSERT_FALSE(corpus.validation_files.empty());
+  const DraftReport same = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3);
+  EXPECT_EQ(same.acceptance_rate, 1.0);
+  EXPECT_GT(same.mean_accepted_length, 3.5);  // up to 3 drafted + the target's own token
+  EXPECT_GT(same.draft_ms_per_token, 0.0);
+  EXPECT_GT(same.target_ms_per_token, 0.0);
+}
+
 }  // namespace
 }  // namespace specd::train

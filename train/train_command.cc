@@ -79,7 +79,46 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                    "share of the training steps on teacher text (default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
 
+  struct MeasureState {
+    std::string target, draft, corpus;
+    int draft_length = 4;
+    int threads = 2;
+  };
+  auto measure_state = std::make_shared<MeasureState>();
+  auto* measure = train->add_subcommand(
+      "measure",
+      "a draft's greedy acceptance and per-token cost against a target on held-out files");
+  measure->add_option("--teacher", measure_state->target, "target model GGUF")->required();
+  measure->add_option("--draft", measure_state->draft, "draft model GGUF")->required();
+  measure->add_option("--corpus", measure_state->corpus, "folder of .py files (the held-out ones)")
+      ->required();
+  measure->add_option("--draft-length", measure_state->draft_length, "tokens drafted per step")
+      ->check(CLI::Range(1, 32));
+  measure->add_option("-t,--threads", measure_state->threads, "threads")->check(CLI::Range(1, 256));
+
+  // The same line and JSON after training a draft and for `train measure`.
+  auto report_draft = [](const DraftReport& d, int draft_length) {
+    std::fprintf(stderr,
+                 "draft vs target on held-out files: greedy acceptance %.3f at draft length %d "
+                 "(mean accepted length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
+                 d.acceptance_rate, draft_length, d.mean_accepted_length, d.draft_ms_per_token,
+                 d.target_ms_per_token, d.target_ms_per_token / d.draft_ms_per_token);
+    std::printf(
+        "{\"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
+        "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
+        d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token);
+  };
+
   return [=]() -> int {
+    if (*measure) {
+      const MeasureState& m = *measure_state;
+      const Corpus corpus = ListCorpus(m.corpus, {".py"}, state->validation_every);
+      SPECD_CHECK(!corpus.validation_files.empty(), "no held-out .py files under ", m.corpus);
+      report_draft(
+          MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads, m.draft_length),
+          m.draft_length);
+      return 0;
+    }
     if (*tokenizer) {
       const Corpus corpus = ListCorpus(state->corpus, {".py"}, state->validation_every);
       WriteManifest(corpus, state->corpus, state->out + ".manifest");
@@ -99,18 +138,8 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     WriteManifest(corpus, options.corpus_dir, options.out + ".manifest");
     const TrainResult r = Train(options);
     if (!options.teacher.empty()) {
-      const DraftReport d =
-          MeasureDraft(options.teacher, options.out, corpus.validation_files, options.threads);
-      std::fprintf(
-          stderr,
-          "draft vs target on held-out files: greedy acceptance %.3f at draft length 4 "
-          "(mean accepted length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
-          d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token,
-          d.target_ms_per_token / d.draft_ms_per_token);
-      std::printf(
-          "{\"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
-          "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
-          d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token);
+      report_draft(
+          MeasureDraft(options.teacher, options.out, corpus.validation_files, options.threads), 4);
     }
     std::printf(
         "{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %.4f, "

@@ -48,6 +48,11 @@ std::string SmallCorpus() {
   return dir;
 }
 
+std::string ReadFileBytesForTest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::string TrainedTokenizer() {
   const std::string path = specd::testing::TempDir() + "/tok.gguf";
   if (!fs::exists(path)) {
@@ -164,6 +169,37 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
                    expected[r].argmax().item<int64_t>();
   }
   EXPECT_EQ(same_argmax, 40);
+}
+
+TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const int64_t ctx = 40, n_tokens = 41 * 40;  // 40 sequences: batches of 16, 16 and 8
+  const std::string dir = specd::testing::TempDir() + "/teacher_text";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string full_path = dir + "/full.bin";
+  const auto full = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, full_path);
+  ASSERT_EQ(full.size(), 40u);
+  ASSERT_EQ(fs::file_size(full_path), 40u * 41u * 4u);
+  EXPECT_NE(full[0], full[16]);
+
+  // A run cut off after 1.5 batches: whole batches are kept, the rest regenerated.
+  const std::string cut_path = dir + "/cut.bin";
+  const std::string partial_path = cut_path + ".partial.3.40";
+  {
+    std::ofstream out(partial_path, std::ios::binary);
+    for (int i = 0; i < 24; ++i) {
+      out.write(reinterpret_cast<const char*>(full[i].data()), full[i].size() * sizeof(int32_t));
+    }
+  }
+  const auto resumed = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, cut_path);
+  EXPECT_EQ(resumed, full);
+  EXPECT_FALSE(fs::exists(partial_path));
+  EXPECT_EQ(ReadFileBytesForTest(cut_path), ReadFileBytesForTest(full_path));
+  // A finished cache is read back as it is.
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, cut_path), full);
 }
 
 TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {

@@ -79,78 +79,6 @@ std::pair<torch::Tensor, torch::Tensor> SampleSequences(
   return {x, y};
 }
 
-// Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
-// teacher in specd's engine; alternate batches greedy and sampled (temperature 1, top-p 0.95),
-// as speculative decoding is used both ways. Cached in `cache_path` (int32 tokens) so that a
-// resumed run trains on the same text.
-std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
-                                              const std::vector<int32_t>& stream, int64_t n_tokens,
-                                              int64_t ctx, int threads, uint64_t seed,
-                                              const std::string& cache_path) {
-  constexpr int64_t kPrefix = 32;
-  constexpr int kBatch = 16;
-  const int64_t length = ctx + 1;
-  const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
-  std::vector<std::vector<int32_t>> sequences;
-  if (!cache_path.empty() && fs::exists(cache_path) &&
-      static_cast<int64_t>(fs::file_size(cache_path)) ==
-          n_sequences * length * static_cast<int64_t>(sizeof(int32_t))) {
-    const std::string bytes = ReadFileBytes(cache_path);
-    for (int64_t i = 0; i < n_sequences; ++i) {
-      std::vector<int32_t> seq(length);
-      std::memcpy(seq.data(), bytes.data() + i * length * sizeof(int32_t),
-                  length * sizeof(int32_t));
-      sequences.push_back(std::move(seq));
-    }
-    std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
-                 static_cast<long long>(n_sequences), cache_path.c_str());
-    return sequences;
-  }
-  ThreadPool pool(threads);
-  const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
-  auto teacher = Model::Load(teacher_gguf, &ctx_kernels);
-  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length)});
-  Timer timer;
-  const uint64_t span = stream.size() - kPrefix;
-  for (int64_t first = 0; first < n_sequences; first += kBatch) {
-    GenerateRequest request;
-    const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
-    for (int64_t i = 0; i < count; ++i) {
-      const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
-      const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
-      request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
-    }
-    request.n_predict = static_cast<int>(length - kPrefix);
-    request.stop_at_eos = false;
-    const bool sampled = (first / kBatch) % 2 == 1;
-    request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
-    const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
-    for (int64_t i = 0; i < count; ++i) {
-      std::vector<int32_t> seq = request.prompts[i];
-      const auto& tokens = result.sequences[i].tokens;
-      seq.insert(seq.end(), tokens.begin(), tokens.end());
-      SPECD_CHECK(static_cast<int64_t>(seq.size()) == length, "teacher text: sequence of ",
-                  seq.size(), " tokens, expected ", length);
-      sequences.push_back(std::move(seq));
-    }
-    std::fprintf(stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s",
-                 ::isatty(2) ? "\r" : "", static_cast<long long>(sequences.size()),
-                 static_cast<long long>(n_sequences),
-                 sequences.size() * (length - kPrefix) / (timer.ElapsedMs() / 1000.0),
-                 ::isatty(2) ? "" : "\n");
-  }
-  std::fprintf(stderr, "\n");
-  if (!cache_path.empty()) {
-    const std::string tmp = cache_path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    SPECD_CHECK(f != nullptr, "cannot write ", tmp);
-    for (const auto& seq : sequences) std::fwrite(seq.data(), sizeof(int32_t), seq.size(), f);
-    SPECD_CHECK(std::fclose(f) == 0, "cannot write ", tmp);
-    fs::rename(tmp, cache_path);
-  }
-  return sequences;
-}
-
 double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
                 bool bf16) {
   torch::NoGradGuard no_grad;
@@ -194,6 +122,103 @@ std::string FormatSeconds(double s) {
 }
 
 }  // namespace
+
+// Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
+// teacher in specd's engine (f16 KV cache, as `generate` runs it); alternate batches greedy and
+// sampled (temperature 1, top-p 0.95), as speculative decoding is used both ways. Cached in
+// `cache_path` (int32 tokens) so that a resumed run trains on the same text. Generation appends
+// each finished batch to a partial file named after the seed and the count, so a session that
+// ends mid-way loses at most one batch; the next run continues from it.
+std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
+                                              const std::vector<int32_t>& stream, int64_t n_tokens,
+                                              int64_t ctx, int threads, uint64_t seed,
+                                              const std::string& cache_path) {
+  constexpr int64_t kPrefix = 32;
+  constexpr int kBatch = 16;
+  const int64_t length = ctx + 1;
+  const int64_t sequence_bytes = length * static_cast<int64_t>(sizeof(int32_t));
+  const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
+  // Reads whole sequences from a file of int32 tokens.
+  auto read_sequences = [&](const std::string& path, int64_t count) {
+    const std::string bytes = ReadFileBytes(path);
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<int32_t> seq(length);
+      std::memcpy(seq.data(), bytes.data() + i * sequence_bytes, sequence_bytes);
+      out.push_back(std::move(seq));
+    }
+    return out;
+  };
+  if (!cache_path.empty() && fs::exists(cache_path) &&
+      static_cast<int64_t>(fs::file_size(cache_path)) == n_sequences * sequence_bytes) {
+    std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
+                 static_cast<long long>(n_sequences), cache_path.c_str());
+    return read_sequences(cache_path, n_sequences);
+  }
+  const std::string partial_path =
+      cache_path.empty() ? "" : StrCat(cache_path, ".partial.", seed, ".", n_sequences);
+  std::vector<std::vector<int32_t>> sequences;
+  if (!partial_path.empty() && fs::exists(partial_path)) {
+    // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
+    const int64_t done =
+        std::min<int64_t>(n_sequences, static_cast<int64_t>(fs::file_size(partial_path)) /
+                                           sequence_bytes / kBatch * kBatch);
+    sequences = read_sequences(partial_path, done);
+    fs::resize_file(partial_path, done * sequence_bytes);
+    std::fprintf(stderr, "teacher text: continuing after %lld sequences in %s\n",
+                 static_cast<long long>(done), partial_path.c_str());
+  }
+  std::FILE* partial = nullptr;
+  if (!partial_path.empty()) {
+    partial = std::fopen(partial_path.c_str(), "ab");
+    SPECD_CHECK(partial != nullptr, "cannot write ", partial_path);
+  }
+  ThreadPool pool(threads);
+  const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
+  auto teacher = Model::Load(teacher_gguf, &ctx_kernels);
+  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length), DType::kF16});
+  Timer timer;
+  const int64_t resumed = static_cast<int64_t>(sequences.size());
+  const uint64_t span = stream.size() - kPrefix;
+  for (int64_t first = resumed; first < n_sequences; first += kBatch) {
+    GenerateRequest request;
+    const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
+    for (int64_t i = 0; i < count; ++i) {
+      const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
+      const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
+      request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
+    }
+    request.n_predict = static_cast<int>(length - kPrefix);
+    request.stop_at_eos = false;
+    const bool sampled = (first / kBatch) % 2 == 1;
+    request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
+    const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<int32_t> seq = request.prompts[i];
+      const auto& tokens = result.sequences[i].tokens;
+      seq.insert(seq.end(), tokens.begin(), tokens.end());
+      SPECD_CHECK(static_cast<int64_t>(seq.size()) == length, "teacher text: sequence of ",
+                  seq.size(), " tokens, expected ", length);
+      if (partial != nullptr) {
+        SPECD_CHECK(std::fwrite(seq.data(), sizeof(int32_t), seq.size(), partial) == seq.size(),
+                    "cannot write ", partial_path);
+      }
+      sequences.push_back(std::move(seq));
+    }
+    if (partial != nullptr) std::fflush(partial);
+    std::fprintf(stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s",
+                 ::isatty(2) ? "\r" : "", static_cast<long long>(sequences.size()),
+                 static_cast<long long>(n_sequences),
+                 (sequences.size() - resumed) * (length - kPrefix) / (timer.ElapsedMs() / 1000.0),
+                 ::isatty(2) ? "" : "\n");
+  }
+  std::fprintf(stderr, "\n");
+  if (partial != nullptr) {
+    SPECD_CHECK(std::fclose(partial) == 0, "cannot write ", partial_path);
+    fs::rename(partial_path, cache_path);
+  }
+  return sequences;
+}
 
 std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
                                    const std::string& tokenizer_gguf) {

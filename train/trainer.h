@@ -55,6 +55,14 @@ struct TrainResult {
 
 TrainResult Train(const TrainOptions& options);
 
+// Text the teacher writes: n_tokens / (ctx + 1) sequences, each a 32-token prefix from `stream`
+// continued by the teacher (specd's engine), batches alternately greedy and sampled. Cached in
+// `cache_path` when given (resumable: see trainer.cc).
+std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
+                                              const std::vector<int32_t>& stream, int64_t n_tokens,
+                                              int64_t ctx, int threads, uint64_t seed,
+                                              const std::string& cache_path);
+
 struct DraftReport {
   double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4
   double mean_accepted_length = 0.0;

@@ -171,6 +171,64 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   EXPECT_EQ(same_argmax, 40);
 }
 
+TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
+  const std::string dir = specd::testing::TempDir() + "/resume";
+  fs::remove_all(dir);
+  TrainOptions options;
+  options.corpus_dir = SmallCorpus();
+  options.tokenizer = TrainedTokenizer();
+  options.shape.n_vocab = 1024;
+  options.shape.dim = 64;
+  options.shape.n_layers = 1;
+  options.shape.n_heads = 2;
+  options.shape.n_kv_heads = 2;
+  options.shape.ffn = 128;
+  options.shape.ctx = 32;
+  options.batch = 2;
+  options.max_steps = 12;
+  options.warmup_steps = 3;
+  options.checkpoint_every = 5;  // the stop at 7 must save on its own, off this grid
+  options.eval_every = 1000;
+  options.eval_windows = 2;
+  options.validation_every = 5;
+
+  TrainOptions straight = options;
+  straight.checkpoint_dir = dir + "/straight";
+  straight.out = dir + "/straight.gguf";
+  const TrainResult whole = Train(straight);
+  ASSERT_TRUE(whole.finished);
+
+  TrainOptions split = options;
+  split.checkpoint_dir = dir + "/split";
+  split.out = dir + "/split.gguf";
+  split.stop_at_step = 7;
+  const TrainResult first = Train(split);
+  EXPECT_FALSE(first.finished);
+  EXPECT_EQ(first.steps, 7);
+  EXPECT_FALSE(fs::exists(split.out));      // nothing exported before the end
+  const TrainResult second = Train(split);  // the same options: resumes at 7, runs to the end
+  ASSERT_TRUE(second.finished);
+  EXPECT_EQ(second.steps, 12);
+  EXPECT_NEAR(second.train_loss, whole.train_loss, 1e-3 * whole.train_loss);
+  EXPECT_NEAR(second.validation_loss, whole.validation_loss, 1e-3 * whole.validation_loss);
+
+  // Same weights, optimizer state and batches: the two exports hold the same model.
+  Llama a = ImportGguf(straight.out), b = ImportGguf(split.out);
+  const auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& p : pa) {
+    const auto& q = pb[p.key()];
+    EXPECT_LT((p.value() - q).abs().max().item<double>(), 1e-4) << p.key();
+  }
+
+  // Re-running a finished run only re-exports, and still reports its training loss.
+  split.out = dir + "/again.gguf";
+  const TrainResult again = Train(split);
+  EXPECT_EQ(again.steps, 12);
+  EXPECT_NEAR(again.train_loss, second.train_loss, 1e-4);
+  EXPECT_EQ(ReadFileBytesForTest(split.out), ReadFileBytesForTest(dir + "/split.gguf"));
+}
+
 TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
   std::vector<int32_t> stream;

@@ -1,5 +1,6 @@
 #include "train/train_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -49,6 +50,9 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
         ->check(CLI::Range(0.0001, 1000.0));
     cmd->add_option("--steps", m.max_steps, "steps (overrides --epochs)")
         ->check(CLI::Range(0, 100000000));
+    cmd->add_option("--stop-at-step", m.stop_at_step,
+                    "checkpoint and stop after this step; the same command resumes")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
     cmd->add_option("--lr", m.lr, "peak learning rate")->check(CLI::Range(1e-7, 1.0));
     cmd->add_option("--warmup", m.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
     cmd->add_option("--checkpoint", m.checkpoint_dir, "checkpoint folder (resumes if present)");
@@ -137,14 +141,22 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     const Corpus corpus = ListCorpus(options.corpus_dir, {".py"}, options.validation_every);
     WriteManifest(corpus, options.corpus_dir, options.out + ".manifest");
     const TrainResult r = Train(options);
+    if (!r.finished) {
+      std::printf("{\"steps\": %lld, \"finished\": false}\n", static_cast<long long>(r.steps));
+      return 0;
+    }
     if (!options.teacher.empty()) {
       report_draft(
           MeasureDraft(options.teacher, options.out, corpus.validation_files, options.threads), 4);
     }
+    // No training loss is known when an old-format checkpoint is only re-exported: JSON null.
+    char train_loss[32] = "null";
+    if (!std::isnan(r.train_loss))
+      std::snprintf(train_loss, sizeof train_loss, "%.4f", r.train_loss);
     std::printf(
-        "{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %.4f, "
+        "{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %s, "
         "\"validation_loss\": %.4f, \"validation_perplexity\": %.3f, \"tokens_per_s\": %.0f}\n",
-        static_cast<long long>(r.steps), static_cast<long long>(r.parameters), r.train_loss,
+        static_cast<long long>(r.steps), static_cast<long long>(r.parameters), train_loss,
         r.validation_loss, r.validation_perplexity, r.tokens_per_s);
     return 0;
   };

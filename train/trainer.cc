@@ -250,6 +250,8 @@ TrainResult Train(const TrainOptions& o) {
 
   // Teacher text comes first, before LibTorch starts its own threads: specd's spinning pool
   // runs several times slower next to them on 2 cores.
+  SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
+              "stopping at a step needs a checkpoint folder to resume from");
   std::vector<std::vector<int32_t>> teacher_text;
   if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
     if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
@@ -286,6 +288,9 @@ TrainResult Train(const TrainOptions& o) {
   torch::optim::AdamW optimizer(groups);
 
   int64_t step = 0;
+  // Smoothed training loss; carried in the checkpoint so that a resumed run (or a re-export of a
+  // finished one) reports it instead of starting from nothing.
+  double smoothed = std::nan("");
   const std::string ckpt_model = o.checkpoint_dir + "/model.pt";
   const std::string ckpt_optim = o.checkpoint_dir + "/optimizer.pt";
   const std::string ckpt_step = o.checkpoint_dir + "/step.txt";
@@ -297,6 +302,8 @@ TrainResult Train(const TrainOptions& o) {
       std::FILE* f = std::fopen(ckpt_step.c_str(), "r");
       long long s = 0;
       SPECD_CHECK(f && std::fscanf(f, "%lld", &s) == 1, "corrupt checkpoint step in ", ckpt_step);
+      double saved_loss = 0.0;
+      if (std::fscanf(f, "%lf", &saved_loss) == 1) smoothed = saved_loss;  // older files: none
       std::fclose(f);
       step = s;
       std::fprintf(stderr, "resumed from %s at step %lld\n", o.checkpoint_dir.c_str(), s);
@@ -309,7 +316,7 @@ TrainResult Train(const TrainOptions& o) {
     fs::rename(ckpt_model + ".tmp", ckpt_model);
     fs::rename(ckpt_optim + ".tmp", ckpt_optim);
     std::FILE* f = std::fopen((ckpt_step + ".tmp").c_str(), "w");
-    std::fprintf(f, "%lld\n", static_cast<long long>(step));
+    std::fprintf(f, "%lld %.6f\n", static_cast<long long>(step), smoothed);
     std::fclose(f);
     fs::rename(ckpt_step + ".tmp", ckpt_step);
   };
@@ -324,7 +331,7 @@ TrainResult Train(const TrainOptions& o) {
   result.parameters = model->NumParameters();
   Timer timer;
   const int64_t first_step = step;
-  double smoothed = 0.0;
+  result.train_loss = smoothed;
   model->train();
   while (step < total_steps) {
     const double lr_scale =
@@ -369,7 +376,7 @@ TrainResult Train(const TrainOptions& o) {
     torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
     optimizer.step();
     ++step;
-    smoothed = step - first_step == 1 ? ce : 0.98 * smoothed + 0.02 * ce;
+    smoothed = std::isnan(smoothed) ? ce : 0.98 * smoothed + 0.02 * ce;
     result.train_loss = smoothed;
 
     const double elapsed_s = timer.ElapsedMs() / 1000.0;
@@ -386,6 +393,14 @@ TrainResult Train(const TrainOptions& o) {
                    static_cast<long long>(total_steps), smoothed, o.lr * lr_scale, tps,
                    FormatSeconds(eta).c_str(), tty ? "  " : "\n");
     }
+    if (step == o.stop_at_step && step < total_steps) {
+      save_checkpoint();
+      result.steps = step;
+      std::fprintf(stderr, "%sstopped at step %lld of %lld; checkpoint in %s\n", tty ? "\n" : "",
+                   static_cast<long long>(step), static_cast<long long>(total_steps),
+                   o.checkpoint_dir.c_str());
+      return result;
+    }
     if (step % o.checkpoint_every == 0) save_checkpoint();
     if (step % o.eval_every == 0 && !valid_stream.empty()) {
       const double v = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
@@ -395,12 +410,16 @@ TrainResult Train(const TrainOptions& o) {
   }
   save_checkpoint();
   result.steps = step;
+  result.finished = true;
   result.validation_loss = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
   result.validation_perplexity = std::exp(result.validation_loss);
+  char train_loss[32] = "unknown";  // a re-export of a checkpoint written before it was saved
+  if (!std::isnan(result.train_loss))
+    std::snprintf(train_loss, sizeof train_loss, "%.4f", result.train_loss);
   std::fprintf(stderr,
-               "%sdone: %lld steps, train loss %.4f, validation loss %.4f (perplexity %.2f)\n",
-               tty ? "\n" : "", static_cast<long long>(step), result.train_loss,
-               result.validation_loss, result.validation_perplexity);
+               "%sdone: %lld steps, train loss %s, validation loss %.4f (perplexity %.2f)\n",
+               tty ? "\n" : "", static_cast<long long>(step), train_loss, result.validation_loss,
+               result.validation_perplexity);
   if (!o.out.empty()) {
     ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out);
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());

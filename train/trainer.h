@@ -23,6 +23,9 @@ struct TrainOptions {
   int batch = 8;
   double epochs = 1.0;
   int64_t max_steps = 0;  // overrides epochs when > 0
+  // Checkpoint and return after this step, without validating or exporting (0: run to the end).
+  // Splits a run across sessions; the same options resume it to exactly where one run goes.
+  int64_t stop_at_step = 0;
   double lr = 1e-3;
   double min_lr_ratio = 0.1;
   int warmup_steps = 100;
@@ -46,7 +49,8 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps = 0;
-  double train_loss = 0.0;
+  bool finished = false;    // false when stopped at `stop_at_step`: nothing validated or exported
+  double train_loss = 0.0;  // smoothed; NaN when a checkpoint written before it was saved
   double validation_loss = 0.0;
   double validation_perplexity = 0.0;
   double tokens_per_s = 0.0;

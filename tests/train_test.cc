@@ -113,24 +113,30 @@ TEST(Train, TrainedTokenizerEncodesLikeSentencePiece) {
   EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(text, false, false)), text);
 }
 
-TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
+// Options for a tiny model trained on the small corpus: steps and shape set by each test.
+TrainOptions TinyTrainOptions(int n_layers, int n_heads, int n_kv_heads, int ffn, int ctx) {
   TrainOptions options;
   options.corpus_dir = SmallCorpus();
   options.tokenizer = TrainedTokenizer();
-  options.out = specd::testing::TempDir() + "/parity.gguf";
   options.shape.n_vocab = 1024;
   options.shape.dim = 64;
-  options.shape.n_layers = 2;
-  options.shape.n_heads = 4;
-  options.shape.n_kv_heads = 2;
-  options.shape.ffn = 160;
-  options.shape.ctx = 64;
+  options.shape.n_layers = n_layers;
+  options.shape.n_heads = n_heads;
+  options.shape.n_kv_heads = n_kv_heads;
+  options.shape.ffn = ffn;
+  options.shape.ctx = ctx;
+  options.eval_every = 1000;
+  options.validation_every = 5;
+  return options;
+}
+
+TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
+  TrainOptions options = TinyTrainOptions(2, 4, 2, 160, 64);
+  options.out = specd::testing::TempDir() + "/parity.gguf";
   options.batch = 4;
   options.max_steps = 30;
   options.warmup_steps = 5;
-  options.eval_every = 1000;
   options.eval_windows = 4;
-  options.validation_every = 5;
   const TrainResult result = Train(options);
   EXPECT_EQ(result.steps, 30);
   EXPECT_LT(result.train_loss, 7.0);  // below log(1024) = 6.93 + noise: it learned something
@@ -174,23 +180,12 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
 TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
   const std::string dir = specd::testing::TempDir() + "/resume";
   fs::remove_all(dir);
-  TrainOptions options;
-  options.corpus_dir = SmallCorpus();
-  options.tokenizer = TrainedTokenizer();
-  options.shape.n_vocab = 1024;
-  options.shape.dim = 64;
-  options.shape.n_layers = 1;
-  options.shape.n_heads = 2;
-  options.shape.n_kv_heads = 2;
-  options.shape.ffn = 128;
-  options.shape.ctx = 32;
+  TrainOptions options = TinyTrainOptions(1, 2, 2, 128, 32);
   options.batch = 2;
   options.max_steps = 12;
   options.warmup_steps = 3;
   options.checkpoint_every = 5;  // the stop at 7 must save on its own, off this grid
-  options.eval_every = 1000;
   options.eval_windows = 2;
-  options.validation_every = 5;
 
   TrainOptions straight = options;
   straight.checkpoint_dir = dir + "/straight";
@@ -261,22 +256,11 @@ TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
 }
 
 TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
-  TrainOptions options;
-  options.corpus_dir = SmallCorpus();
-  options.tokenizer = TrainedTokenizer();
+  TrainOptions options = TinyTrainOptions(1, 2, 2, 128, 64);
   options.out = specd::testing::TempDir() + "/measure.gguf";
-  options.shape.n_vocab = 1024;
-  options.shape.dim = 64;
-  options.shape.n_layers = 1;
-  options.shape.n_heads = 2;
-  options.shape.n_kv_heads = 2;
-  options.shape.ffn = 128;
-  options.shape.ctx = 64;
   options.batch = 2;
   options.max_steps = 3;
-  options.eval_every = 1000;
   options.eval_windows = 2;
-  options.validation_every = 5;
   Train(options);
   const Corpus corpus = ListCorpus(options.corpus_dir, {".py"}, 5);
   ASSERT_FALSE(corpus.validation_files.empty());

@@ -1,6 +1,5 @@
 #include "train/train_command.h"
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -149,14 +148,11 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       report_draft(
           MeasureDraft(options.teacher, options.out, corpus.validation_files, options.threads), 4);
     }
-    // No training loss is known when an old-format checkpoint is only re-exported: JSON null.
-    char train_loss[32] = "null";
-    if (!std::isnan(r.train_loss))
-      std::snprintf(train_loss, sizeof train_loss, "%.4f", r.train_loss);
+    const std::string train_loss = FormatTrainLoss(r.train_loss, "null");
     std::printf(
         "{\"steps\": %lld, \"parameters\": %lld, \"train_loss\": %s, "
         "\"validation_loss\": %.4f, \"validation_perplexity\": %.3f, \"tokens_per_s\": %.0f}\n",
-        static_cast<long long>(r.steps), static_cast<long long>(r.parameters), train_loss,
+        static_cast<long long>(r.steps), static_cast<long long>(r.parameters), train_loss.c_str(),
         r.validation_loss, r.validation_perplexity, r.tokens_per_s);
     return 0;
   };

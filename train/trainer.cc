@@ -234,6 +234,13 @@ std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
   return stream;
 }
 
+std::string FormatTrainLoss(double loss, const char* if_unknown) {
+  if (std::isnan(loss)) return if_unknown;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+
 TrainResult Train(const TrainOptions& o) {
   torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
@@ -248,10 +255,10 @@ TrainResult Train(const TrainOptions& o) {
                corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
                valid_stream.size(), static_cast<unsigned long long>(corpus.fingerprint));
 
-  // Teacher text comes first, before LibTorch starts its own threads: specd's spinning pool
-  // runs several times slower next to them on 2 cores.
   SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
               "stopping at a step needs a checkpoint folder to resume from");
+  // Teacher text comes first, before LibTorch starts its own threads: specd's spinning pool
+  // runs several times slower next to them on 2 cores.
   std::vector<std::vector<int32_t>> teacher_text;
   if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
     if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
@@ -413,12 +420,10 @@ TrainResult Train(const TrainOptions& o) {
   result.finished = true;
   result.validation_loss = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
   result.validation_perplexity = std::exp(result.validation_loss);
-  char train_loss[32] = "unknown";  // a re-export of a checkpoint written before it was saved
-  if (!std::isnan(result.train_loss))
-    std::snprintf(train_loss, sizeof train_loss, "%.4f", result.train_loss);
   std::fprintf(stderr,
                "%sdone: %lld steps, train loss %s, validation loss %.4f (perplexity %.2f)\n",
-               tty ? "\n" : "", static_cast<long long>(step), train_loss, result.validation_loss,
+               tty ? "\n" : "", static_cast<long long>(step),
+               FormatTrainLoss(result.train_loss, "unknown").c_str(), result.validation_loss,
                result.validation_perplexity);
   if (!o.out.empty()) {
     ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out);

@@ -59,6 +59,10 @@ struct TrainResult {
 
 TrainResult Train(const TrainOptions& options);
 
+// "%.4f" of a training loss, or `if_unknown` when it is NaN (a checkpoint from before the loss
+// was saved in it).
+std::string FormatTrainLoss(double loss, const char* if_unknown);
+
 // Text the teacher writes: n_tokens / (ctx + 1) sequences, each a 32-token prefix from `stream`
 // continued by the teacher (specd's engine), batches alternately greedy and sampled. Cached in
 // `cache_path` when given (resumable: see trainer.cc).

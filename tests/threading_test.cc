@@ -24,6 +24,28 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPool, ParallelForUsesOnlyAsManyThreadsAsTheWorkFills) {
+  ThreadPool pool(3);
+  auto ranges_for = [&](int64_t n, int64_t min_items_per_thread) {
+    std::atomic<int> ranges{0};
+    std::atomic<int64_t> covered{0};
+    pool.ParallelFor(
+        n, 1,
+        [&](int64_t b, int64_t e) {
+          ranges++;
+          covered += e - b;
+        },
+        min_items_per_thread);
+    EXPECT_EQ(covered.load(), n);
+    return ranges.load();
+  };
+  EXPECT_EQ(ranges_for(100, 1), 3);
+  EXPECT_EQ(ranges_for(100, 40), 2);   // 100 / 40: two threads of 50
+  EXPECT_EQ(ranges_for(100, 100), 1);  // the caller alone
+  EXPECT_EQ(ranges_for(100, 1000), 1);
+  EXPECT_EQ(ranges_for(100, 0), 3);  // no minimum
+}
+
 TEST(ThreadPool, ExceptionsReachTheCaller) {
   ThreadPool pool(2);
   EXPECT_THROW(pool.RunOnAll([](int t) {

@@ -13,18 +13,21 @@ namespace {
 // Portable fallback for CPUs without AVX-512: dequantize each weight row once, then dot it with
 // every activation row. Per-row results are independent of m, like the fast path.
 void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
-  pool->ParallelFor(w.rows, 16, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(w.cols);
-    for (int64_t n = begin; n < end; ++n) {
-      DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
-      for (int64_t i = 0; i < m; ++i) {
-        const float* xi = x + i * w.cols;
-        float sum = 0.0f;
-        for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
-        y[i * w.rows + n] = sum;
-      }
-    }
-  });
+  pool->ParallelFor(
+      w.rows, 16,
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> row(w.cols);
+        for (int64_t n = begin; n < end; ++n) {
+          DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
+          for (int64_t i = 0; i < m; ++i) {
+            const float* xi = x + i * w.cols;
+            float sum = 0.0f;
+            for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
+            y[i * w.rows + n] = sum;
+          }
+        }
+      },
+      MinItemsPerThread(m * w.cols));
 }
 
 inline float KvValue(float x) { return x; }
@@ -224,25 +227,35 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   };
 
   if (mode == AttentionMode::kPad) {
-    ctx.pool->ParallelFor(rows.n_rows * rows.n_head, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(n_padded);
-      for (int64_t item = begin; item < end; ++item) {
-        attend(item / rows.n_head, static_cast<int>(item % rows.n_head), n_padded, scores.data());
-      }
-    });
+    ctx.pool->ParallelFor(
+        rows.n_rows * rows.n_head, 1,
+        [&](int64_t begin, int64_t end) {
+          std::vector<float> scores(n_padded);
+          for (int64_t item = begin; item < end; ++item) {
+            attend(item / rows.n_head, static_cast<int>(item % rows.n_head), n_padded,
+                   scores.data());
+          }
+        },
+        MinItemsPerThread(2 * int64_t{n_padded} * rows.head_dim));
   } else {
     const int64_t n_seqs = static_cast<int64_t>(rows.seq_row_begin.size()) - 1;
     SPECD_CHECK(n_seqs >= 0, "attention: sequence grouping is missing");
-    ctx.pool->ParallelFor(n_seqs * rows.n_head, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(n_padded);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t s = item / rows.n_head;
-        const int h = static_cast<int>(item % rows.n_head);
-        for (int64_t r = rows.seq_row_begin[s]; r < rows.seq_row_begin[s + 1]; ++r) {
-          attend(r, h, rows.n_visible[r], scores.data());
-        }
-      }
-    });
+    int64_t n_scored = 0;  // (row, key) pairs over all sequences, for one head
+    for (int64_t r = 0; r < rows.n_rows; ++r) n_scored += rows.n_visible[r];
+    const int64_t macs_per_item = 2 * n_scored * rows.head_dim / std::max<int64_t>(n_seqs, 1);
+    ctx.pool->ParallelFor(
+        n_seqs * rows.n_head, 1,
+        [&](int64_t begin, int64_t end) {
+          std::vector<float> scores(n_padded);
+          for (int64_t item = begin; item < end; ++item) {
+            const int64_t s = item / rows.n_head;
+            const int h = static_cast<int>(item % rows.n_head);
+            for (int64_t r = rows.seq_row_begin[s]; r < rows.seq_row_begin[s + 1]; ++r) {
+              attend(r, h, rows.n_visible[r], scores.data());
+            }
+          }
+        },
+        MinItemsPerThread(macs_per_item));
   }
 }
 

@@ -369,25 +369,28 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
       break;
     }
   }
-  pool->ParallelFor(w.rows, kWeightChunk, [&](int64_t n0, int64_t n1) {
-    switch (w.type) {
-      case DType::kF32:
-        RunRange<float, DotF32<1>, DotF32<2>, DotF32<3>, DotF32<4>>(w, p, m, n0, n1, y);
-        break;
-      case DType::kF16:
-        RunRange<uint16_t, DotF16<1>, DotF16<2>, DotF16<3>, DotF16<4>>(w, p, m, n0, n1, y);
-        break;
-      case DType::kBF16:
-        RunRange<uint16_t, DotBF16<1>, DotBF16<2>, DotBF16<3>, DotBF16<4>>(w, p, m, n0, n1, y);
-        break;
-      case DType::kQ8_0:
-        RunRange<BlockQ8_0, DotQ8<1>, DotQ8<2>, DotQ8<3>, DotQ8<4>>(w, p, m, n0, n1, y);
-        break;
-      case DType::kQ4_0:
-        RunRange<BlockQ4_0, DotQ4<1>, DotQ4<2>, DotQ4<3>, DotQ4<4>>(w, p, m, n0, n1, y);
-        break;
-    }
-  });
+  pool->ParallelFor(
+      w.rows, kWeightChunk,
+      [&](int64_t n0, int64_t n1) {
+        switch (w.type) {
+          case DType::kF32:
+            RunRange<float, DotF32<1>, DotF32<2>, DotF32<3>, DotF32<4>>(w, p, m, n0, n1, y);
+            break;
+          case DType::kF16:
+            RunRange<uint16_t, DotF16<1>, DotF16<2>, DotF16<3>, DotF16<4>>(w, p, m, n0, n1, y);
+            break;
+          case DType::kBF16:
+            RunRange<uint16_t, DotBF16<1>, DotBF16<2>, DotBF16<3>, DotBF16<4>>(w, p, m, n0, n1, y);
+            break;
+          case DType::kQ8_0:
+            RunRange<BlockQ8_0, DotQ8<1>, DotQ8<2>, DotQ8<3>, DotQ8<4>>(w, p, m, n0, n1, y);
+            break;
+          case DType::kQ4_0:
+            RunRange<BlockQ4_0, DotQ4<1>, DotQ4<2>, DotQ4<3>, DotQ4<4>>(w, p, m, n0, n1, y);
+            break;
+        }
+      },
+      MinItemsPerThread(m * k));
 }
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
@@ -417,13 +420,16 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       acorr[i * nb + b] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
     }
   }
-  pool->ParallelFor(w.row_groups, 1, [&](int64_t g0, int64_t g1) {
-    if (q4) {
-      PackedRange<true>(w, aq, da, acorr, m, g0, g1, y);
-    } else {
-      PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);
-    }
-  });
+  pool->ParallelFor(
+      w.row_groups, 1,
+      [&](int64_t g0, int64_t g1) {
+        if (q4) {
+          PackedRange<true>(w, aq, da, acorr, m, g0, g1, y);
+        } else {
+          PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);
+        }
+      },
+      MinItemsPerThread(16 * m * k));
 }
 
 }  // namespace specd::avx512

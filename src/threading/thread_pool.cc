@@ -97,11 +97,13 @@ void ThreadPool::RunOnAll(const std::function<void(int)>& fn) {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             const std::function<void(int64_t, int64_t)>& fn) {
+                             const std::function<void(int64_t, int64_t)>& fn,
+                             int64_t min_items_per_thread) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t n_chunks = (n + grain - 1) / grain;
-  const int n_used = static_cast<int>(std::min<int64_t>(n_threads_, n_chunks));
+  const int64_t by_work = std::max<int64_t>(1, n / std::max<int64_t>(min_items_per_thread, 1));
+  const int n_used = static_cast<int>(std::min<int64_t>({n_threads_, n_chunks, by_work}));
   if (n_used == 1) {
     fn(0, n);
     return;

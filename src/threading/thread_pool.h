@@ -27,8 +27,10 @@ class ThreadPool {
   void RunOnAll(const std::function<void(int)>& fn);
 
   // Splits [0, n) into contiguous ranges, one per thread, aligned to `grain`; calls
-  // fn(begin, end) for each non-empty range.
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // fn(begin, end) for each non-empty range. Uses fewer threads (down to the caller alone) when a
+  // thread would get fewer than `min_items_per_thread` items, so tiny work is not handed over.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                   int64_t min_items_per_thread = 1);
 
  private:
   void WorkerLoop(int index);

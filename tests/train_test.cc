@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "base/error.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
@@ -264,11 +266,28 @@ TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
   Train(options);
   const Corpus corpus = ListCorpus(options.corpus_dir, {".py"}, 5);
   ASSERT_FALSE(corpus.validation_files.empty());
-  const DraftReport same = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3);
+  const DraftReport same = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3, 1);
   EXPECT_EQ(same.acceptance_rate, 1.0);
   EXPECT_GT(same.mean_accepted_length, 3.5);  // up to 3 drafted + the target's own token
   EXPECT_GT(same.draft_ms_per_token, 0.0);
   EXPECT_GT(same.target_ms_per_token, 0.0);
+  EXPECT_EQ(same.acceptance_standard_error, 0.0);  // every prompt accepts everything
+  EXPECT_GT(same.n_prompts, 0);
+  EXPECT_GT(same.n_drafted, 0);
+  const DraftReport more = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3, 4);
+  EXPECT_GT(more.n_prompts, same.n_prompts);
+}
+
+TEST(Train, ClusteredAcceptanceTreatsPromptsAsClusters) {
+  // Rate 36 / 60 = 0.6; residuals 5 - 6, 10 - 12, 21 - 18: sqrt(3 / 2 * 14) / 60.
+  const auto [rate, se] = ClusteredAcceptance({10, 20, 30}, {5, 10, 21});
+  EXPECT_DOUBLE_EQ(rate, 0.6);
+  EXPECT_NEAR(se, std::sqrt(21.0) / 60.0, 1e-12);
+  // Every prompt at the same rate: no spread.
+  EXPECT_EQ(ClusteredAcceptance({4, 8, 12}, {3, 6, 9}).second, 0.0);
+  EXPECT_EQ(ClusteredAcceptance({}, {}).first, 0.0);
+  EXPECT_EQ(ClusteredAcceptance({5}, {2}).second, 0.0);  // one prompt: no estimate of spread
+  EXPECT_THROW(ClusteredAcceptance({1, 2}, {1}), Error);
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
   struct MeasureState {
     std::string target, draft, corpus;
     int draft_length = 4;
+    int prompts_per_file = 8;
     int threads = 2;
   };
   auto measure_state = std::make_shared<MeasureState>();
@@ -97,19 +98,29 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       ->required();
   measure->add_option("--draft-length", measure_state->draft_length, "tokens drafted per step")
       ->check(CLI::Range(1, 32));
+  measure
+      ->add_option("--prompts-per-file", measure_state->prompts_per_file,
+                   "evenly spaced 64-token prompts per held-out file (more: a tighter estimate)")
+      ->check(CLI::Range(1, 64));
   measure->add_option("-t,--threads", measure_state->threads, "threads")->check(CLI::Range(1, 256));
 
   // The same line and JSON after training a draft and for `train measure`.
   auto report_draft = [](const DraftReport& d, int draft_length) {
     std::fprintf(stderr,
-                 "draft vs target on held-out files: greedy acceptance %.3f at draft length %d "
-                 "(mean accepted length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
-                 d.acceptance_rate, draft_length, d.mean_accepted_length, d.draft_ms_per_token,
-                 d.target_ms_per_token, d.target_ms_per_token / d.draft_ms_per_token);
+                 "draft vs target on held-out files: greedy acceptance %.3f +- %.3f (standard "
+                 "error; %lld prompts, %lld drafted tokens) at draft length %d (mean accepted "
+                 "length %.2f); per-token cost %.3f ms vs %.3f ms (ratio 1/%.1f)\n",
+                 d.acceptance_rate, d.acceptance_standard_error,
+                 static_cast<long long>(d.n_prompts), static_cast<long long>(d.n_drafted),
+                 draft_length, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token,
+                 d.target_ms_per_token / d.draft_ms_per_token);
     std::printf(
-        "{\"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
+        "{\"acceptance_rate\": %.4f, \"acceptance_standard_error\": %.4f, \"n_prompts\": "
+        "%lld, \"n_drafted\": %lld, \"mean_accepted_length\": %.3f, "
         "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
-        d.acceptance_rate, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token);
+        d.acceptance_rate, d.acceptance_standard_error, static_cast<long long>(d.n_prompts),
+        static_cast<long long>(d.n_drafted), d.mean_accepted_length, d.draft_ms_per_token,
+        d.target_ms_per_token);
   };
 
   return [=]() -> int {
@@ -117,9 +128,9 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       const MeasureState& m = *measure_state;
       const Corpus corpus = ListCorpus(m.corpus, {".py"}, state->validation_every);
       SPECD_CHECK(!corpus.validation_files.empty(), "no held-out .py files under ", m.corpus);
-      report_draft(
-          MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads, m.draft_length),
-          m.draft_length);
+      report_draft(MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads,
+                                m.draft_length, m.prompts_per_file),
+                   m.draft_length);
       return 0;
     }
     if (*tokenizer) {

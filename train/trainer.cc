@@ -432,9 +432,32 @@ TrainResult Train(const TrainOptions& o) {
   return result;
 }
 
+std::pair<double, double> ClusteredAcceptance(const std::vector<int64_t>& drafted,
+                                              const std::vector<int64_t>& accepted) {
+  SPECD_CHECK(drafted.size() == accepted.size(), "acceptance: ", drafted.size(),
+              " drafted counts but ", accepted.size(), " accepted counts");
+  double sum_drafted = 0.0, sum_accepted = 0.0;
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    sum_drafted += static_cast<double>(drafted[i]);
+    sum_accepted += static_cast<double>(accepted[i]);
+  }
+  if (sum_drafted == 0.0) return {0.0, 0.0};
+  const double rate = sum_accepted / sum_drafted;
+  const size_t n = drafted.size();
+  if (n < 2) return {rate, 0.0};
+  double sum_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double residual =
+        static_cast<double>(accepted[i]) - rate * static_cast<double>(drafted[i]);
+    sum_sq += residual * residual;
+  }
+  return {rate, std::sqrt(double(n) / double(n - 1) * sum_sq) / sum_drafted};
+}
+
 DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draft_gguf,
                          const std::vector<std::string>& held_out_files, int threads,
-                         int draft_length) {
+                         int draft_length, int prompts_per_file) {
+  SPECD_CHECK(prompts_per_file >= 1, "prompts per file must be at least 1, got ", prompts_per_file);
   ThreadPool pool(threads);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto target = Model::Load(target_gguf, &ctx);
@@ -443,23 +466,32 @@ DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draf
   auto target_kv = target->NewKvCache({1, 512});
   auto draft_kv = draft->NewKvCache({1, 512});
   SpeculativeStats stats;
-  constexpr int kPromptTokens = 64, kNewTokens = 96, kPromptsPerFile = 2;
+  std::vector<int64_t> drafted_per_prompt, accepted_per_prompt;
+  constexpr int kPromptTokens = 64, kNewTokens = 96;
   for (const std::string& file : held_out_files) {
     const auto ids = tokenizer->Encode(ReadFileBytes(file), false, false);
-    for (int p = 0; p < kPromptsPerFile; ++p) {
-      const size_t start = ids.size() * (2 * p + 1) / (2 * kPromptsPerFile);
+    for (int p = 0; p < prompts_per_file; ++p) {
+      const size_t start = ids.size() * (2 * p + 1) / (2 * prompts_per_file);
       if (start + kPromptTokens > ids.size()) continue;
       GenerateRequest request;
       request.prompt.assign(ids.begin() + start, ids.begin() + start + kPromptTokens);
       request.n_predict = kNewTokens;
       request.sampling.temperature = 0.0f;
       request.stop_at_eos = false;
+      SpeculativeStats prompt_stats;
       GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request, draft_length,
-                                &stats);
+                                &prompt_stats);
+      drafted_per_prompt.push_back(prompt_stats.n_drafted);
+      accepted_per_prompt.push_back(prompt_stats.n_accepted);
+      stats.Add(prompt_stats);
     }
   }
   DraftReport report;
   report.acceptance_rate = stats.acceptance_rate();
+  report.acceptance_standard_error =
+      ClusteredAcceptance(drafted_per_prompt, accepted_per_prompt).second;
+  report.n_prompts = static_cast<int64_t>(drafted_per_prompt.size());
+  report.n_drafted = stats.n_drafted;
   report.mean_accepted_length = stats.mean_accepted_length();
   // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three.
   auto step_ms = [&](Model& model) {

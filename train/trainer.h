@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/llama_torch.h"
@@ -73,16 +74,27 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
 
 struct DraftReport {
   double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4
+  // Standard error of acceptance_rate over prompts (a ratio estimate, prompts as clusters: the
+  // tokens of one continuation are not independent draws).
+  double acceptance_standard_error = 0.0;
+  int64_t n_prompts = 0;
+  int64_t n_drafted = 0;
   double mean_accepted_length = 0.0;
   double draft_ms_per_token = 0.0;  // one decode step in specd's engine
   double target_ms_per_token = 0.0;
 };
 
 // Runs greedy speculative decoding with specd's engine (target and draft GGUF files) from
-// prompts taken out of held-out files, and times one decode step of each model.
+// prompts taken out of held-out files (`prompts_per_file` evenly spaced 64-token prompts each,
+// 96 new tokens), and times one decode step of each model.
 DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draft_gguf,
                          const std::vector<std::string>& held_out_files, int threads,
-                         int draft_length = 4);
+                         int draft_length = 4, int prompts_per_file = 8);
+
+// Acceptance rate sum(accepted) / sum(drafted) and its standard error with prompts as clusters:
+// sqrt(n / (n - 1) * sum_i (accepted_i - rate * drafted_i)^2) / sum(drafted). Returns {rate, se}.
+std::pair<double, double> ClusteredAcceptance(const std::vector<int64_t>& drafted,
+                                              const std::vector<int64_t>& accepted);
 
 // Tokenizes files with the GGUF's tokenizer into one stream: <s> file </s> <s> file </s> ...
 std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,

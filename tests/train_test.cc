@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "decode/autoregressive.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
@@ -235,26 +236,66 @@ TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string full_path = dir + "/full.bin";
-  const auto full = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, full_path);
+  const auto full = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, full_path);
   ASSERT_EQ(full.size(), 40u);
   ASSERT_EQ(fs::file_size(full_path), 40u * 41u * 4u);
   EXPECT_NE(full[0], full[16]);
 
   // A run cut off after 1.5 batches: whole batches are kept, the rest regenerated.
   const std::string cut_path = dir + "/cut.bin";
-  const std::string partial_path = cut_path + ".partial.3.40";
+  const std::string partial_path = cut_path + ".partial.3.40.0.5";
   {
     std::ofstream out(partial_path, std::ios::binary);
     for (int i = 0; i < 24; ++i) {
       out.write(reinterpret_cast<const char*>(full[i].data()), full[i].size() * sizeof(int32_t));
     }
   }
-  const auto resumed = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, cut_path);
+  const auto resumed = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, cut_path);
   EXPECT_EQ(resumed, full);
   EXPECT_FALSE(fs::exists(partial_path));
   EXPECT_EQ(ReadFileBytesForTest(cut_path), ReadFileBytesForTest(full_path));
   // A finished cache is read back as it is.
-  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, cut_path), full);
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, cut_path), full);
+}
+
+TEST(Train, TeacherTextSampledShareChoosesGreedyOrSampledBatches) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const int64_t ctx = 40, n_tokens = 41 * 32;  // 32 sequences: two batches of 16
+  auto batch = [](const std::vector<std::vector<int32_t>>& text, int b) {
+    return std::vector<std::vector<int32_t>>(text.begin() + 16 * b, text.begin() + 16 * (b + 1));
+  };
+  const auto half = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, "");
+  const auto greedy = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.0, "");
+  const auto sampled = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 1.0, "");
+  EXPECT_EQ(batch(half, 0), batch(greedy, 0));   // half: greedy first,
+  EXPECT_EQ(batch(half, 1), batch(sampled, 1));  // then sampled
+  EXPECT_NE(batch(half, 1), batch(greedy, 1));
+  EXPECT_NE(batch(half, 0), batch(sampled, 0));
+  // A greedy sequence is the teacher's own greedy continuation of its prefix.
+  ThreadPool pool(1);
+  const KernelContext kernels{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(teacher, &kernels);
+  auto kv = model->NewKvCache({1, static_cast<int>(ctx + 1), DType::kF16});
+  GenerateRequest request;
+  request.prompts.emplace_back(greedy[17].begin(), greedy[17].begin() + 32);
+  request.n_predict = static_cast<int>(ctx + 1 - 32);
+  request.stop_at_eos = false;
+  request.sampling.temperature = 0.0f;
+  const auto result = GenerateAutoregressive(*model, kernels, *kv, request);
+  EXPECT_EQ(std::vector<int32_t>(greedy[17].begin() + 32, greedy[17].end()),
+            result.sequences[0].tokens);
+
+  // A cache made by another recipe is made again, not reused because its size matches.
+  const std::string dir = specd::testing::TempDir() + "/teacher_text_recipe";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = dir + "/text.bin";
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, path), half);
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.0, path), greedy);
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.0, path), greedy);
+  EXPECT_THROW(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 1.5, ""), Error);
 }
 
 TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {

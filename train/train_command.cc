@@ -81,6 +81,11 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       ->add_option("--teacher-text-share", state->model.teacher_text_share,
                    "share of the training steps on teacher text (default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
+  draft
+      ->add_option("--teacher-text-sampled", state->model.teacher_text_sampled_share,
+                   "share of the teacher text sampled (t = 1, top-p 0.95), the rest greedy "
+                   "(default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
 
   struct MeasureState {
     std::string target, draft, corpus;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -124,15 +125,19 @@ std::string FormatSeconds(double s) {
 }  // namespace
 
 // Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
-// teacher in specd's engine (f16 KV cache, as `generate` runs it); alternate batches greedy and
-// sampled (temperature 1, top-p 0.95), as speculative decoding is used both ways. Cached in
-// `cache_path` (int32 tokens) so that a resumed run trains on the same text. Generation appends
-// each finished batch to a partial file named after the seed and the count, so a session that
-// ends mid-way loses at most one batch; the next run continues from it.
+// teacher in specd's engine (f16 KV cache, as `generate` runs it); a share of the batches
+// sampled (temperature 1, top-p 0.95), the rest greedy, as speculative decoding is used both
+// ways. Cached in `cache_path` (int32 tokens) so that a resumed run trains on the same text, with
+// its recipe (seed, sequences, sampled share) beside it in `cache_path`.recipe: a cache of
+// another recipe is made again. Generation appends each finished batch to a partial file named
+// after the recipe, so a session that ends mid-way loses at most one batch; the next run
+// continues from it.
 std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<int32_t>& stream, int64_t n_tokens,
                                               int64_t ctx, int threads, uint64_t seed,
-                                              const std::string& cache_path) {
+                                              double sampled_share, const std::string& cache_path) {
+  SPECD_CHECK(sampled_share >= 0.0 && sampled_share <= 1.0,
+              "the sampled share of teacher text must be in [0, 1], got ", sampled_share);
   constexpr int64_t kPrefix = 32;
   constexpr int kBatch = 16;
   const int64_t length = ctx + 1;
@@ -149,14 +154,25 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     }
     return out;
   };
-  if (!cache_path.empty() && fs::exists(cache_path) &&
+  char recipe[96];
+  std::snprintf(recipe, sizeof recipe, "seed %llu sequences %lld sampled-share %g\n",
+                static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
+                sampled_share);
+  const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
+  // Caches from before recipes were kept are matched by size alone.
+  const bool same_recipe =
+      recipe_path.empty() || !fs::exists(recipe_path) || ReadFileBytes(recipe_path) == recipe;
+  if (!cache_path.empty() && fs::exists(cache_path) && same_recipe &&
       static_cast<int64_t>(fs::file_size(cache_path)) == n_sequences * sequence_bytes) {
     std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
                  static_cast<long long>(n_sequences), cache_path.c_str());
     return read_sequences(cache_path, n_sequences);
   }
-  const std::string partial_path =
-      cache_path.empty() ? "" : StrCat(cache_path, ".partial.", seed, ".", n_sequences);
+  char partial_suffix[64];
+  std::snprintf(partial_suffix, sizeof partial_suffix, ".partial.%llu.%lld.%g",
+                static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
+                sampled_share);
+  const std::string partial_path = cache_path.empty() ? "" : cache_path + partial_suffix;
   std::vector<std::vector<int32_t>> sequences;
   if (!partial_path.empty() && fs::exists(partial_path)) {
     // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
@@ -190,7 +206,11 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     }
     request.n_predict = static_cast<int>(length - kPrefix);
     request.stop_at_eos = false;
-    const bool sampled = (first / kBatch) % 2 == 1;
+    // Sampled batches spread evenly: batch b is when floor((b + 1) s) passes an integer (s = 0.5:
+    // every odd batch).
+    const int64_t b = first / kBatch;
+    const bool sampled =
+        std::floor(double(b + 1) * sampled_share) > std::floor(double(b) * sampled_share);
     request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
     const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
     for (int64_t i = 0; i < count; ++i) {
@@ -216,6 +236,9 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   if (partial != nullptr) {
     SPECD_CHECK(std::fclose(partial) == 0, "cannot write ", partial_path);
     fs::rename(partial_path, cache_path);
+    std::ofstream recipe_file(recipe_path, std::ios::binary | std::ios::trunc);
+    recipe_file << recipe;
+    SPECD_CHECK(recipe_file.good(), "cannot write ", recipe_path);
   }
   return sequences;
 }
@@ -264,6 +287,7 @@ TrainResult Train(const TrainOptions& o) {
     if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
     teacher_text =
         TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
+                    o.teacher_text_sampled_share,
                     o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin");
   }
   Llama model(o.shape);

@@ -39,6 +39,9 @@ struct TrainOptions {
   // distillation as in DistillSpec). 0: corpus only.
   int64_t teacher_text_tokens = 0;
   double teacher_text_share = 0.5;  // of the training steps, when teacher text is given
+  // Of the teacher-text batches, the share sampled (t = 1, top-p 0.95); the rest are greedy, the
+  // text greedy speculative decoding asks the draft to predict.
+  double teacher_text_sampled_share = 0.5;
   int checkpoint_every = 200;
   int eval_every = 500;
   int eval_windows = 64;
@@ -65,12 +68,12 @@ TrainResult Train(const TrainOptions& options);
 std::string FormatTrainLoss(double loss, const char* if_unknown);
 
 // Text the teacher writes: n_tokens / (ctx + 1) sequences, each a 32-token prefix from `stream`
-// continued by the teacher (specd's engine), batches alternately greedy and sampled. Cached in
-// `cache_path` when given (resumable: see trainer.cc).
+// continued by the teacher (specd's engine), a `sampled_share` of the batches sampled, the rest
+// greedy. Cached in `cache_path` when given (resumable: see trainer.cc).
 std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<int32_t>& stream, int64_t n_tokens,
                                               int64_t ctx, int threads, uint64_t seed,
-                                              const std::string& cache_path);
+                                              double sampled_share, const std::string& cache_path);
 
 struct DraftReport {
   double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retrains specd's default model pair (models/) from the Python standard library that Debian
-# installs, exactly as the shipped files were made. Takes about 2.5 hours on 2 cores; each step
+# installs, exactly as the shipped files were made. Takes about 3.5 hours on 2 cores; each step
 # resumes from its checkpoint (checkpoints/, not in git) if interrupted.
 #
 #   bash scripts/train-default-models.sh [BUILD_DIR]
@@ -26,8 +26,9 @@ target_args=(--corpus "$corpus" --tokenizer models/specd-tokenizer.gguf
 #    on one checkpoint: 2 epochs of token-level distillation on the corpus; on to 3.5 epochs with
 #    every other step on 1M tokens of text the target writes itself (--teacher-text, generated
 #    by specd's engine and cached in the checkpoint folder); on to 4.5 epochs with 2M such
-#    tokens (a new cache: the file is regenerated when its size does not match); on to 6 epochs
-#    with 3 of 4 steps on 4M fresh tokens (seed 4, so the text differs from the earlier caches).
+#    tokens (a new cache: the file is regenerated when its recipe or size does not match); on to
+#    6 epochs with 3 of 4 steps on 4M fresh tokens (seed 4, so the text differs from the earlier
+#    caches); on to 8 epochs with 4 of 5 steps on another 4M fresh tokens (seed 5).
 draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
   --tokenizer models/specd-tokenizer.gguf
   --dim 192 --layers 2 --heads 3 --kv-heads 3 --ffn 576 --ctx 256 --batch 8
@@ -39,4 +40,6 @@ draft_args=(--teacher models/specd-target-q8_0.gguf --corpus "$corpus"
 "$specd" train draft "${draft_args[@]}" --epochs 4.5 --teacher-text 2000000 \
   -o checkpoints/specd-draft-4ep-q8_0.gguf
 "$specd" train draft "${draft_args[@]}" --epochs 6 --teacher-text 4000000 --teacher-text-share 0.75 \
-  --seed 4 -o models/specd-draft-q8_0.gguf
+  --seed 4 -o checkpoints/specd-draft-6ep-q8_0.gguf
+"$specd" train draft "${draft_args[@]}" --epochs 8 --teacher-text 4000000 --teacher-text-share 0.8 \
+  --seed 5 -o models/specd-draft-q8_0.gguf

@@ -115,6 +115,12 @@ double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, i
   return total / n;
 }
 
+// Whether item i of a series takes its turn when a share s of the items should, spread evenly:
+// when floor((i + 1) s) passes an integer (s = 0.5: every odd item).
+bool TakesTurn(int64_t i, double share) {
+  return std::floor(double(i + 1) * share) > std::floor(double(i) * share);
+}
+
 std::string FormatSeconds(double s) {
   char buf[32];
   const int total = static_cast<int>(s);
@@ -154,10 +160,12 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     }
     return out;
   };
-  char recipe[96];
-  std::snprintf(recipe, sizeof recipe, "seed %llu sequences %lld sampled-share %g\n",
+  // seed.sequences.sampled-share: the recipe file's text and the partial file's suffix.
+  char recipe_tag[64];
+  std::snprintf(recipe_tag, sizeof recipe_tag, "%llu.%lld.%g",
                 static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
                 sampled_share);
+  const std::string recipe = StrCat(recipe_tag, "\n");
   const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
   // Caches from before recipes were kept are matched by size alone.
   const bool same_recipe =
@@ -168,11 +176,8 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                  static_cast<long long>(n_sequences), cache_path.c_str());
     return read_sequences(cache_path, n_sequences);
   }
-  char partial_suffix[64];
-  std::snprintf(partial_suffix, sizeof partial_suffix, ".partial.%llu.%lld.%g",
-                static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
-                sampled_share);
-  const std::string partial_path = cache_path.empty() ? "" : cache_path + partial_suffix;
+  const std::string partial_path =
+      cache_path.empty() ? "" : StrCat(cache_path, ".partial.", recipe_tag);
   std::vector<std::vector<int32_t>> sequences;
   if (!partial_path.empty() && fs::exists(partial_path)) {
     // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
@@ -206,11 +211,7 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     }
     request.n_predict = static_cast<int>(length - kPrefix);
     request.stop_at_eos = false;
-    // Sampled batches spread evenly: batch b is when floor((b + 1) s) passes an integer (s = 0.5:
-    // every odd batch).
-    const int64_t b = first / kBatch;
-    const bool sampled =
-        std::floor(double(b + 1) * sampled_share) > std::floor(double(b) * sampled_share);
+    const bool sampled = TakesTurn(first / kBatch, sampled_share);
     request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
     const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
     for (int64_t i = 0; i < count; ++i) {
@@ -375,11 +376,7 @@ TrainResult Train(const TrainOptions& o) {
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
     }
-    // A share s of the steps use teacher text, spread evenly: step i does when floor((i+1)s)
-    // passes an integer (s = 0.5: every odd step).
-    const bool teacher_step =
-        !teacher_text.empty() &&
-        std::floor((step + 1) * o.teacher_text_share) > std::floor(step * o.teacher_text_share);
+    const bool teacher_step = !teacher_text.empty() && TakesTurn(step, o.teacher_text_share);
     auto [x, y] = teacher_step ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
                                : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
     torch::Tensor logits, teacher_logits;

@@ -112,25 +112,7 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
   GgufWriter w;
   w.Set("general.architecture", GgufValue::Str("llama"));
   w.Set("general.name", GgufValue::Str(name));
-  uint32_t file_type = 0;
-  switch (type) {
-    case DType::kF32:
-      file_type = 0;
-      break;
-    case DType::kF16:
-      file_type = 1;
-      break;
-    case DType::kQ8_0:
-      file_type = 7;
-      break;
-    case DType::kQ4_0:
-      file_type = 2;
-      break;
-    case DType::kBF16:
-      file_type = 32;
-      break;
-  }
-  w.Set("general.file_type", GgufValue::U32(file_type));
+  w.Set("general.file_type", GgufValue::U32(LlamaFileType(type)));
   if (type == DType::kQ8_0 || type == DType::kQ4_0) {
     w.Set("general.quantization_version", GgufValue::U32(2));
   }

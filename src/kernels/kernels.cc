@@ -62,85 +62,12 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
   if (m <= 0 || w.rows <= 0) return;
   if (ctx.cpu.avx512 && w.packed != nullptr) {
     avx512::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
-  } else if (ctx.cpu.avx512 && w.cols % 32 == 0) {
+  } else if (ctx.cpu.avx512 && w.cols % 32 == 0 &&
+             (!IsPackable(w.type) || w.type == DType::kQ8_0 || w.type == DType::kQ4_0)) {
     avx512::Matmul(ctx.pool, x, m, w, y, scratch);
   } else {
     MatmulGeneric(ctx.pool, x, m, w, y);
   }
-}
-
-PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
-  SPECD_CHECK((w.type == DType::kQ8_0 || w.type == DType::kQ4_0) && w.cols % 32 == 0,
-              "PackInt8: needs q8_0 or q4_0 weights with a multiple of 32 columns");
-  PackedInt8Weights p;
-  p.source_type = w.type;
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_groups = (w.rows + 15) / 16;
-  const int64_t nb = w.cols / 32;
-  const int64_t block_bytes = p.BlockBytes();
-  p.data.Resize(p.row_groups * p.GroupBytes());
-  const bool q4 = w.type == DType::kQ4_0;
-  pool->ParallelFor(p.row_groups, 1, [&](int64_t g0, int64_t g1) {
-    for (int64_t group = g0; group < g1; ++group) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* out = p.data.data() + (group * nb + b) * block_bytes;
-        auto* scales = reinterpret_cast<uint16_t*>(out);
-        uint8_t* values = out + 32;
-        for (int j = 0; j < 16; ++j) {
-          const int64_t n = group * 16 + j;
-          const bool real = n < w.rows;
-          if (q4) {
-            const auto* src =
-                reinterpret_cast<const BlockQ4_0*>(w.Row(std::min(n, w.rows - 1))) + b;
-            scales[j] = real ? src->d : 0;
-            for (int g = 0; g < 4; ++g) {
-              for (int t = 0; t < 4; ++t) {
-                values[g * 64 + j * 4 + t] = real ? src->qs[g * 4 + t] : 0x88;
-              }
-            }
-          } else {
-            const auto* src =
-                reinterpret_cast<const BlockQ8_0*>(w.Row(std::min(n, w.rows - 1))) + b;
-            scales[j] = real ? src->d : 0;
-            for (int g = 0; g < 8; ++g) {
-              for (int t = 0; t < 4; ++t) {
-                values[g * 64 + j * 4 + t] =
-                    static_cast<uint8_t>((real ? src->qs[g * 4 + t] : 0) + 128);
-              }
-            }
-          }
-        }
-      }
-    }
-  });
-  return p;
-}
-
-bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
-                     PackedInt8Weights* out) {
-  if (parts.empty()) return false;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const WeightView& w = *parts[i];
-    if (w.type != parts[0]->type || w.cols != parts[0]->cols) return false;
-    if ((w.type != DType::kQ8_0 && w.type != DType::kQ4_0) || w.cols % 32 != 0) return false;
-    if (i + 1 < parts.size() && w.rows % 16 != 0) return false;
-  }
-  PackedInt8Weights stacked;
-  stacked.source_type = parts[0]->type;
-  stacked.cols = parts[0]->cols;
-  for (const WeightView* w : parts) stacked.rows += w->rows;
-  stacked.row_groups = (stacked.rows + 15) / 16;
-  stacked.data.Resize(stacked.row_groups * stacked.GroupBytes());
-  uint8_t* at = stacked.data.data();
-  for (const WeightView* w : parts) {
-    const PackedInt8Weights part = PackInt8(*w, pool);
-    const int64_t bytes = part.row_groups * part.GroupBytes();
-    std::copy(part.data.data(), part.data.data() + bytes, at);
-    at += bytes;
-  }
-  *out = std::move(stacked);
-  return true;
 }
 
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {

@@ -17,22 +17,39 @@
 
 namespace specd {
 
-// q8_0 / q4_0 weights re-laid for the AVX-512 VNNI kernel: rows in groups of 16, and within a
+// Quantized weights re-laid for the AVX-512 VNNI kernel: rows in groups of 16, and within a
 // group and a 32-block the 16 rows' 4-byte groups interleaved, so one 64-byte load feeds one
-// vpdpbusd for 16 output rows and no horizontal sums are needed. Per (row group, block):
-// 16 fp16 scales (32 bytes), then the values: q8_0 as uint8 (w + 128), 8 x 64 bytes; q4_0 as the
-// original nibble bytes, 4 x 64 bytes (low nibbles: elements 0..15, high: 16..31). Same size as
-// the source (plus padding rows), built once at model load.
+// vpdpbusd for 16 output rows and no horizontal sums are needed. Every quantized type is held as
+// exact unsigned levels u with per-row float scales (and mins), w = scale * (u - offset) + min,
+// per 32 values or, for the 16-value sub-blocks of q2_K / q3_K / q6_K, per 16:
+//   per (row group, block): header, then values.
+//   header: scales [sub_blocks][16] then, with mins, mins [sub_blocks][16]; f16, or f32 for the
+//           K-quants, whose scales are products d * sc (exact in f32, not in f16).
+//   values: bytes u, 8 x 64 (lanes g = elements 4g..4g+3), or for 4-bit types nibbles, 4 x 64
+//           (low nibbles elements 0..15, high 16..31, as in q4_0).
+// Built once at model load; about the size of the source (4-bit types exactly, 5-bit and 6-bit
+// types stored as bytes, the K-quants' scales as f32).
 struct PackedInt8Weights {
   DType source_type = DType::kQ8_0;
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t row_groups = 0;  // ceil(rows / 16)
+  int64_t row_groups = 0;   // ceil(rows / 16)
+  bool nibbles = false;     // values as 4-bit pairs
+  int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
+  bool has_mins = false;    // an additive min per sub-block
+  bool f32_scales = false;  // header floats as f32 (else f16)
+  int32_t offset = 128;     // the level is u - offset
   AlignedBuffer<uint8_t> data;
 
-  int64_t BlockBytes() const { return 32 + (source_type == DType::kQ4_0 ? 256 : 512); }
+  int64_t HeaderBytes() const {
+    return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
+  }
+  int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 : 512); }
   int64_t GroupBytes() const { return cols / 32 * BlockBytes(); }
 };
+
+// Whether PackInt8 takes weights of this type (every quantized type; not f32 / f16 / bf16).
+bool IsPackable(DType t);
 
 // A weight matrix [rows, cols] in storage type `type`, rows contiguous: y = x W^T.
 struct WeightView {
@@ -67,7 +84,7 @@ struct MatmulScratch {
   AlignedBuffer<uint8_t> bytes;
 };
 
-// Builds the packed layout of q8_0 / q4_0 weights (cols a multiple of 32).
+// Builds the packed layout of quantized weights (cols a multiple of 32).
 PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool);
 
 // Stacks matrices of one type and width into one packed matrix (rows of parts[0], then

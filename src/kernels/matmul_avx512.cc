@@ -308,6 +308,134 @@ constexpr PackedTileFn<kQ4> kPackedTiles[kPackedTileRows] = {
     PackedTile<1, kQ4>, PackedTile<2, kQ4>, PackedTile<3, kQ4>, PackedTile<4, kQ4>,
     PackedTile<5, kQ4>, PackedTile<6, kQ4>, PackedTile<7, kQ4>, PackedTile<8, kQ4>};
 
+// Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1 and the
+// K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
+// isum_s is seeded with -offset * sum_s(a) as in PackedTile; the float steps run in one fixed
+// order, so results do not depend on MT, m or the thread split.
+template <int MT, bool kNibbles, bool kSub16, bool kMins, bool kF32>
+void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
+                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
+                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                       int64_t rows_valid) {
+  constexpr int kSub = kSub16 ? 2 : 1;
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * block_bytes;
+    const uint8_t* values = blk + header_bytes;
+    __m512i isum[MT][kSub];
+    for (int r = 0; r < MT; ++r) {
+      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+      if constexpr (kSub16) {
+        isum[r][0] = _mm512_set1_epi32(-offset * s16[0]);
+        isum[r][kSub - 1] = _mm512_set1_epi32(-offset * s16[1]);
+      } else {
+        isum[r][0] = _mm512_set1_epi32(-offset * (s16[0] + s16[1]));
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      const int g0 = 2 * half;
+      const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
+      __m512i w[4];
+      if constexpr (kNibbles) {
+        const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
+        const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
+        w[0] = _mm512_and_si512(z0, low4);
+        w[1] = _mm512_and_si512(z1, low4);
+        w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+        w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+      } else {
+        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
+      }
+      for (int r = 0; r < MT; ++r) {
+        const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+        // Lanes 0..3 are elements 0..15 (sub-block 0), lanes 4..7 elements 16..31.
+        for (int j = 0; j < 4; ++j) {
+          __m512i& target = isum[r][(kSub16 && j >= 2) ? kSub - 1 : 0];
+          target = _mm512_dpbusd_epi32(target, w[j], _mm512_set1_epi32(a[lanes[j]]));
+        }
+      }
+    }
+    auto load16 = [&](int index) {  // the header's 16 floats number `index`
+      if constexpr (kF32) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
+      } else {
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
+      }
+    };
+    __m512 scale[kSub], min[kSub];
+    for (int s = 0; s < kSub; ++s) {
+      scale[s] = load16(s);
+      if constexpr (kMins) min[s] = load16(kSub + s);
+    }
+    for (int r = 0; r < MT; ++r) {
+      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+      __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][0]), scale[0]);
+      if constexpr (kSub16) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][1]), scale[1], t);
+      if constexpr (kMins) {
+        if constexpr (kSub16) {
+          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);
+          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[1])), min[1], t);
+        } else {
+          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
+        }
+      }
+      acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(da[(m0 + r) * nb + b]), acc[r]);
+    }
+  }
+  const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+  for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
+}
+
+using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int32_t, const int8_t*,
+                               const float*, const int32_t*, int64_t, int64_t, float*, int64_t,
+                               int64_t, int64_t);
+
+template <bool kNibbles, bool kSub16, bool kMins, bool kF32>
+constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
+    PackedTileGeneral<1, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<2, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<3, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<4, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<5, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<6, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<7, kNibbles, kSub16, kMins, kF32>,
+    PackedTileGeneral<8, kNibbles, kSub16, kMins, kF32>};
+
+// The tiles for a packed format, or nullptr for the formats PackedTile handles.
+const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
+  if (!w.has_mins && !w.f32_scales && w.sub_blocks == 1) return nullptr;
+  const bool sub16 = w.sub_blocks == 2;
+  if (w.nibbles && !sub16 && w.has_mins && !w.f32_scales) return kGeneralTiles<true, false, true, false>;
+  if (!w.nibbles && !sub16 && w.has_mins && !w.f32_scales) return kGeneralTiles<false, false, true, false>;
+  if (w.nibbles && !sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<true, false, true, true>;
+  if (!w.nibbles && !sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<false, false, true, true>;
+  if (!w.nibbles && sub16 && !w.has_mins && w.f32_scales) return kGeneralTiles<false, true, false, true>;
+  if (!w.nibbles && sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<false, true, true, true>;
+  Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
+}
+
+void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const int8_t* aq,
+                  const float* da, const int32_t* asum16, int64_t m, int64_t g0, int64_t g1,
+                  float* y) {
+  constexpr int64_t kGroupsPerChunk = 4;
+  const int64_t nb = w.cols / 32;
+  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
+    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
+      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
+      for (int64_t g = c0; g < c1; ++g) {
+        const int64_t n0 = g * 16;
+        tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
+                      w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0,
+                      std::min<int64_t>(16, w.rows - n0));
+      }
+    }
+  }
+}
+
 template <bool kQ4>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                  const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
@@ -368,6 +496,8 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
       p.corr = corr;
       break;
     }
+    default:
+      Fail("avx512 matmul: ", DTypeName(w.type), " weights must be packed (PackInt8)");
   }
   pool->ParallelFor(
       w.rows, kWeightChunk,
@@ -388,6 +518,8 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
           case DType::kQ4_0:
             RunRange<BlockQ4_0, DotQ4<1>, DotQ4<2>, DotQ4<3>, DotQ4<4>>(w, p, m, n0, n1, y);
             break;
+          default:
+            break;
         }
       },
       MinItemsPerThread(m * k));
@@ -397,13 +529,13 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
                   MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
-  const bool q4 = w.source_type == DType::kQ4_0;
-  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections.
-  scratch->bytes.Resize(m * k + m * nb * 8);
+  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
+  // each 16 activations.
+  scratch->bytes.Resize(m * k + m * nb * 16);
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);
-  const int32_t offset = q4 ? 8 : 128;
+  int32_t* asum16 = acorr + m * nb;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + i * k + b * 32;
@@ -417,13 +549,19 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32 + 16),
                        _mm512_cvtsepi32_epi8(i1));
       da[i * nb + b] = d;
-      acorr[i * nb + b] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+      const int32_t s0 = _mm512_reduce_add_epi32(i0), s1 = _mm512_reduce_add_epi32(i1);
+      acorr[i * nb + b] = -w.offset * (s0 + s1);
+      asum16[(i * nb + b) * 2] = s0;
+      asum16[(i * nb + b) * 2 + 1] = s1;
     }
   }
+  const GeneralTileFn* general = GeneralTilesFor(w);
   pool->ParallelFor(
       w.row_groups, 1,
       [&](int64_t g0, int64_t g1) {
-        if (q4) {
+        if (general != nullptr) {
+          GeneralRange(w, general, aq, da, asum16, m, g0, g1, y);
+        } else if (w.nibbles) {
           PackedRange<true>(w, aq, da, acorr, m, g0, g1, y);
         } else {
           PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);

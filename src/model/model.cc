@@ -148,7 +148,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   }
   if (ctx != nullptr && ctx->cpu.avx512) {
     auto pack = [&](WeightView& w) {
-      if (w.type != DType::kQ8_0 && w.type != DType::kQ4_0) return;
+      if (!IsPackable(w.type) || w.cols % 32 != 0) return;
       model->packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx->pool)));
       w.packed = model->packed_.back().get();
     };

@@ -10,23 +10,6 @@
 namespace specd {
 namespace {
 
-// llama.cpp's general.file_type ("mostly" type) ids.
-uint32_t FileType(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return 1;
-    case DType::kQ4_0:
-      return 2;
-    case DType::kQ8_0:
-      return 7;
-    case DType::kBF16:
-      return 32;
-  }
-  return 0;
-}
-
 // A byte-level SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then filler pieces.
 void AddVocabulary(GgufWriter& w, int64_t n_vocab) {
   SPECD_CHECK(n_vocab >= 4, "a synthetic vocabulary needs at least 4 tokens");
@@ -174,7 +157,7 @@ void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const s
   const std::string& a = s.arch;
   w.Set("general.architecture", GgufValue::Str(a));
   w.Set("general.name", GgufValue::Str("specd-synthetic-" + s.name));
-  w.Set("general.file_type", GgufValue::U32(FileType(type)));
+  w.Set("general.file_type", GgufValue::U32(LlamaFileType(type)));
   if (type == DType::kQ8_0 || type == DType::kQ4_0) {
     w.Set("general.quantization_version", GgufValue::U32(2));
   }

@@ -5,20 +5,10 @@
 namespace specd {
 
 std::optional<DType> DTypeFromId(uint32_t id) {
-  switch (id) {
-    case 0:
-      return DType::kF32;
-    case 1:
-      return DType::kF16;
-    case 2:
-      return DType::kQ4_0;
-    case 8:
-      return DType::kQ8_0;
-    case 30:
-      return DType::kBF16;
-    default:
-      return std::nullopt;
+  for (DType t : kAllDTypes) {
+    if (static_cast<uint32_t>(t) == id) return t;
   }
+  return std::nullopt;
 }
 
 std::string GgmlTypeName(uint32_t id) {
@@ -39,8 +29,24 @@ std::string_view DTypeName(DType t) {
       return "f16";
     case DType::kQ4_0:
       return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
     case DType::kQ8_0:
       return "q8_0";
+    case DType::kQ2_K:
+      return "q2_K";
+    case DType::kQ3_K:
+      return "q3_K";
+    case DType::kQ4_K:
+      return "q4_K";
+    case DType::kQ5_K:
+      return "q5_K";
+    case DType::kQ6_K:
+      return "q6_K";
     case DType::kBF16:
       return "bf16";
   }
@@ -48,14 +54,71 @@ std::string_view DTypeName(DType t) {
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : kAllDTypes) {
     if (DTypeName(t) == name) return t;
+  }
+  // llama.cpp spells the K-quants both ways (q4_K in files, Q4_K_M / q4_k on its command line).
+  if (name.size() == 4 && name[0] == 'q' && name[2] == '_' && (name[3] == 'k' || name[3] == 'K')) {
+    for (DType t : kAllDTypes) {
+      const std::string_view n = DTypeName(t);
+      if (n.size() == 4 && n[1] == name[1] && n[3] == 'K') return t;
+    }
   }
   return std::nullopt;
 }
 
+uint32_t LlamaFileType(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ4_1:
+      return 3;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kQ5_0:
+      return 8;
+    case DType::kQ5_1:
+      return 9;
+    case DType::kQ2_K:
+      return 10;
+    case DType::kQ3_K:
+      return 12;
+    case DType::kQ4_K:
+      return 15;
+    case DType::kQ5_K:
+      return 17;
+    case DType::kQ6_K:
+      return 18;
+    case DType::kBF16:
+      return 32;
+  }
+  return 0;
+}
+
 int64_t BlockElements(DType t) {
-  return (t == DType::kQ8_0 || t == DType::kQ4_0) ? kQuantBlock : 1;
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      return 1;
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ8_0:
+      return kQuantBlock;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return kSuperBlock;
+  }
+  return 1;
 }
 
 int64_t BlockBytes(DType t) {
@@ -63,13 +126,28 @@ int64_t BlockBytes(DType t) {
     case DType::kF32:
       return 4;
     case DType::kF16:
-      return 2;
     case DType::kBF16:
       return 2;
-    case DType::kQ8_0:
-      return sizeof(BlockQ8_0);
     case DType::kQ4_0:
       return sizeof(BlockQ4_0);
+    case DType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case DType::kQ5_0:
+      return sizeof(BlockQ5_0);
+    case DType::kQ5_1:
+      return sizeof(BlockQ5_1);
+    case DType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case DType::kQ2_K:
+      return sizeof(BlockQ2_K);
+    case DType::kQ3_K:
+      return sizeof(BlockQ3_K);
+    case DType::kQ4_K:
+      return sizeof(BlockQ4_K);
+    case DType::kQ5_K:
+      return sizeof(BlockQ5_K);
+    case DType::kQ6_K:
+      return sizeof(BlockQ6_K);
   }
   return 0;
 }

@@ -14,11 +14,20 @@ enum class DType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
   kBF16 = 30,
 };
 
-inline constexpr int kQuantBlock = 32;  // elements per q8_0 / q4_0 block
+inline constexpr int kQuantBlock = 32;  // elements per q8_0 / q4_0 / q4_1 / q5_0 / q5_1 block
+inline constexpr int kSuperBlock = 256;  // elements per K-quant super-block (ggml's QK_K)
 
 // q8_0: 32 int8 values sharing one fp16 scale: x[i] = d * qs[i].
 struct BlockQ8_0 {
@@ -35,12 +44,86 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// q4_1: x[j] = d * (qs[j] & 15) + m, x[j + 16] = d * (qs[j] >> 4) + m.
+struct BlockQ4_1 {
+  uint16_t d, m;  // fp16
+  uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// q5_0: 5-bit values, the fifth bit of element j in bit j of qh (little-endian uint32):
+// x[j] = d * (((qs[j] & 15) | bit j << 4) - 16), x[j + 16] = d * (((qs[j] >> 4) | bit j+16 << 4) - 16).
+struct BlockQ5_0 {
+  uint16_t d;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// q5_1: as q5_0 without the -16, plus a minimum: x = d * q + m.
+struct BlockQ5_1 {
+  uint16_t d, m;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// K-quants: super-blocks of 256 values in sub-blocks of 16 or 32, with quantized sub-block scales
+// (ggml's layouts; the dequantization in quantize.cc spells out each bit field).
+struct BlockQ2_K {
+  uint8_t scales[kSuperBlock / 16];  // low 4 bits scale, high 4 bits min, per 16 values
+  uint8_t qs[kSuperBlock / 4];       // 2-bit values
+  uint16_t d, dmin;                  // fp16 super-block scales of the scales and mins
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+struct BlockQ3_K {
+  uint8_t hmask[kSuperBlock / 8];  // third bit of each value
+  uint8_t qs[kSuperBlock / 4];     // low 2 bits
+  uint8_t scales[12];              // 16 6-bit scales, packed
+  uint16_t d;                      // fp16
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+struct BlockQ4_K {
+  uint16_t d, dmin;              // fp16
+  uint8_t scales[12];            // 8 6-bit scales and 8 6-bit mins, packed
+  uint8_t qs[kSuperBlock / 2];   // 4-bit values
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+struct BlockQ5_K {
+  uint16_t d, dmin;              // fp16
+  uint8_t scales[12];            // as q4_K
+  uint8_t qh[kSuperBlock / 8];   // fifth bit
+  uint8_t qs[kSuperBlock / 2];   // low 4 bits
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+struct BlockQ6_K {
+  uint8_t ql[kSuperBlock / 2];       // low 4 bits
+  uint8_t qh[kSuperBlock / 4];       // high 2 bits
+  int8_t scales[kSuperBlock / 16];   // per 16 values
+  uint16_t d;                        // fp16
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Every supported type, for loops over them.
+inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                                       DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                                       DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                                       DType::kQ6_K};
+
 // Returns the type for a ggml id, or nothing if specd does not support it.
 std::optional<DType> DTypeFromId(uint32_t id);
 // The ggml name of a type id ("q4_K" etc.) for error messages, also for unsupported ones.
 std::string GgmlTypeName(uint32_t id);
 std::string_view DTypeName(DType t);
 std::optional<DType> DTypeFromName(std::string_view name);
+
+// llama.cpp's general.file_type id of a file whose matrices are mostly of type t (K-quants: the
+// _M variant, as llama-quantize names them).
+uint32_t LlamaFileType(DType t);
 
 // Elements per block (1 for plain types) and bytes per block.
 int64_t BlockElements(DType t);

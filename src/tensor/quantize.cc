@@ -5,8 +5,86 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "tensor/dequantize_blocks.h"
 
 namespace specd {
+namespace {
+
+template <typename Block, int kElements>
+void DequantizeBlocks(const void* src, float* dst, int64_t n, void (*one)(const Block&, float*)) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (int64_t b = 0; b < n / kElements; ++b) one(blocks[b], dst + b * kElements);
+}
+
+// Smallest and largest of 32 values.
+void MinMax(const float* x, float* min, float* max) {
+  *min = x[0];
+  *max = x[0];
+  for (int j = 1; j < kQuantBlock; ++j) {
+    *min = std::min(*min, x[j]);
+    *max = std::max(*max, x[j]);
+  }
+}
+
+// ggml's quantize_row_q4_1_ref for one block.
+void QuantizeQ4_1(const float* x, BlockQ4_1* y) {
+  float min, max;
+  MinMax(x, &min, &max);
+  const float d = (max - min) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = Fp32ToFp16(d);
+  y->m = Fp32ToFp16(min);
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    const int lo = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
+    const int hi =
+        std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
+    y->qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+// ggml's quantize_row_q5_0_ref for one block.
+void QuantizeQ5_0(const float* x, BlockQ5_0* y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = Fp32ToFp16(d);
+  uint32_t qh = 0;
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    const int lo = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+    const int hi = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 16.5f)));
+    y->qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+    qh |= ((lo & 0x10u) >> 4) << j;
+    qh |= ((hi & 0x10u) >> 4) << (j + 16);
+  }
+  std::memcpy(y->qh, &qh, 4);
+}
+
+// ggml's quantize_row_q5_1_ref for one block.
+void QuantizeQ5_1(const float* x, BlockQ5_1* y) {
+  float min, max;
+  MinMax(x, &min, &max);
+  const float d = (max - min) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = Fp32ToFp16(d);
+  y->m = Fp32ToFp16(min);
+  uint32_t qh = 0;
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    const int lo = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
+    const int hi = static_cast<uint8_t>((x[j + 16] - min) * id + 0.5f);
+    y->qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+    qh |= ((lo & 0x10u) >> 4) << j;
+    qh |= ((hi & 0x10u) >> 4) << (j + 16);
+  }
+  std::memcpy(y->qh, &qh, 4);
+}
+
+}  // namespace
 
 void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
   SPECD_CHECK(n % BlockElements(t) == 0, "cannot quantize a row of ", n, " values to ",
@@ -62,6 +140,28 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::kQ4_1:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+        QuantizeQ4_1(src + b * kQuantBlock, static_cast<BlockQ4_1*>(dst) + b);
+      }
+      return;
+    case DType::kQ5_0:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+        QuantizeQ5_0(src + b * kQuantBlock, static_cast<BlockQ5_0*>(dst) + b);
+      }
+      return;
+    case DType::kQ5_1:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+        QuantizeQ5_1(src + b * kQuantBlock, static_cast<BlockQ5_1*>(dst) + b);
+      }
+      return;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      QuantizeRowK(t, src, dst, n);
+      return;
   }
 }
 
@@ -101,6 +201,30 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::kQ4_1:
+      DequantizeBlocks<BlockQ4_1, kQuantBlock>(src, dst, n, DequantizeQ4_1);
+      return;
+    case DType::kQ5_0:
+      DequantizeBlocks<BlockQ5_0, kQuantBlock>(src, dst, n, DequantizeQ5_0);
+      return;
+    case DType::kQ5_1:
+      DequantizeBlocks<BlockQ5_1, kQuantBlock>(src, dst, n, DequantizeQ5_1);
+      return;
+    case DType::kQ2_K:
+      DequantizeBlocks<BlockQ2_K, kSuperBlock>(src, dst, n, DequantizeQ2_K);
+      return;
+    case DType::kQ3_K:
+      DequantizeBlocks<BlockQ3_K, kSuperBlock>(src, dst, n, DequantizeQ3_K);
+      return;
+    case DType::kQ4_K:
+      DequantizeBlocks<BlockQ4_K, kSuperBlock>(src, dst, n, DequantizeQ4_K);
+      return;
+    case DType::kQ5_K:
+      DequantizeBlocks<BlockQ5_K, kSuperBlock>(src, dst, n, DequantizeQ5_K);
+      return;
+    case DType::kQ6_K:
+      DequantizeBlocks<BlockQ6_K, kSuperBlock>(src, dst, n, DequantizeQ6_K);
+      return;
   }
 }
 

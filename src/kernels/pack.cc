@@ -1,0 +1,309 @@
+// Packing of quantized weights into the VNNI kernel's layout (kernels.h, PackedInt8Weights): each
+// 32-block of a row is read as exact unsigned levels with its scales and mins, then interleaved
+// with the other 15 rows of its group.
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "tensor/dequantize_blocks.h"
+
+namespace specd {
+namespace {
+
+// One 32-block of a row as levels u (w = scale[s] * (u - offset) + min[s], s = element / 16 when
+// there are two sub-blocks, else 0).
+struct BlockLevels {
+  uint8_t u[32];
+  float scale[2] = {0, 0};
+  float min[2] = {0, 0};
+};
+
+// The layout each type is packed in (header of f16 or f32, nibbles or bytes, offset).
+PackedInt8Weights FormatFor(DType t) {
+  PackedInt8Weights p;
+  p.source_type = t;
+  switch (t) {
+    case DType::kQ8_0:
+      p.offset = 128;
+      break;
+    case DType::kQ4_0:
+      p.nibbles = true;
+      p.offset = 8;
+      break;
+    case DType::kQ4_1:
+      p.nibbles = true;
+      p.has_mins = true;
+      p.offset = 0;
+      break;
+    case DType::kQ5_0:
+      p.offset = 16;
+      break;
+    case DType::kQ5_1:
+      p.has_mins = true;
+      p.offset = 0;
+      break;
+    case DType::kQ2_K:
+      p.sub_blocks = 2;
+      p.has_mins = true;
+      p.f32_scales = true;
+      p.offset = 0;
+      break;
+    case DType::kQ3_K:
+      p.sub_blocks = 2;
+      p.f32_scales = true;
+      p.offset = 4;
+      break;
+    case DType::kQ4_K:
+      p.nibbles = true;
+      p.has_mins = true;
+      p.f32_scales = true;
+      p.offset = 0;
+      break;
+    case DType::kQ5_K:
+      p.has_mins = true;
+      p.f32_scales = true;
+      p.offset = 0;
+      break;
+    case DType::kQ6_K:
+      p.sub_blocks = 2;
+      p.f32_scales = true;
+      p.offset = 32;
+      break;
+    default:
+      Fail("PackInt8: type ", DTypeName(t), " is not quantized");
+  }
+  return p;
+}
+
+// 5-bit levels of a q5_0 / q5_1 block.
+void FiveBitLevels(const uint8_t qs[16], const uint8_t qh_bytes[4], uint8_t u[32]) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    u[j] = static_cast<uint8_t>((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10));
+    u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+  }
+}
+
+void NibbleLevels(const uint8_t qs[16], uint8_t u[32]) {
+  for (int j = 0; j < 16; ++j) {
+    u[j] = qs[j] & 0x0F;
+    u[j + 16] = qs[j] >> 4;
+  }
+}
+
+// Levels of 32-block b (b-th 32 values) of a K-quant super-block.
+void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
+  switch (t) {
+    case DType::kQ2_K: {
+      const auto& k = *reinterpret_cast<const BlockQ2_K*>(super);
+      const float d = Fp16ToFp32(k.d), dmin = Fp16ToFp32(k.dmin);
+      // Values 128 * (b / 4) + 32 * shift-step: qs[32 * (b / 4) + l] >> (2 * (b % 4)).
+      const uint8_t* q = k.qs + 32 * (b / 4);
+      const int shift = 2 * (b % 4);
+      for (int l = 0; l < 32; ++l) out->u[l] = (q[l] >> shift) & 3;
+      for (int s = 0; s < 2; ++s) {
+        const uint8_t sc = k.scales[2 * b + s];
+        out->scale[s] = d * (sc & 0xF);
+        out->min[s] = -(dmin * (sc >> 4));
+      }
+      return;
+    }
+    case DType::kQ3_K: {
+      const auto& k = *reinterpret_cast<const BlockQ3_K*>(super);
+      int8_t scales[16];
+      UnpackQ3_KScales(k.scales, scales);
+      const float d = Fp16ToFp32(k.d);
+      const uint8_t* q = k.qs + 32 * (b / 4);
+      const int shift = 2 * (b % 4);
+      const uint8_t m = static_cast<uint8_t>(1u << b);
+      for (int l = 0; l < 32; ++l) {
+        out->u[l] = static_cast<uint8_t>(((q[l] >> shift) & 3) + ((k.hmask[l] & m) ? 4 : 0));
+      }
+      for (int s = 0; s < 2; ++s) out->scale[s] = d * scales[2 * b + s];
+      return;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const bool q5 = t == DType::kQ5_K;
+      const uint8_t* scales_packed = q5 ? reinterpret_cast<const BlockQ5_K*>(super)->scales
+                                        : reinterpret_cast<const BlockQ4_K*>(super)->scales;
+      const uint16_t d16 = *reinterpret_cast<const uint16_t*>(super);
+      const uint16_t dmin16 = *reinterpret_cast<const uint16_t*>(super + 2);
+      uint8_t sc[8], mn[8];
+      ScalesMinsK4(scales_packed, sc, mn);
+      // 64 values per 32 bytes of qs: the even 32-block in low nibbles, the odd one in high.
+      const uint8_t* qs = (q5 ? reinterpret_cast<const BlockQ5_K*>(super)->qs
+                              : reinterpret_cast<const BlockQ4_K*>(super)->qs) +
+                          32 * (b / 2);
+      const int shift = 4 * (b % 2);
+      for (int l = 0; l < 32; ++l) out->u[l] = (qs[l] >> shift) & 0x0F;
+      if (q5) {
+        const uint8_t* qh = reinterpret_cast<const BlockQ5_K*>(super)->qh;
+        for (int l = 0; l < 32; ++l) out->u[l] |= ((qh[l] >> b) & 1) << 4;
+      }
+      out->scale[0] = Fp16ToFp32(d16) * sc[b];
+      out->min[0] = -(Fp16ToFp32(dmin16) * mn[b]);
+      return;
+    }
+    case DType::kQ6_K: {
+      const auto& k = *reinterpret_cast<const BlockQ6_K*>(super);
+      const float d = Fp16ToFp32(k.d);
+      // Block b: half h = b / 4 (128 values), quarter r = b % 4 within it.
+      const int h = b / 4, r = b % 4;
+      const uint8_t* ql = k.ql + 64 * h + 32 * (r % 2);
+      const uint8_t* qh = k.qh + 32 * h;
+      const int lshift = 4 * (r / 2);
+      const int hshift = 2 * r;
+      for (int l = 0; l < 32; ++l) {
+        out->u[l] = static_cast<uint8_t>(((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4));
+      }
+      for (int s = 0; s < 2; ++s) out->scale[s] = d * k.scales[8 * h + 2 * r + s];
+      return;
+    }
+    default:
+      Fail("KQuantLevels: ", DTypeName(t), " is not a K-quant");
+  }
+}
+
+// Levels of 32-block b of a row of type t.
+void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
+  switch (t) {
+    case DType::kQ8_0: {
+      const auto& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      for (int l = 0; l < 32; ++l) out->u[l] = static_cast<uint8_t>(k.qs[l] + 128);
+      out->scale[0] = Fp16ToFp32(k.d);
+      return;
+    }
+    case DType::kQ4_0: {
+      const auto& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      NibbleLevels(k.qs, out->u);
+      out->scale[0] = Fp16ToFp32(k.d);
+      return;
+    }
+    case DType::kQ4_1: {
+      const auto& k = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      NibbleLevels(k.qs, out->u);
+      out->scale[0] = Fp16ToFp32(k.d);
+      out->min[0] = Fp16ToFp32(k.m);
+      return;
+    }
+    case DType::kQ5_0: {
+      const auto& k = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      FiveBitLevels(k.qs, k.qh, out->u);
+      out->scale[0] = Fp16ToFp32(k.d);
+      return;
+    }
+    case DType::kQ5_1: {
+      const auto& k = reinterpret_cast<const BlockQ5_1*>(row)[b];
+      FiveBitLevels(k.qs, k.qh, out->u);
+      out->scale[0] = Fp16ToFp32(k.d);
+      out->min[0] = Fp16ToFp32(k.m);
+      return;
+    }
+    default: {
+      const int64_t super = b / 8;
+      KQuantLevels(t, row + super * BlockBytes(t), static_cast<int>(b % 8), out);
+      return;
+    }
+  }
+}
+
+// Writes one (row group, block) of p from the levels of its 16 rows.
+void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t* out) {
+  const int n_floats = 16 * p.sub_blocks;
+  for (int s = 0; s < p.sub_blocks; ++s) {
+    for (int j = 0; j < 16; ++j) {
+      const int at = s * 16 + j;
+      if (p.f32_scales) {
+        auto* f = reinterpret_cast<float*>(out);
+        f[at] = rows[j].scale[s];
+        if (p.has_mins) f[n_floats + at] = rows[j].min[s];
+      } else {
+        // f16 sources: the values came from f16, so this is exact.
+        auto* h = reinterpret_cast<uint16_t*>(out);
+        h[at] = Fp32ToFp16(rows[j].scale[s]);
+        if (p.has_mins) h[n_floats + at] = Fp32ToFp16(rows[j].min[s]);
+      }
+    }
+  }
+  uint8_t* values = out + p.HeaderBytes();
+  for (int j = 0; j < 16; ++j) {
+    for (int g = 0; g < 8; ++g) {
+      for (int t = 0; t < 4; ++t) {
+        const uint8_t u = rows[j].u[g * 4 + t];
+        if (!p.nibbles) {
+          values[g * 64 + j * 4 + t] = u;
+        } else if (g < 4) {
+          values[g * 64 + j * 4 + t] = u;  // low nibble; the high one comes from g + 4
+        } else {
+          values[(g - 4) * 64 + j * 4 + t] |= static_cast<uint8_t>(u << 4);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool IsPackable(DType t) { return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16; }
+
+PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
+  SPECD_CHECK(IsPackable(w.type) && w.cols % 32 == 0 && w.cols % BlockElements(w.type) == 0,
+              "PackInt8: needs quantized weights with a multiple of 32 columns, got ",
+              DTypeName(w.type), " with ", w.cols);
+  PackedInt8Weights p = FormatFor(w.type);
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_groups = (w.rows + 15) / 16;
+  const int64_t nb = w.cols / 32;
+  p.data.Resize(p.row_groups * p.GroupBytes());
+  pool->ParallelFor(p.row_groups, 1, [&](int64_t g0, int64_t g1) {
+    BlockLevels rows[16];
+    for (int64_t group = g0; group < g1; ++group) {
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int j = 0; j < 16; ++j) {
+          const int64_t n = group * 16 + j;
+          if (n < w.rows) {
+            RowBlockLevels(w.type, w.Row(n), b, &rows[j]);
+          } else {  // padding rows: level 0, scale 0
+            rows[j] = BlockLevels{};
+            std::fill(rows[j].u, rows[j].u + 32, static_cast<uint8_t>(p.offset));
+          }
+        }
+        WriteBlock(p, rows, p.data.data() + (group * nb + b) * p.BlockBytes());
+      }
+    }
+  });
+  return p;
+}
+
+bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
+                     PackedInt8Weights* out) {
+  if (parts.empty()) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const WeightView& w = *parts[i];
+    if (w.type != parts[0]->type || w.cols != parts[0]->cols) return false;
+    if (!IsPackable(w.type) || w.cols % 32 != 0 || w.cols % BlockElements(w.type) != 0) {
+      return false;
+    }
+    if (i + 1 < parts.size() && w.rows % 16 != 0) return false;
+  }
+  PackedInt8Weights stacked = FormatFor(parts[0]->type);
+  stacked.cols = parts[0]->cols;
+  for (const WeightView* w : parts) stacked.rows += w->rows;
+  stacked.row_groups = (stacked.rows + 15) / 16;
+  stacked.data.Resize(stacked.row_groups * stacked.GroupBytes());
+  uint8_t* at = stacked.data.data();
+  for (const WeightView* w : parts) {
+    const PackedInt8Weights part = PackInt8(*w, pool);
+    const int64_t bytes = part.row_groups * part.GroupBytes();
+    std::copy(part.data.data(), part.data.data() + bytes, at);
+    at += bytes;
+  }
+  *out = std::move(stacked);
+  return true;
+}
+
+}  // namespace specd

@@ -214,7 +214,7 @@ TEST(Gguf, MalformedFilesAreRejectedWithTheirError) {
   cases.push_back(
       {"zero dimension", Builder().Header(1, 0).Tensor("t", {0}, 0, 0).b, "dimension 0 of size 0"});
   cases.push_back(
-      {"unsupported tensor type", Builder().Header(1, 0).Tensor("t", {256}, 12, 0).b, "q4_K"});
+      {"unsupported tensor type", Builder().Header(1, 0).Tensor("t", {256}, 16, 0).b, "iq2_xxs"});
   cases.push_back({"unknown tensor type", Builder().Header(1, 0).Tensor("t", {256}, 1234, 0).b,
                    "unknown type id 1234"});
   cases.push_back({"row not a block multiple", Builder().Header(1, 0).Tensor("t", {33}, 8, 0).b,

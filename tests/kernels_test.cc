@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -36,12 +37,38 @@ struct Weights {
   WeightView view;
 };
 
+// Byte offsets of the fp16 super-block scales of the K-quants specd reads but does not write.
+std::vector<int> KQuantScaleOffsets(DType type) {
+  switch (type) {
+    case DType::kQ2_K:
+      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::kQ3_K:
+      return {offsetof(BlockQ3_K, d)};
+    case DType::kQ5_K:
+      return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
+    default:
+      return {};
+  }
+}
+
 Weights MakeWeights(DType type, int64_t rows, int64_t cols, uint64_t seed) {
   Weights w;
   w.bytes.resize(RowBytes(type, cols) * rows);
-  const auto values = RandomVector(rows * cols, seed, 0.5f);
-  for (int64_t r = 0; r < rows; ++r) {
-    QuantizeRow(type, values.data() + r * cols, w.bytes.data() + r * RowBytes(type, cols), cols);
+  const std::vector<int> scale_offsets = KQuantScaleOffsets(type);
+  if (scale_offsets.empty()) {
+    const auto values = RandomVector(rows * cols, seed, 0.5f);
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(type, values.data() + r * cols, w.bytes.data() + r * RowBytes(type, cols), cols);
+    }
+  } else {  // random levels and sub-block scales, super-block scales of a sane size
+    SplitMix64 rng(seed);
+    for (auto& b : w.bytes) b = static_cast<uint8_t>(rng.Next());
+    for (size_t at = 0; at < w.bytes.size(); at += BlockBytes(type)) {
+      for (int off : scale_offsets) {
+        const uint16_t h = Fp32ToFp16(0.01f * (1.0f + rng.NextSymmetric()));
+        std::memcpy(&w.bytes[at + off], &h, 2);
+      }
+    }
   }
   w.view = WeightView{type, w.bytes.data(), rows, cols};
   return w;
@@ -49,21 +76,17 @@ Weights MakeWeights(DType type, int64_t rows, int64_t cols, uint64_t seed) {
 
 // Tolerances, relative (L2) to the f64 reference on dequantized weights: the fast path rounds
 // activations to bf16 for bf16 weights (2^-9 per element) and to int8 per 32-block for
-// q8_0 / q4_0 weights (1/254 of the block maximum per element).
+// quantized weights (1/254 of the block maximum per element).
 double Tolerance(DType t) {
   switch (t) {
     case DType::kF32:
-      return 1e-6;
     case DType::kF16:
       return 1e-6;
     case DType::kBF16:
       return 6e-3;
-    case DType::kQ8_0:
-      return 1.5e-2;
-    case DType::kQ4_0:
+    default:
       return 1.5e-2;
   }
-  return 0;
 }
 
 class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
@@ -71,15 +94,21 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
   const auto [type, threads] = GetParam();
   ThreadPool pool(threads);
-  // Paths: AVX-512 on the source layout, AVX-512 on the packed layout (q8_0 / q4_0), scalar.
+  // Paths: AVX-512 on the source layout (f32 / f16 / bf16 / q8_0 / q4_0), AVX-512 on the packed
+  // layout (every quantized type), scalar.
+  const bool super_blocks = BlockElements(type) == kSuperBlock;
   for (int path = 0; path < 3; ++path) {
     KernelContext ctx{&pool, CpuFeatures::Detect()};
     if (path < 2 && !ctx.cpu.avx512) continue;
     const bool packed = path == 1;
-    if (packed && type != DType::kQ8_0 && type != DType::kQ4_0) continue;
+    if (packed && !IsPackable(type)) continue;
+    if (path == 0 && IsPackable(type) && type != DType::kQ8_0 && type != DType::kQ4_0) continue;
     ctx.cpu.avx512 = path < 2;
     const bool avx512 = ctx.cpu.avx512;
-    for (int64_t cols : {32, 96, 256}) {  // 96: an odd number of 32-blocks (the tail path)
+    // 96: an odd number of 32-blocks (the tail path); K-quants come in rows of 256.
+    const std::vector<int64_t> widths =
+        super_blocks ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 96, 256};
+    for (int64_t cols : widths) {
       const int64_t rows = 37;            // not a multiple of 16: a partial row group
       Weights w = MakeWeights(type, rows, cols, 11 + cols);
       PackedInt8Weights packed_weights;
@@ -109,10 +138,56 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
-                                                              DType::kBF16, DType::kQ8_0,
-                                                              DType::kQ4_0),
-                                            ::testing::Values(1, 2)));
+                         ::testing::Combine(::testing::ValuesIn(kAllDTypes),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "threads";
+                         });
+
+// Packing reads every type's levels and scales exactly: the packed values, scale * (u - offset)
+// + min, equal ggml's dequantization to float rounding (the two round the same real number in
+// different orders).
+TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
+  ThreadPool pool(1);
+  for (DType type : kAllDTypes) {
+    if (!IsPackable(type)) continue;
+    const int64_t rows = 19, cols = 512;
+    Weights w = MakeWeights(type, rows, cols, 5);
+    const PackedInt8Weights p = PackInt8(w.view, &pool);
+    std::vector<float> want(cols);
+    const int64_t nb = cols / 32;
+    for (int64_t n = 0; n < rows; ++n) {
+      DequantizeRow(type, w.view.Row(n), want.data(), cols);
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = p.data.data() + (n / 16 * nb + b) * p.BlockBytes();
+        auto header = [&](int index) {  // float number `index` of the header
+          if (p.f32_scales) return reinterpret_cast<const float*>(blk)[index];
+          return Fp16ToFp32(reinterpret_cast<const uint16_t*>(blk)[index]);
+        };
+        const uint8_t* values = blk + p.HeaderBytes();
+        for (int e = 0; e < 32; ++e) {
+          const int g = e / 4, t = e % 4, j = static_cast<int>(n % 16);
+          int u;
+          if (!p.nibbles) {
+            u = values[g * 64 + j * 4 + t];
+          } else {
+            const uint8_t byte = values[(g % 4) * 64 + j * 4 + t];
+            u = g < 4 ? (byte & 15) : (byte >> 4);
+          }
+          const int s = p.sub_blocks == 2 ? e / 16 : 0;
+          const int n_floats = 16 * p.sub_blocks;
+          const float scale = header(s * 16 + j);
+          const float min = p.has_mins ? header(n_floats + s * 16 + j) : 0.0f;
+          const float got = scale * static_cast<float>(u - p.offset) + min;
+          const float expected = want[b * 32 + e];
+          ASSERT_NEAR(got, expected, 1e-6f * std::max(1.0f, std::fabs(expected)))
+              << DTypeName(type) << " row " << n << " element " << b * 32 + e;
+        }
+      }
+    }
+  }
+}
 
 TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
   const CpuFeatures cpu = CpuFeatures::Detect();
@@ -206,6 +281,27 @@ TEST(Kernels, SoftmaxAndSwiGluMatchReference) {
   }
 }
 
+TEST(Kernels, GeGluMatchesReference) {
+  const auto g = RandomVector(103, 3, 8.0f), u = RandomVector(103, 4);
+  std::vector<float> ref(103);
+  reference::GeGlu(g.data(), u.data(), ref.data(), 103);
+  // Known values of tanh-GELU: gelu(1) = 0.841192, gelu(-2) = -0.0454023.
+  const float x[2] = {1.0f, -2.0f}, one[2] = {1.0f, 1.0f};
+  float y[2];
+  reference::GeGlu(x, one, y, 2);
+  EXPECT_NEAR(y[0], 0.841192f, 1e-6f);
+  EXPECT_NEAR(y[1], -0.0454023f, 1e-6f);
+  ThreadPool pool(1);
+  for (bool avx512 : {false, true}) {
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    if (avx512 && !ctx.cpu.avx512) continue;
+    ctx.cpu.avx512 = avx512;
+    std::vector<float> fast(103);
+    GeGlu(ctx, g.data(), u.data(), fast.data(), 103);
+    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
+  }
+}
+
 TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
   if (!CpuFeatures::Detect().avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::vector<float> x;
@@ -225,8 +321,9 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
   EXPECT_EQ(y.back(), 1.0f);
 }
 
-// PAD and SPLIT against the scalar reference over a cache of kv_type (f32 or f16).
-void CheckAttentionMatchesReference(DType kv_type) {
+// PAD and SPLIT against the scalar reference over a cache of kv_type (f32 or f16), with every key
+// visible or (window > 0) only the last `window` keys of each row, as in Gemma's local layers.
+void CheckAttentionMatchesReference(DType kv_type, int window = 0) {
   const int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
   const int kv_dim = n_head_kv * head_dim;
   // Three sequences with different lengths; rows are the last few positions of each.
@@ -253,6 +350,7 @@ void CheckAttentionMatchesReference(DType kv_type) {
       rows.k.push_back(k_cache[s].data());
       rows.v.push_back(v_cache[s].data());
       rows.n_visible.push_back(lengths[s] - rows_per_seq[s] + i + 1);
+      if (window > 0) rows.first_visible.push_back(std::max(0, rows.n_visible.back() - window));
       ++rows.n_rows;
     }
   }
@@ -279,6 +377,13 @@ TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
 
 TEST(Kernels, AttentionOverAnF16CacheMatchesReference) {
   CheckAttentionMatchesReference(DType::kF16);
+}
+
+TEST(Kernels, SlidingWindowAttentionMatchesReference) {
+  for (int window : {1, 3, 8, 30}) {
+    CheckAttentionMatchesReference(DType::kF32, window);
+    CheckAttentionMatchesReference(DType::kF16, window);
+  }
 }
 
 TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {

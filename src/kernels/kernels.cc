@@ -126,6 +126,11 @@ void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float*
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void GeGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n) {
+  if (ctx.cpu.avx512) return avx512::GeGlu(gate, up, y, n);
+  reference::GeGlu(gate, up, y, n);
+}
+
 namespace {
 
 template <typename KvT>
@@ -144,12 +149,15 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   // One (row, head): scores over n_compute keys, of which the first n_visible count. Keys past
   // n_visible are scored (PAD's wasted work) and then masked with -inf, so they add exactly 0
   // to the softmax and to the output: PAD and SPLIT give bit-identical results.
+  // A sliding window starts the row's keys at first_visible: the same computation over a shorter
+  // range, so its results keep every invariance of the full one.
   auto attend = [&](int64_t r, int h, int32_t n_compute, float* scores) {
-    const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
+    const int32_t first = rows.first_visible.empty() ? 0 : rows.first_visible[r];
+    const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim + first * kv_stride;
     attend_row(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim,
                static_cast<const KvT*>(rows.k[r]) + kv_off,
                static_cast<const KvT*>(rows.v[r]) + kv_off, kv_stride, rows.head_dim, rows.scale,
-               rows.n_visible[r], n_compute, scores,
+               rows.n_visible[r] - first, n_compute - first, scores,
                rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
   };
 

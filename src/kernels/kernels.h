@@ -119,6 +119,9 @@ void Softmax(float* x, int64_t n);
 
 // y = silu(gate) * up, elementwise.
 void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n);
+// y = gelu(gate) * up with GELU's tanh form (Gemma's GeGLU), written as
+// gelu(x) = x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))), which is the same function.
+void GeGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n);
 
 // Causal attention of query rows against per-sequence key/value caches.
 struct AttentionRows {
@@ -132,7 +135,8 @@ struct AttentionRows {
   DType kv_type = DType::kF32;     // element type of k and v: f32 or f16
   std::vector<const void*> k;      // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
   std::vector<const void*> v;      // per row: its sequence's V, same layout
-  std::vector<int32_t> n_visible;  // per row: keys [0, n_visible) are visible
+  std::vector<int32_t> n_visible;  // per row: keys [first_visible, n_visible) are visible
+  std::vector<int32_t> first_visible;  // per row (sliding-window layers), or empty: all from 0
   // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
   std::vector<int64_t> seq_row_begin;
 };
@@ -154,6 +158,7 @@ void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int6
 void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
 void Softmax(float* x, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+void GeGlu(const float* gate, const float* up, float* y, int64_t n);
 void Attention(const AttentionRows& rows);
 void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
@@ -166,6 +171,7 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
                   MatmulScratch* scratch);
 void Exp(const float* x, float* y, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+void GeGlu(const float* gate, const float* up, float* y, int64_t n);
 // Attention of one query row and head over keys [0, n_compute), of which [0, n_visible) count:
 // k / v point at the head's first key / value (f32, or f16 as uint16_t), consecutive keys
 // kv_stride elements apart. scores: [n_compute] scratch; out: [head_dim]. head_dim must be a

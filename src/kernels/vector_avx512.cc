@@ -80,6 +80,20 @@ void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
   }
 }
 
+void GeGlu(const float* gate, const float* up, float* y, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 c1 = _mm512_set1_ps(-2.0f * 0.7978845608028654f);  // -2 sqrt(2/pi)
+  const __m512 c3 = _mm512_set1_ps(0.044715f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 inner = _mm512_add_ps(g, _mm512_mul_ps(c3, _mm512_mul_ps(g, _mm512_mul_ps(g, g))));
+    const __m512 e = Exp16(_mm512_mul_ps(c1, inner));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+  }
+}
+
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

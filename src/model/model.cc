@@ -40,7 +40,41 @@ std::vector<float> Vector(const GgufFile& f, const std::string& name, int64_t n)
   return out;
 }
 
+// Charges the time since the previous mark to an op of a profile; no clock reads without one.
+class ProfileMarks {
+ public:
+  explicit ProfileMarks(ForwardProfile* profile) : profile_(profile) {
+    if (profile_ != nullptr) timer_.emplace();
+  }
+  void Mark(ForwardProfile::Op op) {
+    if (profile_ == nullptr) return;
+    profile_->ms[op] += timer_->ElapsedMs();
+    timer_->Reset();
+  }
+
+ private:
+  ForwardProfile* profile_;
+  std::optional<Timer> timer_;
+};
+
 int64_t MatrixBytes(const WeightView& w) { return RowBytes(w.type, w.cols) * w.rows; }
+
+// Gemma 3's additions to the llama hyper-parameters (llama.cpp's reading of the same keys): local
+// layers see the last `sliding_window` positions and rotate with base 10000, every sixth layer
+// is global with the file's base; embeddings are scaled by sqrt(n_embd).
+void ReadGemma3Config(const GgufFile& f, ModelConfig* c) {
+  c->embd_scale = std::sqrt(static_cast<float>(c->n_embd));
+  c->qk_norm = true;
+  c->post_norms = true;
+  c->activation = FfnActivation::kGeluTanh;
+  const int64_t window = f.GetInt("gemma3.attention.sliding_window", 0);
+  SPECD_CHECK(window >= 0 && window < (int64_t{1} << 24), f.path(),
+              ": gemma3.attention.sliding_window = ", window, " is out of range");
+  c->sliding_window = static_cast<int>(window);
+  c->swa_pattern = 6;
+  c->rope_local = c->rope;
+  c->rope_local.freq_base = 10000.0f;
+}
 
 }  // namespace
 
@@ -50,17 +84,11 @@ int64_t Batch::n_outputs() const {
   return n;
 }
 
-std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx) {
-  return FromGguf(GgufFile::Open(path), ctx);
-}
-
-std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx) {
-  std::unique_ptr<Model> model(new Model());
-  const GgufFile& f = *file;
-  ModelConfig& c = model->config_;
+void Model::ReadConfig(const GgufFile& f) {
+  ModelConfig& c = config_;
   c.arch = f.Get("general.architecture").AsString("general.architecture");
-  SPECD_CHECK(c.arch == "llama" || c.arch == "qwen2", f.path(), ": architecture '", c.arch,
-              "' is not supported (llama, qwen2)");
+  SPECD_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "gemma3", f.path(),
+              ": architecture '", c.arch, "' is not supported (llama, qwen2, gemma3)");
   if (const GgufValue* v = f.Find("general.name")) c.name = v->AsString("general.name");
   const std::string& a = c.arch;
   auto bounded = [&](const std::string& key, int64_t value, int64_t lo, int64_t hi) {
@@ -86,7 +114,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   c.n_ctx_train =
       bounded(Key(a, "context_length"), f.GetInt(Key(a, "context_length"), 2048), 1, 1 << 24);
   c.rms_eps = static_cast<float>(
-      f.GetFloat(Key(a, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5));
+      f.GetFloat(Key(a, "attention.layer_norm_rms_epsilon"), c.arch == "llama" ? 1e-5 : 1e-6));
   SPECD_CHECK(c.rms_eps > 0 && c.rms_eps < 1, f.path(), ": bad RMS norm epsilon ", c.rms_eps);
   c.rope.head_dim = c.head_dim;
   c.rope.rotary_dim = bounded(Key(a, "rope.dimension_count"),
@@ -94,19 +122,33 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   SPECD_CHECK(c.rope.rotary_dim % 2 == 0, f.path(), ": rotary dimension must be even");
   c.rope.freq_base = static_cast<float>(f.GetFloat(Key(a, "rope.freq_base"), 10000.0));
   SPECD_CHECK(c.rope.freq_base > 1.0f, f.path(), ": bad RoPE frequency base ", c.rope.freq_base);
-  // GGUF llama weights are permuted at conversion for interleaved pairs; qwen2 uses NeoX pairs.
-  c.rope.neox = c.arch == "qwen2";
+  // GGUF llama weights are permuted at conversion for interleaved pairs; qwen2 and gemma3 use
+  // NeoX pairs.
+  c.rope.neox = c.arch != "llama";
   c.qkv_bias = c.arch == "qwen2";
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.arch == "gemma3") ReadGemma3Config(f, &c);
   c.bos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.bos_token_id", -1));
   c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
 
+}
+
+std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx) {
+  return FromGguf(GgufFile::Open(path), ctx);
+}
+
+std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx) {
+  std::unique_ptr<Model> model(new Model());
+  const GgufFile& f = *file;
+  model->ReadConfig(f);
+  ModelConfig& c = model->config_;
   const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
   SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
               ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
               ", n_vocab]");
   c.n_vocab = embd.shape[1];
-  if (const GgufValue* v = f.Find(Key(a, "vocab_size"))) {
-    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", a, ".vocab_size (",
+  if (const GgufValue* v = f.Find(Key(c.arch, "vocab_size"))) {
+    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
                 v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
   }
   auto check_token = [&](int32_t id, const char* what) {
@@ -132,6 +174,14 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     Layer l;
     l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
     l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
+    if (c.post_norms) {
+      l.post_attn_norm = Vector(f, p + "post_attention_norm.weight", c.n_embd);
+      l.post_ffn_norm = Vector(f, p + "post_ffw_norm.weight", c.n_embd);
+    }
+    if (c.qk_norm) {
+      l.q_norm = Vector(f, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = Vector(f, p + "attn_k_norm.weight", c.head_dim);
+    }
     l.wq = Matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
     l.wk = Matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
     l.wv = Matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
@@ -245,14 +295,8 @@ const char* ForwardProfile::Name(int op) {
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits) {
   Validate(batch, kv);
-  // Charges the time since the previous mark to `op`; no clock reads unless profiling.
-  std::optional<Timer> op_timer;
-  if (profile_ != nullptr) op_timer.emplace();
-  auto mark = [&](ForwardProfile::Op op) {
-    if (profile_ == nullptr) return;
-    profile_->ms[op] += op_timer->ElapsedMs();
-    op_timer->Reset();
-  };
+  ProfileMarks marks(profile_);
+  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   if (profile_ != nullptr) ++profile_->n_forwards;
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
@@ -275,10 +319,25 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   rope_cos_.Resize(m * half);  // [m, rotary_dim / 2]
   rope_sin_.Resize(m * half);  // [m, rotary_dim / 2]
 
+  const bool local_rope = c.sliding_window > 0;
+  if (local_rope) {
+    rope_local_cos_.Resize(m * half);
+    rope_local_sin_.Resize(m * half);
+    window_first_.resize(m);
+  }
   for (int64_t r = 0; r < m; ++r) {
-    DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), x_.data() + r * d, d);
-    RopeAngles(c.rope, batch.positions[r], rope_cos_.data() + r * half,
-               rope_sin_.data() + r * half);
+    float* xr = x_.data() + r * d;
+    DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), xr, d);
+    if (c.embd_scale != 1.0f) {
+      for (int64_t i = 0; i < d; ++i) xr[i] *= c.embd_scale;
+    }
+    const int32_t pos = batch.positions[r];
+    RopeAngles(c.rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+    if (local_rope) {
+      RopeAngles(c.rope_local, pos, rope_local_cos_.data() + r * half,
+                 rope_local_sin_.data() + r * half);
+      window_first_[r] = std::max(0, pos + 1 - c.sliding_window);
+    }
   }
   mark(ForwardProfile::kEmbed);
 
@@ -287,7 +346,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   rows.n_head = c.n_head;
   rows.n_head_kv = c.n_head_kv;
   rows.head_dim = c.head_dim;
-  rows.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  rows.scale = c.attn_scale;
   rows.q = q_.data();
   rows.out = att_.data();
   rows.kv_type = kv.type();
@@ -301,72 +360,8 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   rows.seq_row_begin.push_back(m);
 
   for (int il = 0; il < c.n_layer; ++il) {
-    const Layer& l = layers_[il];
-    mark(ForwardProfile::kResidual);
-    RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
-    mark(ForwardProfile::kNorm);
-    if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
-      const int64_t width = q_dim + 2 * kv_dim;
-      stacked_.Resize(m * width);  // [m, q_dim + 2 kv_dim]
-      Matmul(ctx, xb_.data(), m, l.wqkv, stacked_.data(), &matmul_scratch_);
-      for (int64_t r = 0; r < m; ++r) {
-        const float* row = stacked_.data() + r * width;
-        std::copy(row, row + q_dim, q_.data() + r * q_dim);
-        std::copy(row + q_dim, row + q_dim + kv_dim, k_.data() + r * kv_dim);
-        std::copy(row + q_dim + kv_dim, row + width, v_.data() + r * kv_dim);
-      }
-    } else {
-      Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
-      Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
-      Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
-    }
-    mark(ForwardProfile::kQkv);
-    for (int64_t r = 0; r < m; ++r) {
-      float* qr = q_.data() + r * q_dim;
-      float* kr = k_.data() + r * kv_dim;
-      float* vr = v_.data() + r * kv_dim;
-      if (c.qkv_bias) {
-        for (int64_t i = 0; i < q_dim; ++i) qr[i] += l.bq[i];
-        for (int64_t i = 0; i < kv_dim; ++i) kr[i] += l.bk[i];
-        for (int64_t i = 0; i < kv_dim; ++i) vr[i] += l.bv[i];
-      }
-      const float* cs = rope_cos_.data() + r * half;
-      const float* sn = rope_sin_.data() + r * half;
-      Rope(c.rope, cs, sn, qr, c.n_head);
-      Rope(c.rope, cs, sn, kr, c.n_head_kv);
-      const int32_t seq = batch.seq_ids[r];
-      const int64_t at = static_cast<int64_t>(batch.positions[r]) * RowBytes(kv.type(), kv_dim);
-      StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
-      StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
-      rows.k[r] = kv.K(il, seq);
-      rows.v[r] = kv.V(il, seq);
-    }
-    mark(ForwardProfile::kRopeKvWrite);
-    Attention(ctx, rows, attention);
-    mark(ForwardProfile::kAttention);
-    Matmul(ctx, att_.data(), m, l.wo, ffn_.data(), &matmul_scratch_);
-    mark(ForwardProfile::kAttnOut);
-    for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
-    mark(ForwardProfile::kResidual);
-
-    RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
-    mark(ForwardProfile::kNorm);
-    if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
-      stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
-      Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
-      for (int64_t r = 0; r < m; ++r) {
-        const float* row = stacked_.data() + r * 2 * c.n_ff;
-        SwiGlu(ctx, row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
-      }
-    } else {
-      Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
-      Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
-      SwiGlu(ctx, gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
-    }
-    mark(ForwardProfile::kGateUp);
-    Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
-    mark(ForwardProfile::kDown);
-    for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+    AttentionBlock(ctx, il, batch, kv, rows, attention);
+    FfnBlock(ctx, il, m);
   }
   mark(ForwardProfile::kResidual);
 
@@ -391,6 +386,111 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       kv.Advance(prev, static_cast<int>(count));
     }
   }
+}
+
+void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
+                           AttentionRows& rows, AttentionMode attention) {
+  ProfileMarks marks(profile_);
+  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
+  const ModelConfig& c = config_;
+  const Layer& l = layers_[il];
+  const int64_t m = batch.size();
+  const int64_t d = c.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = c.kv_dim();
+  const int half = c.rope.rotary_dim / 2;
+  const bool local = c.IsLocalLayer(il);
+  RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
+  mark(ForwardProfile::kNorm);
+  if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
+    const int64_t width = q_dim + 2 * kv_dim;
+    stacked_.Resize(m * width);  // [m, q_dim + 2 kv_dim]
+    Matmul(ctx, xb_.data(), m, l.wqkv, stacked_.data(), &matmul_scratch_);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* row = stacked_.data() + r * width;
+      std::copy(row, row + q_dim, q_.data() + r * q_dim);
+      std::copy(row + q_dim, row + q_dim + kv_dim, k_.data() + r * kv_dim);
+      std::copy(row + q_dim + kv_dim, row + width, v_.data() + r * kv_dim);
+    }
+  } else {
+    Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
+  }
+  mark(ForwardProfile::kQkv);
+  if (c.qk_norm) {  // per head: rows of head_dim values
+    RmsNorm(q_.data(), l.q_norm.data(), q_.data(), m * c.n_head, c.head_dim, c.rms_eps);
+    RmsNorm(k_.data(), l.k_norm.data(), k_.data(), m * c.n_head_kv, c.head_dim, c.rms_eps);
+  }
+  const RopeConfig& rope = local ? c.rope_local : c.rope;
+  const float* cos_all = local ? rope_local_cos_.data() : rope_cos_.data();
+  const float* sin_all = local ? rope_local_sin_.data() : rope_sin_.data();
+  for (int64_t r = 0; r < m; ++r) {
+    float* qr = q_.data() + r * q_dim;
+    float* kr = k_.data() + r * kv_dim;
+    float* vr = v_.data() + r * kv_dim;
+    if (c.qkv_bias) {
+      for (int64_t i = 0; i < q_dim; ++i) qr[i] += l.bq[i];
+      for (int64_t i = 0; i < kv_dim; ++i) kr[i] += l.bk[i];
+      for (int64_t i = 0; i < kv_dim; ++i) vr[i] += l.bv[i];
+    }
+    Rope(rope, cos_all + r * half, sin_all + r * half, qr, c.n_head);
+    Rope(rope, cos_all + r * half, sin_all + r * half, kr, c.n_head_kv);
+    const int32_t seq = batch.seq_ids[r];
+    const int64_t at = static_cast<int64_t>(batch.positions[r]) * RowBytes(kv.type(), kv_dim);
+    StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
+    StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
+    rows.k[r] = kv.K(il, seq);
+    rows.v[r] = kv.V(il, seq);
+  }
+  if (local) {
+    rows.first_visible = window_first_;
+  } else {
+    rows.first_visible.clear();
+  }
+  mark(ForwardProfile::kRopeKvWrite);
+  Attention(ctx, rows, attention);
+  mark(ForwardProfile::kAttention);
+  Matmul(ctx, att_.data(), m, l.wo, ffn_.data(), &matmul_scratch_);
+  mark(ForwardProfile::kAttnOut);
+  if (c.post_norms) RmsNorm(ffn_.data(), l.post_attn_norm.data(), ffn_.data(), m, d, c.rms_eps);
+  for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  mark(ForwardProfile::kResidual);
+}
+
+void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
+  ProfileMarks marks(profile_);
+  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
+  const ModelConfig& c = config_;
+  const Layer& l = layers_[il];
+  const int64_t d = c.n_embd;
+  auto glu = [&](const float* gate, const float* up, float* y, int64_t n) {
+    if (c.activation == FfnActivation::kGeluTanh) {
+      GeGlu(ctx, gate, up, y, n);
+    } else {
+      SwiGlu(ctx, gate, up, y, n);
+    }
+  };
+  RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
+  mark(ForwardProfile::kNorm);
+  if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
+    stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
+    Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* row = stacked_.data() + r * 2 * c.n_ff;
+      glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
+    }
+  } else {
+    Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+    glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+  }
+  mark(ForwardProfile::kGateUp);
+  Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
+  mark(ForwardProfile::kDown);
+  if (c.post_norms) RmsNorm(ffn_.data(), l.post_ffn_norm.data(), ffn_.data(), m, d, c.rms_eps);
+  for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  mark(ForwardProfile::kResidual);
 }
 
 }  // namespace specd

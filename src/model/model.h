@@ -13,8 +13,11 @@
 
 namespace specd {
 
+// The feed-forward activation: SwiGLU (llama, qwen2) or GeGLU with tanh GELU (gemma3).
+enum class FfnActivation { kSilu, kGeluTanh };
+
 struct ModelConfig {
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // "llama", "qwen2" or "gemma3"
   std::string name;
   int64_t n_vocab = 0;
   int n_embd = 0;
@@ -28,10 +31,25 @@ struct ModelConfig {
   RopeConfig rope;
   bool qkv_bias = false;
   bool tied_embeddings = false;
+  // Gemma 3: embeddings scaled by sqrt(n_embd), per-head RMSNorm of q and k, RMSNorms after the
+  // attention and FFN blocks, GeGLU, and local sliding-window layers with their own RoPE base
+  // (every layer but each swa_pattern-th).
+  float embd_scale = 1.0f;
+  bool qk_norm = false;
+  bool post_norms = false;
+  FfnActivation activation = FfnActivation::kSilu;
+  float attn_scale = 0.0f;  // query scale (1 / sqrt(head_dim) unless the model says otherwise)
+  int sliding_window = 0;   // keys a local layer's query sees, itself included; 0: none
+  int swa_pattern = 0;      // layer il is global iff (il + 1) % swa_pattern == 0
+  RopeConfig rope_local;    // RoPE of the local layers
+
   int32_t bos_token = -1;
   int32_t eos_token = -1;
 
   int kv_dim() const { return n_head_kv * head_dim; }
+  bool IsLocalLayer(int il) const {
+    return sliding_window > 0 && swa_pattern > 0 && (il + 1) % swa_pattern != 0;
+  }
 };
 
 // Rows of one forward pass, struct-of-arrays. Rows of one sequence must be contiguous and carry
@@ -111,6 +129,8 @@ class Model {
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+    std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd], gemma3 only
+    std::vector<float> q_norm, k_norm;                 // [head_dim], gemma3 only
     WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
     // Stacked packed forms (AVX-512 only): [q; k; v] and [gate; up], or .packed == nullptr.
     WeightView wqkv, w_gate_up;
@@ -118,6 +138,12 @@ class Model {
   };
   Model() = default;
   void Validate(const Batch& batch, const KvCache& kv) const;
+  // Reads the hyper-parameters of config_.arch from the file's metadata.
+  void ReadConfig(const GgufFile& f);
+  // Parts of Forward over the m rows in x_ (ctx, the layer, the rows' attention setup).
+  void AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
+                      AttentionRows& rows, AttentionMode attention);
+  void FfnBlock(const KernelContext& ctx, int il, int64_t m);
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
@@ -128,7 +154,10 @@ class Model {
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
 
   // Scratch reused across calls.
-  AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, rope_cos_, rope_sin_, out_rows_;
+  AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, out_rows_;
+  AlignedBuffer<float> rope_cos_, rope_sin_;              // [m, rotary_dim / 2]
+  AlignedBuffer<float> rope_local_cos_, rope_local_sin_;  // the same for local layers
+  std::vector<int32_t> window_first_;                     // [m] first key of local layers
   AlignedBuffer<float> stacked_;  // [m, q_dim + 2 kv_dim] or [m, 2 n_ff] from a stacked matmul
   MatmulScratch matmul_scratch_;
   ForwardProfile* profile_ = nullptr;

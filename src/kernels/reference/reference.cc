@@ -65,6 +65,15 @@ void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
   }
 }
 
+void GeGlu(const float* gate, const float* up, float* y, int64_t n) {
+  const double sqrt_2_over_pi = 0.79788456080286535588;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    y[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(sqrt_2_over_pi * (g + 0.044715 * g * g * g))) *
+                              up[i]);
+  }
+}
+
 namespace {
 // Element t of a KV cache row of the given type, as a double.
 double KvAt(const void* base, DType type, int64_t t) {
@@ -84,13 +93,14 @@ void Attention(const AttentionRows& rows) {
   const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
   const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
   for (int64_t r = 0; r < rows.n_rows; ++r) {
+    const int first = rows.first_visible.empty() ? 0 : rows.first_visible[r];
     const int n_keys = rows.n_visible[r];
     std::vector<double> scores(n_keys);
     for (int h = 0; h < rows.n_head; ++h) {
       const float* q = rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
       const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
       double max = -std::numeric_limits<double>::infinity();
-      for (int t = 0; t < n_keys; ++t) {
+      for (int t = first; t < n_keys; ++t) {
         double dot = 0.0;
         for (int d = 0; d < rows.head_dim; ++d) {
           dot +=
@@ -100,11 +110,11 @@ void Attention(const AttentionRows& rows) {
         max = std::max(max, scores[t]);
       }
       double sum = 0.0;
-      for (int t = 0; t < n_keys; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+      for (int t = first; t < n_keys; ++t) sum += (scores[t] = std::exp(scores[t] - max));
       float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
       for (int d = 0; d < rows.head_dim; ++d) {
         double acc = 0.0;
-        for (int t = 0; t < n_keys; ++t) {
+        for (int t = first; t < n_keys; ++t) {
           acc += scores[t] * KvAt(rows.v[r], rows.kv_type, t * kv_stride + kv_off + d);
         }
         out[d] = static_cast<float>(acc / sum);

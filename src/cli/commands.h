@@ -32,8 +32,13 @@ struct GenerateOptions {
   bool json = false;
   bool ignore_eos = false;
   bool special = false;
+  bool chat = false;   // --chat / -cnv: the prompt is a user turn in the model's chat format
+  std::string system;  // --system: the conversation's system message
 };
 int RunGenerate(const GenerateOptions& options);
+// `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
+// per line, keeping the KV cache between turns.
+int RunInteractiveChat(const GenerateOptions& options);
 
 struct TokenizeOptions {
   std::string model;
@@ -53,6 +58,24 @@ struct TokenizeBenchOptions {
 int RunTokenizeBench(const TokenizeBenchOptions& options);
 
 int RunInfo(const std::string& path);
+
+struct PerplexityOptions {
+  std::string model;
+  std::string text_file;
+  int ctx = 512;
+  int threads = 2;
+  int64_t max_chunks = 0;  // 0: all
+  bool json = false;
+};
+int RunPerplexity(const PerplexityOptions& options);
+
+struct QuantizeOptions {
+  std::string input;
+  std::string output;
+  std::string type;
+  int threads = 2;
+};
+int RunQuantize(const QuantizeOptions& options);
 
 // The default model shipped in models/ (SPECD_MODELS_DIR overrides the folder), or "" if absent.
 std::string DefaultTargetModel();

@@ -15,6 +15,7 @@
 #include "decode/autoregressive.h"
 #include "decode/speculative.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd::cli {
@@ -69,6 +70,10 @@ int RunGenerate(const GenerateOptions& options) {
   const bool speculative = !o.draft_model.empty() && o.strategy != "ar";
   const int n_prompt_sources =
       !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty() + !o.prompts_file.empty();
+  SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
+  if (o.chat && n_prompt_sources == 0) return RunInteractiveChat(o);
+  SPECD_CHECK(!o.chat || (o.tokens.empty() && o.prompts_file.empty()),
+              "--chat takes its turn from -p or -f (or stdin), not --tokens or --prompts");
   SPECD_CHECK(n_prompt_sources == 1,
               "give exactly one of -p TEXT, -f FILE, --tokens 1,2,3 or --prompts FILE.jsonl");
 
@@ -122,7 +127,18 @@ int RunGenerate(const GenerateOptions& options) {
   } else {
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata: pass --tokens");
     const std::string text = o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file);
-    request.prompt = tokenizer->Encode(text, /*add_special=*/true, o.special);
+    if (o.chat) {
+      const ChatTemplate chat = ChatTemplate::FromGguf(model->gguf(), *tokenizer);
+      std::vector<ChatMessage> messages;
+      if (!o.system.empty()) messages.push_back({"system", o.system});
+      messages.push_back({"user", text});
+      // The template's special tokens are parsed; the user's text is not special-parsed unless
+      // --special, so a user cannot forge a turn by typing <|im_start|>.
+      request.prompt = EncodeChat(*tokenizer, chat, messages, o.special);
+      request.stop_tokens = chat.stop_tokens();
+    } else {
+      request.prompt = tokenizer->Encode(text, /*add_special=*/true, o.special);
+    }
     SPECD_CHECK(!request.prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
   }
   request.n_predict = o.n_predict;
@@ -177,6 +193,8 @@ int RunGenerate(const GenerateOptions& options) {
     stream = std::make_unique<StreamingDecoder>(*tokenizer);
     if (!o.tokens.empty()) {
       std::cout << tokenizer->Decode(request.prompt, /*strip_space_prefix=*/true);
+    } else if (o.chat) {
+      // A chat prints only the assistant's answer.
     } else {
       std::cout << (o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file));
     }

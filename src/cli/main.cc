@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");
   generate->add_flag("--special", gen.special,
                      "parse special tokens (<s>, <|im_start|>) in the prompt");
+  generate->add_flag("--chat", gen.chat,
+                     "chat: -p is a user turn in the model's chat format (also -cnv); without a "
+                     "prompt, a conversation read from stdin, one turn per line");
+  generate->add_option("--system", gen.system, "system message of a chat");
 
   TokenizeOptions tok;
   auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");
@@ -129,6 +133,29 @@ int main(int argc, char** argv) {
   std::string info_model;
   auto* info = app.add_subcommand("info", "print a GGUF file's metadata and model shape");
   info->add_option("-m,--model", info_model, "GGUF file")->required();
+
+  PerplexityOptions ppl;
+  auto* perplexity =
+      app.add_subcommand("perplexity", "perplexity of a model on a text (as llama-perplexity)");
+  perplexity->add_option("-m,--model", ppl.model, "model (GGUF)")->required();
+  perplexity->add_option("-f,--file", ppl.text_file, "text file")->required();
+  perplexity->add_option("-c,--ctx", ppl.ctx, "tokens per chunk (the second half is scored)")
+      ->check(CLI::Range(16, 1 << 20));
+  perplexity->add_option("--chunks", ppl.max_chunks, "score at most this many chunks (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  perplexity->add_option("-t,--threads", ppl.threads, "threads")->check(CLI::Range(1, 256));
+  perplexity->add_flag("--json", ppl.json, "print the result as one JSON object");
+
+  QuantizeOptions quant;
+  auto* quantize =
+      app.add_subcommand("quantize", "convert a model's matrices to another type (llama-quantize)");
+  quantize->add_option("input", quant.input, "input GGUF")->required();
+  quantize->add_option("output", quant.output, "output GGUF")->required();
+  quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16 or f32")
+      ->required()
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0",
+                             "q5_1", "f16", "bf16", "f32"}));
+  quantize->add_option("-t,--threads", quant.threads, "threads")->check(CLI::Range(1, 256));
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -196,11 +223,12 @@ int main(int argc, char** argv) {
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
       ->allow_extras();
 
-  // llama.cpp spells the draft model -md; CLI11 takes one-letter short options only.
+  // llama.cpp spells the draft model -md and conversation mode -cnv; CLI11 takes one-letter short
+  // options only.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string arg = argv[i];
-    args.push_back(arg == "-md" ? "--model-draft" : arg);
+    args.push_back(arg == "-md" ? "--model-draft" : arg == "-cnv" ? "--chat" : arg);
   }
   try {
     app.parse(args);
@@ -219,6 +247,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*info) return RunInfo(info_model);
+    if (*perplexity) return RunPerplexity(ppl);
+    if (*quantize) return RunQuantize(quant);
     if (*tokenize) return RunTokenize(tok);
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_spec) {

@@ -1,5 +1,7 @@
 #include "decode/generation.h"
 
+#include <algorithm>
+
 namespace specd {
 
 bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t token,
@@ -8,7 +10,10 @@ bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t
   seq.sum_logprob += LogProb(row, token);
   ++seq.n_logprob;
   seq.elapsed_ms = elapsed_ms;
-  if (request.stop_at_eos && token == eos) {
+  const bool stop = token == eos || std::find(request.stop_tokens.begin(),
+                                              request.stop_tokens.end(),
+                                              token) != request.stop_tokens.end();
+  if (request.stop_at_eos && stop) {
     seq.finish_reason = "stop";
     return true;
   }

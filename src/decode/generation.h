@@ -24,6 +24,8 @@ struct GenerateRequest {
   SamplingParams sampling;
   AttentionMode attention = AttentionMode::kSplit;
   bool stop_at_eos = true;
+  // Further tokens that end a sequence like EOS (a chat model's end-of-turn), when stop_at_eos.
+  std::vector<int32_t> stop_tokens;
   // Called with (sequence index, token) for each generated token as it is accepted.
   std::function<void(int, int32_t)> on_token;
 };
@@ -31,7 +33,7 @@ struct GenerateRequest {
 struct SequenceResult {
   int index = 0;
   std::vector<int32_t> tokens;  // generated tokens (the EOS that ended a sequence excluded)
-  std::string finish_reason;    // "stop" (EOS) or "length"
+  std::string finish_reason;    // "stop" (EOS or a stop token) or "length"
   double sum_logprob = 0.0;     // of the generated tokens (EOS included) under the raw model
   int n_logprob = 0;
   double elapsed_ms = 0.0;  // from the start of the request to this sequence's last token

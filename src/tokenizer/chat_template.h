@@ -1,0 +1,60 @@
+// Chat prompts in a model's own turn format. Like llama.cpp, specd does not run the Jinja
+// template in `tokenizer.chat_template`; it recognises the format the template (or, for files
+// without one, the vocabulary) belongs to and renders that format exactly: ChatML (SmolLM, Qwen)
+// and Gemma's turns. An unknown template is a clear error, not a guess.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specd {
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatFormat { kChatMl, kGemma };
+
+class ChatTemplate {
+ public:
+  // The model's chat format; throws an Error naming the template when it is not one specd knows.
+  static ChatTemplate FromGguf(const GgufFile& file, const Tokenizer& tokenizer);
+
+  ChatFormat format() const { return format_; }
+  const char* name() const { return format_ == ChatFormat::kChatMl ? "chatml" : "gemma"; }
+  // The system message the template adds when a conversation has none ("" if it adds none).
+  const std::string& default_system() const { return default_system_; }
+  // Tokens that end an assistant turn (the end-of-turn token and EOS).
+  const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
+
+  // The prompt text of a conversation (special tokens written out; BOS not included), with the
+  // opening of the assistant's turn when add_assistant.
+  std::string Render(const std::vector<ChatMessage>& messages, bool add_assistant) const;
+
+  // The same text in pieces: the template's own text (is_content false) and the messages'
+  // contents (is_content true), so that only the template's special tokens are parsed.
+  struct Piece {
+    std::string text;
+    bool is_content;
+  };
+  std::vector<Piece> RenderPieces(const std::vector<ChatMessage>& messages,
+                                  bool add_assistant) const;
+
+ private:
+  ChatFormat format_ = ChatFormat::kChatMl;
+  std::string default_system_;
+  std::vector<int32_t> stop_tokens_;
+};
+
+// Tokens of a conversation: BOS as the model asks, the template's special tokens parsed, the
+// contents' only with parse_special_content (a user cannot forge a turn by typing <|im_end|>).
+std::vector<int32_t> EncodeChat(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                const std::vector<ChatMessage>& messages,
+                                bool parse_special_content, bool add_assistant = true);
+
+}  // namespace specd

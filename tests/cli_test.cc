@@ -14,21 +14,8 @@
 namespace specd {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out;  // stdout and stderr together
-};
-
-CliRun RunSpecd(const std::string& args) {
-  const std::string cmd = std::string(SPECD_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using testing::CliRun;
+using testing::RunSpecd;
 
 TEST(Cli, GenerateJsonLinesAndSummary) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0);

@@ -1,13 +1,30 @@
 #include "tests/test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "base/error.h"
 #include "threading/thread_pool.h"
 
 namespace specd::testing {
+
+CliRun RunSpecd(const std::string& args, const std::string& stdin_text) {
+  const std::string input = TempDir() + "/stdin-" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(input) << stdin_text;
+  const std::string cmd = std::string(SPECD_BINARY) + " " + args + " < " + input + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
 
 std::string TempDir() {
   static const std::string dir = [] {

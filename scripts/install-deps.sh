@@ -2,8 +2,9 @@
 # Installs specd's build dependencies from Debian 12's archive (by name, nothing else).
 set -euo pipefail
 # libtorch-dev and sentencepiece are for `specd train` and its tests; the engine builds without them.
+# python3-pip and unzip are for scripts/get-models.sh (the pretrained models come from PyPI).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  libpcre2-dev libtorch-dev sentencepiece)
+  libpcre2-dev libtorch-dev sentencepiece python3-pip unzip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -10,8 +10,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "decode/autoregressive.h"
-#include "decode/speculative.h"
+#include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

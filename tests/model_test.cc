@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "decode/autoregressive.h"
+#include "engine/generate.h"
 #include "tests/test_util.h"
 
 namespace specd {

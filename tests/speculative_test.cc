@@ -1,13 +1,12 @@
 // Merge gates for greedy speculative decoding: output identical to plain greedy decoding, token
 // for token, for any draft; a draft identical to the target is accepted 100%.
-#include "decode/speculative.h"
+#include "engine/generate.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "base/error.h"
-#include "decode/autoregressive.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "decode/autoregressive.h"
+#include "engine/generate.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"

@@ -124,8 +124,11 @@ int main(int argc, char** argv) {
   std::string shape_names;
   for (const auto& s : KnownShapes()) shape_names += (shape_names.empty() ? "" : ", ") + s.name;
   synth->add_option("--shape", synth_shape, "model shape: " + shape_names);
-  synth->add_option("--type", synth_type, "weight type: f32, f16, bf16, q8_0, q4_0")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  const std::vector<std::string> writable_types = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
+                                                   "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"};
+  synth->add_option("--type", synth_type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                          "q5_1, q4_K, q6_K")
+      ->check(CLI::IsMember(writable_types));
   synth->add_option("--seed", synth_seed, "random seed")->check(CLI::NonNegativeNumber);
   synth->add_option("-o,--output", synth_out, "output file")->required();
   synth->add_option("-t,--threads", synth_threads, "threads")->check(CLI::Range(1, 256));
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   bench_forward->add_option("--types", fwd_types, "weight types")
       ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+      ->check(CLI::IsMember(writable_types));
   bench_forward->add_option("--threads", fwd.threads, "thread counts")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));

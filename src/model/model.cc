@@ -51,6 +51,10 @@ class ProfileMarks {
     profile_->ms[op] += timer_->ElapsedMs();
     timer_->Reset();
   }
+  // Restarts the clock without charging anything (time already charged by inner marks).
+  void Skip() {
+    if (profile_ != nullptr) timer_->Reset();
+  }
 
  private:
   ForwardProfile* profile_;
@@ -363,7 +367,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     AttentionBlock(ctx, il, batch, kv, rows, attention);
     FfnBlock(ctx, il, m);
   }
-  mark(ForwardProfile::kResidual);
+  marks.Skip();  // the blocks charged their own time
 
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();

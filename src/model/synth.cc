@@ -158,7 +158,7 @@ void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const s
   w.Set("general.architecture", GgufValue::Str(a));
   w.Set("general.name", GgufValue::Str("specd-synthetic-" + s.name));
   w.Set("general.file_type", GgufValue::U32(LlamaFileType(type)));
-  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+  if (BlockElements(type) > 1) {
     w.Set("general.quantization_version", GgufValue::U32(2));
   }
   const int head_dim = s.n_embd / s.n_head;

@@ -185,10 +185,29 @@ int32_t SampleFrom(const std::vector<TokenProb>& kept, double u) {
   return kept.back().token;  // rounding: u fell past the last cumulative sum
 }
 
+int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
+  SPECD_CHECK(!kept.empty(), "cannot sample from an empty set");
+  int32_t best_token = -1;
+  double best = -std::numeric_limits<double>::infinity();
+  for (const auto& tp : kept) {
+    if (tp.prob <= 0.0f) continue;
+    const uint32_t word = Philox4x32(key, static_cast<uint32_t>(tp.token) / 4)[tp.token % 4];
+    const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;  // in (0, 1)
+    const double score = std::log(static_cast<double>(tp.prob)) - std::log(-std::log(u));
+    if (score > best || (score == best && tp.token < best_token)) {
+      best = score;
+      best_token = tp.token;
+    }
+  }
+  return best_token >= 0 ? best_token : kept.front().token;
+}
+
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,
                     const RngKey& key) {
   if (params.greedy()) return Argmax(logits);
-  return SampleFrom(ProcessLogits(logits, params), UniformDouble(key));
+  const std::vector<TokenProb> kept = ProcessLogits(logits, params);
+  if (params.method == SamplingMethod::kGumbel) return GumbelArgmax(kept, key);
+  return SampleFrom(kept, UniformDouble(key));
 }
 
 double LogProb(std::span<const float> logits, int32_t token) {

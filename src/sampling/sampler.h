@@ -18,11 +18,18 @@
 
 namespace specd {
 
+// How a token is drawn from the kept set. Inverse CDF uses one uniform number per draw; Gumbel-max
+// takes argmax(log p_t + G_t) with one Gumbel number per token id, keyed by (seed, sequence,
+// position): the same noise at a position gives the same token for the same distribution, which
+// lets a draft and a target share their randomness (coupled speculative sampling).
+enum class SamplingMethod { kInverseCdf, kGumbel };
+
 struct SamplingParams {
   float temperature = 0.8f;
   int top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
+  SamplingMethod method = SamplingMethod::kInverseCdf;
 
   bool greedy() const { return temperature <= 0.0f; }
 };
@@ -48,7 +55,11 @@ int32_t SampleFrom(const std::vector<TokenProb>& kept, double u);
 // Argmax with ties to the lowest id.
 int32_t Argmax(std::span<const float> logits);
 
-// One sampling decision: greedy, or drawn with the counter-based RNG at `key`.
+// Gumbel-max over a kept set: argmax of log(prob) + G(key, token), G = -log(-log(U)) with U the
+// token's uniform number at `key` (index token / 4, word token % 4). Ties go to the lower id.
+int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key);
+
+// One sampling decision: greedy, or drawn with the counter-based RNG at `key` by params.method.
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, const RngKey& key);
 
 // log softmax(logits)[token] of the raw model distribution (temperature 1, no truncation).

@@ -1,4 +1,4 @@
-#include "decode/draft_policy.h"
+#include "draft/cost_aware.h"
 
 #include <algorithm>
 #include <cmath>

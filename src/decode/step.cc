@@ -1,0 +1,291 @@
+#include "decode/step.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/timer.h"
+
+namespace specd {
+
+void SpeculativeStats::Add(const SpeculativeStats& o) {
+  n_drafted += o.n_drafted;
+  n_accepted += o.n_accepted;
+  n_steps += o.n_steps;
+  n_plain_steps += o.n_plain_steps;
+  if (accepted_at_position.size() < o.accepted_at_position.size()) {
+    accepted_at_position.resize(o.accepted_at_position.size());
+    drafted_at_position.resize(o.drafted_at_position.size());
+  }
+  for (size_t i = 0; i < o.accepted_at_position.size(); ++i) {
+    accepted_at_position[i] += o.accepted_at_position[i];
+    drafted_at_position[i] += o.drafted_at_position[i];
+  }
+  t_draft_ms += o.t_draft_ms;
+  t_verify_ms += o.t_verify_ms;
+}
+
+StepDecoder::StepDecoder(Model& target, KvCache& kv, const KernelContext& ctx,
+                         const StepOptions& options, Proposer* proposer,
+                         DraftLengthPolicy* policy)
+    : target_(target),
+      kv_(kv),
+      ctx_(ctx),
+      options_(options),
+      proposer_(proposer),
+      policy_(policy) {
+  SPECD_CHECK((proposer == nullptr) == (policy == nullptr),
+              "a proposer needs a draft-length policy and a policy a proposer");
+}
+
+namespace {
+// The sampling a sequence's tokens are drawn with: coupled speculation draws every token, drafted
+// or not, by Gumbel-max, so its output is plain Gumbel sampling's.
+SamplingParams EffectiveSampling(const Sequence& s, SpecSampling mode) {
+  SamplingParams p = s.request.sampling;
+  if (mode == SpecSampling::kCoupled) p.method = SamplingMethod::kGumbel;
+  return p;
+}
+}  // namespace
+
+bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
+                         StepReport* report) {
+  s.sum_logprob += LogProb(row, token);
+  ++s.n_logprob;
+  s.elapsed_ms = now - s.t_added_ms;
+  const auto& stops = s.request.stop_tokens;
+  const bool stop = token == target_.config().eos_token ||
+                    std::find(stops.begin(), stops.end(), token) != stops.end();
+  if (s.request.stop_at_eos && stop) {
+    s.finish_reason = "stop";
+    return true;
+  }
+  s.tokens.push_back(token);
+  report->tokens.emplace_back(s.id, token);
+  if (static_cast<int>(s.tokens.size()) >= s.request.n_predict) {
+    s.finish_reason = "length";
+    return true;
+  }
+  return false;
+}
+
+void StepDecoder::FirstToken(Sequence& s, std::span<const float> row, double now,
+                             StepReport* report) {
+  const SamplingParams sampling = EffectiveSampling(s, options_.spec_sampling);
+  const RngKey key{sampling.seed, s.request.rng_sequence, s.request.prompt.size(),
+                   RngPurpose::kSample};
+  const int32_t token = SampleToken(row, sampling, key);
+  s.last = token;
+  if (Commit(s, token, row, now, report)) return;
+  if (proposer_ != nullptr) proposer_->Accept(s.id, 0, token);
+}
+
+int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows, int base,
+                        double now, StepReport* report) {
+  const int64_t n_vocab = target_.config().n_vocab;
+  const int k = static_cast<int>(proposal.tokens.size());
+  const SamplingParams sampling = EffectiveSampling(s, options_.spec_sampling);
+  auto row = [&](int i) { return std::span<const float>(rows + i * n_vocab, n_vocab); };
+  if (stats_.drafted_at_position.size() < static_cast<size_t>(k)) {
+    stats_.drafted_at_position.resize(k);
+    stats_.accepted_at_position.resize(k);
+  }
+  int accepted = 0;
+  int32_t next = -1;
+  bool done = false;
+  const bool by_rejection =
+      !sampling.greedy() && options_.spec_sampling == SpecSampling::kRejection && k > 0;
+  if (!by_rejection) {
+    // Greedy, coupled, or a step without drafts: the target's own choice at each position
+    // (argmax, or its Gumbel-max / inverse-CDF sample keyed by the position), drafts kept while
+    // they equal it.
+    for (int i = 0; i <= k; ++i) {
+      const RngKey key{sampling.seed, s.request.rng_sequence, static_cast<uint64_t>(base + 1 + i),
+                       RngPurpose::kSample};
+      const int32_t want = SampleToken(row(i), sampling, key);
+      const bool match = i < k && proposal.tokens[i] == want;
+      if (i < k) {
+        ++stats_.drafted_at_position[i];
+        if (match) ++stats_.accepted_at_position[i];
+      }
+      if (Commit(s, want, row(i), now, report)) {
+        done = true;
+        break;
+      }
+      if (!match) {
+        next = want;
+        break;
+      }
+      ++accepted;
+    }
+  } else {
+    target_probs_.resize(k + 1);
+    for (int i = 0; i <= k; ++i) target_probs_[i] = ProcessedProbs(row(i), sampling);
+    const RngKey key{sampling.seed, s.request.rng_sequence, static_cast<uint64_t>(base + 1),
+                     RngPurpose::kAccept};
+    const VerifyOutcome outcome =
+        options_.verify(std::span(target_probs_.data(), k + 1), proposal.probs,
+                        proposal.tokens, key);
+    for (int i = 0; i < k; ++i) {
+      ++stats_.drafted_at_position[i];
+      if (i < outcome.n_accepted) ++stats_.accepted_at_position[i];
+    }
+    for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
+      const int32_t token = i < outcome.n_accepted ? proposal.tokens[i] : outcome.next;
+      done = Commit(s, token, row(i), now, report);
+    }
+    accepted = outcome.n_accepted;
+    next = outcome.next;
+  }
+  stats_.n_drafted += k;
+  stats_.n_accepted += accepted;
+  s.n_drafted += k;
+  s.n_accepted += accepted;
+  if (done) return accepted;
+  // Keep last + the accepted drafts; `next` (correction or bonus) is the next input.
+  kv_.Truncate(s.slot, base + 1 + accepted);
+  if (proposer_ != nullptr) proposer_->Accept(s.id, accepted, next);
+  s.last = next;
+  return accepted;
+}
+
+StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
+                             const std::function<double()>& now_ms) {
+  Timer step_timer;
+  StepReport report;
+  const int64_t n_vocab = target_.config().n_vocab;
+  // Who needs what: prompt rows (within the step's budget), decoding rows, or nothing yet
+  // (completions waiting for a shared prompt).
+  struct Chunk {
+    Sequence* s;
+    int begin, end;
+  };
+  std::vector<Chunk> prefill;
+  std::vector<Sequence*> decode, followers;
+  int budget = options_.max_prefill_rows;
+  for (Sequence* s : live) {
+    if (s->finished()) continue;
+    if (s->shared_with >= 0) {
+      followers.push_back(s);
+    } else if (s->prefilling()) {
+      if (budget <= 0) continue;
+      const int size = static_cast<int>(s->request.prompt.size());
+      const int end = std::min(size, s->n_read + budget);
+      budget -= end - s->n_read;
+      prefill.push_back({s, s->n_read, end});
+    } else {
+      decode.push_back(s);
+    }
+  }
+  if (prefill.empty() && decode.empty()) return report;
+
+  // Propose.
+  StepObservation observe;
+  ProposerTimings timings;
+  int k = 0;
+  if (policy_ != nullptr && !decode.empty()) {
+    int remaining = 0;
+    for (Sequence* s : decode) {
+      remaining = std::max(remaining,
+                           s->request.n_predict - static_cast<int>(s->tokens.size()));
+    }
+    k = policy_->Next(static_cast<int>(decode.size()), remaining);
+  }
+  std::vector<Proposal> proposals(decode.size());
+  Timer draft_timer;
+  if (k > 0) {
+    std::vector<SamplingParams> sampling(decode.size());  // outlives the Propose call
+    std::vector<DraftInput> inputs(decode.size());
+    for (size_t j = 0; j < decode.size(); ++j) {
+      Sequence& s = *decode[j];
+      sampling[j] = EffectiveSampling(s, options_.spec_sampling);
+      const int remaining = s.request.n_predict - static_cast<int>(s.tokens.size());
+      inputs[j] = {s.id,  std::min(k, std::max(remaining - 1, 0)), kv_.Length(s.slot) + 1,
+                   &sampling[j], s.request.rng_sequence, options_.spec_sampling};
+    }
+    proposer_->Propose(inputs, &proposals, &timings);
+  }
+  const double t_draft_ms = draft_timer.ElapsedMs();
+
+  // Score: one target forward over every row.
+  Batch batch;
+  for (const Chunk& c : prefill) {
+    const int size = static_cast<int>(c.s->request.prompt.size());
+    for (int i = c.begin; i < c.end; ++i) {
+      batch.Add(c.s->request.prompt[i], i, c.s->slot, i + 1 == size);
+    }
+  }
+  std::vector<int> bases(decode.size());
+  for (size_t j = 0; j < decode.size(); ++j) {
+    Sequence& s = *decode[j];
+    bases[j] = kv_.Length(s.slot);
+    batch.Add(s.last, bases[j], s.slot, true);
+    for (size_t i = 0; i < proposals[j].tokens.size(); ++i) {
+      batch.Add(proposals[j].tokens[i], bases[j] + 1 + static_cast<int>(i), s.slot, true);
+    }
+  }
+  Timer verify_timer;
+  target_.Forward(ctx_, batch, kv_, options_.attention, &logits_);
+  const double t_target_ms = verify_timer.ElapsedMs();
+  if (!prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&timings);
+
+  // Verify and commit, in row order.
+  const double now = now_ms();
+  int64_t out_row = 0;
+  for (const Chunk& c : prefill) {
+    Sequence& s = *c.s;
+    s.n_read = c.end;
+    if (s.prefilling()) continue;
+    report.prefill = true;
+    const std::span<const float> row(logits_.data() + out_row++ * n_vocab, n_vocab);
+    // Completions of this prompt fork its KV (and the proposer's) before its first token.
+    std::vector<Sequence*> forked;
+    for (Sequence* f : followers) {
+      if (f->shared_with != s.id) continue;
+      kv_.Fork(s.slot, f->slot, s.n_read);
+      f->n_read = s.n_read;
+      f->shared_with = -1;
+      if (proposer_ != nullptr) proposer_->ForkSequence(s.id, f->id);
+      forked.push_back(f);
+    }
+    FirstToken(s, row, now, &report);
+    if (s.finished()) report.finished.push_back(s.id);
+    for (Sequence* f : forked) {
+      FirstToken(*f, row, now, &report);
+      if (f->finished()) report.finished.push_back(f->id);
+    }
+  }
+  for (size_t j = 0; j < decode.size(); ++j) {
+    Sequence& s = *decode[j];
+    const int drafted = static_cast<int>(proposals[j].tokens.size());
+    const int accepted = Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now,
+                                &report);
+    out_row += drafted + 1;
+    observe.verified.emplace_back(drafted, accepted);
+    if (s.finished()) report.finished.push_back(s.id);
+  }
+  if (!decode.empty()) {
+    ++stats_.n_steps;
+    if (k == 0) ++stats_.n_plain_steps;
+    stats_.t_draft_ms += t_draft_ms;
+    stats_.t_verify_ms += verify_timer.ElapsedMs();
+  }
+  if (policy_ != nullptr) {
+    observe.n_sequences = static_cast<int>(decode.size());
+    observe.k = k;
+    observe.draft_forwards = timings.forwards;
+    observe.target_rows = static_cast<int>(batch.size());
+    observe.target_ms = t_target_ms;
+    for (const Chunk& c : prefill) observe.prefill_target_rows += c.end - c.begin;
+    observe.prefill_draft_rows = timings.prefill_rows;
+    observe.prefill_draft_ms = timings.prefill_ms;
+    observe.step_ms = step_timer.ElapsedMs();
+    observe.forward_ms = t_target_ms + timings.prefill_ms;
+    for (const auto& [rows, ms] : timings.forwards) observe.forward_ms += ms;
+    observe.tokens = static_cast<int>(report.tokens.size());
+    observe.catch_up = timings.caught_up;
+    policy_->Observe(observe);
+  }
+  return report;
+}
+
+}  // namespace specd

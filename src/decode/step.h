@@ -1,0 +1,126 @@
+// One step of decoding for every live sequence, the strategy shared by plain and speculative
+// decoding (vLLM's proposer / scorer / verifier split):
+//   propose  the proposer drafts up to K tokens per decoding sequence (K from the policy; none
+//            without a proposer: plain decoding);
+//   score    ONE target forward over all rows the sequences need: prompt chunks of new sequences,
+//            [last, d1..dK] of the others;
+//   verify   per sequence: greedy (longest prefix equal to the target's argmax), rejection
+//            sampling (verify/), or coupled (drafts and target share Gumbel noise per position);
+//   commit   accepted tokens plus the recovered / bonus one; KV caches roll back.
+// Sequences finish on their own (EOS, a stop token, their length).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "draft/draft_length.h"
+#include "draft/proposer.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "verify/verify.h"
+
+namespace specd {
+
+// Decides a sampled verification by rejection sampling; tests substitute wrong ones to show the
+// distribution test would catch them.
+using VerifyFunction = VerifyOutcome (*)(std::span<const std::vector<float>>,
+                                         std::span<const std::vector<float>>,
+                                         std::span<const int32_t>, const RngKey&);
+
+// What one sequence asks for.
+struct SequenceRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  int n_predict = 128;
+  SamplingParams sampling;
+  bool stop_at_eos = true;
+  std::vector<int32_t> stop_tokens;  // end the sequence like EOS
+  uint64_t rng_sequence = 0;         // sequence component of its RNG keys
+};
+
+// A sequence's persistent state.
+struct Sequence {
+  int id = 0;
+  SequenceRequest request;
+  int slot = -1;         // target KV slot
+  int n_read = 0;        // prompt tokens in the KV cache
+  int shared_with = -1;  // reads no prompt: forks this sequence's once it is read
+  int32_t last = -1;     // the committed token that is the next input
+  std::vector<int32_t> tokens;  // generated (a stopping EOS / stop token excluded)
+  std::string finish_reason;    // "stop", "length", "cancelled", "budget"; "" while running
+  double sum_logprob = 0.0;     // of the generated tokens under the raw model
+  int n_logprob = 0;
+  double t_added_ms = 0.0;      // on the engine's clock
+  double elapsed_ms = 0.0;      // from its addition to its last token
+  int64_t n_drafted = 0, n_accepted = 0;
+
+  bool finished() const { return !finish_reason.empty(); }
+  bool prefilling() const { return n_read < static_cast<int>(request.prompt.size()); }
+  double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
+};
+
+// Speculation counters in vLLM's names.
+struct SpeculativeStats {
+  int64_t n_drafted = 0;
+  int64_t n_accepted = 0;
+  int64_t n_steps = 0;                        // verification forwards with decoding rows
+  int64_t n_plain_steps = 0;                  // of which without drafts
+  std::vector<int64_t> accepted_at_position;  // [K]: drafts accepted at position i
+  std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
+  double t_draft_ms = 0.0;
+  double t_verify_ms = 0.0;
+
+  double acceptance_rate() const { return n_drafted ? double(n_accepted) / n_drafted : 0.0; }
+  // 1 + accepted per verification step (the bonus / correction token included).
+  double mean_accepted_length() const { return n_steps ? 1.0 + double(n_accepted) / n_steps : 0.0; }
+  void Add(const SpeculativeStats& other);
+};
+
+struct StepOptions {
+  AttentionMode attention = AttentionMode::kSplit;
+  SpecSampling spec_sampling = SpecSampling::kRejection;
+  int max_prefill_rows = 2048;  // prompt rows per step (longer prompts are read in chunks)
+  VerifyFunction verify = VerifySampled;
+};
+
+// What a step did, for streaming and bookkeeping.
+struct StepReport {
+  std::vector<std::pair<int, int32_t>> tokens;  // (sequence id, token) in commit order
+  std::vector<int> finished;                    // ids of sequences that finished
+  bool prefill = false;                         // the step read prompt rows
+};
+
+class StepDecoder {
+ public:
+  // proposer and policy may be null (plain decoding).
+  StepDecoder(Model& target, KvCache& kv, const KernelContext& ctx, const StepOptions& options,
+              Proposer* proposer, DraftLengthPolicy* policy);
+
+  // Runs one step over the live (unfinished) sequences; `now_ms` gives timestamps.
+  StepReport Step(const std::vector<Sequence*>& live, const std::function<double()>& now_ms);
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  // Samples the first token of a sequence whose prompt was just read.
+  void FirstToken(Sequence& s, std::span<const float> row, double now, StepReport* report);
+  // Verifies one decoding sequence's rows; returns the accepted draft count.
+  int Verify(Sequence& s, const Proposal& proposal, const float* rows, int base, double now,
+             StepReport* report);
+  // Records a generated token; returns true when the sequence finished.
+  bool Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
+              StepReport* report);
+
+  Model& target_;
+  KvCache& kv_;
+  const KernelContext& ctx_;
+  StepOptions options_;
+  Proposer* proposer_;
+  DraftLengthPolicy* policy_;
+  SpeculativeStats stats_;
+  std::vector<float> logits_;  // [rows, n_vocab]
+  std::vector<std::vector<float>> target_probs_;
+};
+
+}  // namespace specd

@@ -1,0 +1,109 @@
+// Draft-length policies behind one interface: how many tokens to draft at the next step.
+//   FixedDraftLength     K every step;
+//   AdaptiveDraftLength  BASS Algorithm 1 (l0 = 7, l_incre = 2, l_mod = 10, l_limit = 32);
+//   CostAwareDraftLength K from measured costs and acceptance, 0 when drafting does not pay
+//                        (cost_aware.h; adapted here);
+//   ScheduledDraftLength a given cycle of lengths (tests, experiments).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "draft/cost_aware.h"
+
+namespace specd {
+
+// What a step measured, for the policies that learn.
+struct StepObservation {
+  int n_sequences = 0;                            // sequences that took part
+  int k = 0;                                      // the draft length the policy gave
+  std::vector<std::pair<int, int>> verified;      // (drafted, accepted) per sequence
+  std::vector<std::pair<int, double>> draft_forwards;  // (rows, ms)
+  int target_rows = 0;
+  double target_ms = 0.0;
+  int prefill_target_rows = 0;  // rows reading prompts in the same target forward
+  int prefill_draft_rows = 0;
+  double prefill_draft_ms = 0.0;
+  double step_ms = 0.0;     // wall time of the whole step
+  double forward_ms = 0.0;  // of which in forwards
+  int tokens = 0;           // committed by the step
+  bool catch_up = false;    // the draft first read tokens skipped by plain steps
+};
+
+class DraftLengthPolicy {
+ public:
+  virtual ~DraftLengthPolicy() = default;
+  // Draft length for the next step of n_sequences sequences, the longest of which has at most
+  // remaining_tokens left to generate.
+  virtual int Next(int n_sequences, int remaining_tokens) = 0;
+  virtual void Observe(const StepObservation& step) { (void)step; }
+  // The longest draft it can ask for (KV room, statistics arrays).
+  virtual int max_length() const = 0;
+  virtual const char* name() const = 0;
+};
+
+class FixedDraftLength : public DraftLengthPolicy {
+ public:
+  explicit FixedDraftLength(int k) : k_(k) {}
+  int Next(int, int) override { return k_; }
+  int max_length() const override { return k_; }
+  const char* name() const override { return "fixed"; }
+
+ private:
+  int k_;
+};
+
+// BASS Algorithm 1: grow by l_incre after a step where some sequence accepted everything; shrink
+// by ceil(l / l_mod) (and one more after consecutive decreases) otherwise.
+class AdaptiveDraftLength : public DraftLengthPolicy {
+ public:
+  explicit AdaptiveDraftLength(int l0 = 7, int l_incre = 2, int l_mod = 10, int l_limit = 32)
+      : current_(l0), l_incre_(l_incre), l_mod_(l_mod), l_limit_(l_limit) {}
+  int Next(int, int) override { return current_; }
+  void Observe(const StepObservation& step) override;
+  int max_length() const override { return l_limit_; }
+  const char* name() const override { return "adaptive"; }
+  // One step of the algorithm from `current` when the best sequence accepted max_accepted;
+  // `decreasing` carries the algorithm's s (1 after a decrease).
+  static int NextLength(int current, int max_accepted, int l_incre, int l_mod, int l_limit,
+                        int* decreasing);
+
+ private:
+  int current_;
+  int l_incre_, l_mod_, l_limit_;
+  int decreasing_ = 0;
+};
+
+class CostAwarePolicy : public DraftLengthPolicy {
+ public:
+  explicit CostAwarePolicy(int k_max) : k_max_(k_max), model_(k_max) {}
+  int Next(int n_sequences, int remaining_tokens) override {
+    return model_.Next(n_sequences, remaining_tokens);
+  }
+  void Observe(const StepObservation& step) override;
+  int max_length() const override { return k_max_; }
+  const char* name() const override { return "cost"; }
+  const CostAwareDraftLength& model() const { return model_; }
+
+ private:
+  int k_max_;
+  CostAwareDraftLength model_;
+  bool saw_prefill_ = false;
+};
+
+class ScheduledDraftLength : public DraftLengthPolicy {
+ public:
+  explicit ScheduledDraftLength(std::vector<int> schedule);
+  int Next(int, int) override { return schedule_[step_ % schedule_.size()]; }
+  void Observe(const StepObservation&) override { ++step_; }
+  int max_length() const override { return max_; }
+  const char* name() const override { return "schedule"; }
+
+ private:
+  std::vector<int> schedule_;
+  size_t step_ = 0;
+  int max_ = 1;
+};
+
+}  // namespace specd

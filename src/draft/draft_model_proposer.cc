@@ -1,0 +1,155 @@
+#include "draft/draft_model_proposer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "verify/verify.h"
+
+namespace specd {
+namespace {
+// Most tokens a draft reads to catch up after plain steps: after a long run of steps without
+// drafting it would have to read every skipped token, which costs about as much as having drafted
+// all along. It restarts instead from the last kCatchUpLimit tokens: a proposer needs no more
+// context to be useful, and RoPE makes its fresh positions equivalent. Output is unaffected (the
+// target decides).
+constexpr int kCatchUpLimit = 32;
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx,
+                                       AttentionMode attention)
+    : model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {}
+
+DraftModelProposer::~DraftModelProposer() {
+  for (auto& [seq, s] : seqs_) kv_.Release(s.slot);
+}
+
+void DraftModelProposer::AddSequence(int seq, std::span<const int32_t> prompt) {
+  SPECD_CHECK(!prompt.empty(), "draft: empty prompt");
+  SPECD_CHECK(!seqs_.count(seq), "draft: sequence ", seq, " already exists");
+  State s;
+  s.slot = kv_.Acquire();
+  s.prefill.assign(prompt.begin(), prompt.end() - 1);
+  s.pending = {prompt.back()};
+  seqs_.emplace(seq, std::move(s));
+}
+
+void DraftModelProposer::ForkSequence(int src, int dst) {
+  auto it = seqs_.find(src);
+  SPECD_CHECK(it != seqs_.end(), "draft: no sequence ", src, " to fork");
+  if (!it->second.prefill.empty()) RunPrefill(nullptr);  // share the prompt's KV, read once
+  const State& from = seqs_.at(src);
+  SPECD_CHECK(!seqs_.count(dst), "draft: sequence ", dst, " already exists");
+  State s = from;
+  s.slot = kv_.Acquire();
+  kv_.Fork(from.slot, s.slot, kv_.Length(from.slot));
+  seqs_.emplace(dst, std::move(s));
+}
+
+void DraftModelProposer::RemoveSequence(int seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  kv_.Release(it->second.slot);
+  seqs_.erase(it);
+}
+
+void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
+  Batch batch;
+  for (auto& [seq, s] : seqs_) {
+    const int base = kv_.Length(s.slot);
+    for (size_t i = 0; i < s.prefill.size(); ++i) {
+      batch.Add(s.prefill[i], base + static_cast<int>(i), s.slot, false);
+    }
+    s.prefill.clear();
+  }
+  if (batch.size() == 0) return;
+  Timer timer;
+  model_.Forward(ctx_, batch, kv_, attention_, &logits_);
+  if (timings != nullptr) {
+    timings->prefill_rows += static_cast<int>(batch.size());
+    timings->prefill_ms += timer.ElapsedMs();
+  }
+}
+
+int32_t DraftModelProposer::Draw(const DraftInput& in, int i, std::span<const float> row,
+                                 Proposal* out) const {
+  const SamplingParams& sampling = *in.sampling;
+  if (sampling.greedy()) return Argmax(row);
+  const uint64_t position = static_cast<uint64_t>(in.first_position + i);
+  if (in.mode == SpecSampling::kCoupled) {
+    // The target's own noise at this position: the draft's Gumbel-max sample agrees with the
+    // target's whenever the two distributions put the same token on top of that noise.
+    const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kSample};
+    return GumbelArgmax(ProcessLogits(row, sampling), key);
+  }
+  out->probs.push_back(ProcessedProbs(row, sampling));
+  const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kDraft};
+  return DrawFrom(out->probs.back(), UniformDouble(key));
+}
+
+void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+                                 ProposerTimings* timings) {
+  RunPrefill(timings);
+  out->assign(inputs.size(), Proposal{});
+  const int64_t n_vocab = model_.config().n_vocab;
+  int k_max = 0;
+  for (const DraftInput& in : inputs) {
+    State& s = seqs_.at(in.seq);
+    s.drafted.clear();
+    s.pending_before = 0;
+    if (in.k <= 0) continue;
+    k_max = std::max(k_max, in.k);
+    if (timings != nullptr && s.pending.size() > 2) timings->caught_up = true;
+    if (static_cast<int>(s.pending.size()) > kCatchUpLimit) {
+      kv_.Truncate(s.slot, 0);
+      s.pending.erase(s.pending.begin(), s.pending.end() - kCatchUpLimit);
+    }
+    s.kv_before = kv_.Length(s.slot);
+    s.pending_before = static_cast<int>(s.pending.size());
+  }
+  Batch batch;
+  std::vector<size_t> rows_of;  // input index of each output row
+  for (int i = 0; i < k_max; ++i) {
+    batch.Clear();
+    rows_of.clear();
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const DraftInput& in = inputs[j];
+      if (i >= in.k) continue;
+      State& s = seqs_.at(in.seq);
+      const int base = kv_.Length(s.slot);
+      const std::vector<int32_t> feed = i == 0 ? s.pending : std::vector<int32_t>{s.drafted.back()};
+      for (size_t t = 0; t < feed.size(); ++t) {
+        batch.Add(feed[t], base + static_cast<int>(t), s.slot, t + 1 == feed.size());
+      }
+      rows_of.push_back(j);
+    }
+    Timer timer;
+    model_.Forward(ctx_, batch, kv_, attention_, &logits_);
+    if (timings != nullptr) timings->forwards.emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
+    for (size_t r = 0; r < rows_of.size(); ++r) {
+      const DraftInput& in = inputs[rows_of[r]];
+      State& s = seqs_.at(in.seq);
+      const std::span<const float> row(logits_.data() + r * n_vocab, n_vocab);
+      s.drafted.push_back(Draw(in, i, row, &(*out)[rows_of[r]]));
+    }
+  }
+  for (size_t j = 0; j < inputs.size(); ++j) (*out)[j].tokens = seqs_.at(inputs[j].seq).drafted;
+}
+
+void DraftModelProposer::Accept(int seq, int n_accepted, int32_t next) {
+  State& s = seqs_.at(seq);
+  const int k = static_cast<int>(s.drafted.size());
+  if (k == 0) {
+    s.pending.push_back(next);  // the draft did not run for this sequence this step
+    return;
+  }
+  // The cache now holds the step's pending inputs and d_1..d_{k-1}; keep the inputs and the
+  // accepted drafts among those. After full acceptance d_k is still to be read.
+  kv_.Truncate(s.slot, s.kv_before + s.pending_before + std::min(n_accepted, k - 1));
+  s.pending.clear();
+  if (n_accepted == k) s.pending.push_back(s.drafted.back());
+  s.pending.push_back(next);
+  s.drafted.clear();
+}
+
+}  // namespace specd

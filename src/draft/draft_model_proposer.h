@@ -1,0 +1,51 @@
+// A smaller model of the same vocabulary drafts autoregressively: one draft forward per draft
+// position over every sequence that drafts this step, each sequence with its own KV slot.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "draft/proposer.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace specd {
+
+class DraftModelProposer : public Proposer {
+ public:
+  // `kv` needs a slot per live sequence with room for its tokens plus the longest draft.
+  DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx, AttentionMode attention);
+  ~DraftModelProposer() override;
+
+  void AddSequence(int seq, std::span<const int32_t> prompt) override;
+  void ForkSequence(int src, int dst) override;
+  void RemoveSequence(int seq) override;
+  void Prefill(ProposerTimings* timings) override { RunPrefill(timings); }
+  void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+               ProposerTimings* timings) override;
+  void Accept(int seq, int n_accepted, int32_t next) override;
+
+ private:
+  struct State {
+    int slot = -1;
+    std::vector<int32_t> prefill;  // prompt tokens not read yet (all but the last)
+    std::vector<int32_t> pending;  // inputs not yet in the KV cache; the last is the next input
+    std::vector<int32_t> drafted;  // this step's drafts
+    int kv_before = 0;             // KV length before this step's drafting
+    int pending_before = 0;        // pending inputs fed by this step's drafting
+  };
+  // Reads every queued prompt in one forward.
+  void RunPrefill(ProposerTimings* timings);
+  // Draws draft token i of `in` from a logits row.
+  int32_t Draw(const DraftInput& in, int i, std::span<const float> row, Proposal* out) const;
+
+  Model& model_;
+  KvCache& kv_;
+  const KernelContext& ctx_;
+  AttentionMode attention_;
+  std::map<int, State> seqs_;
+  std::vector<float> logits_;  // [rows, n_vocab]
+};
+
+}  // namespace specd

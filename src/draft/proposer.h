@@ -1,0 +1,70 @@
+// Proposers: whatever drafts tokens for the target to verify. The engine (engine/) asks every
+// proposer the same things, so adding one (an n-gram table, the target's own adaptive tokens, a
+// layer-parallel draft) means adding a file here, not changing the engine:
+//   AddSequence / ForkSequence / RemoveSequence  follow the engine's sequences;
+//   Propose                                       drafts up to k tokens per sequence, in one pass
+//                                                 over all of them (one draft forward per draft
+//                                                 position for a model proposer);
+//   Accept                                        reports what the target kept, so the proposer
+//                                                 can roll its own state back.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace specd {
+
+// How drafted tokens are checked, which decides how a proposer must draw them.
+enum class SpecSampling {
+  kRejection,  // modified rejection sampling: draw from q, report q
+  kCoupled,    // Gumbel-max with the target's own per-position noise; no q needed
+};
+
+// One sequence's drafting request for a step.
+struct DraftInput {
+  int seq = 0;                   // the engine's sequence id
+  int k = 0;                     // tokens wanted (0: none this step)
+  int64_t first_position = 0;    // the target position of the first drafted token
+  const SamplingParams* sampling = nullptr;
+  uint64_t rng_sequence = 0;     // sequence component of RNG keys
+  SpecSampling mode = SpecSampling::kRejection;
+};
+
+// What was drafted for one sequence: tokens and, when drawn by rejection sampling, the
+// distribution q each came from ([k][n_vocab]; empty for greedy and coupled drafts).
+struct Proposal {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> probs;
+};
+
+// Wall time of the forwards a proposer ran during one call, for draft-length policies.
+struct ProposerTimings {
+  std::vector<std::pair<int, double>> forwards;  // (rows, ms) of each drafting forward
+  int prefill_rows = 0;                          // prompt rows read (not in `forwards`)
+  double prefill_ms = 0.0;
+  bool caught_up = false;  // a sequence first read tokens skipped by steps without drafts
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // A new sequence whose committed tokens are `prompt` (the last one is the next input).
+  virtual void AddSequence(int seq, std::span<const int32_t> prompt) = 0;
+  // `dst` starts as a copy of `src` (several completions of one prompt).
+  virtual void ForkSequence(int src, int dst) = 0;
+  virtual void RemoveSequence(int seq) = 0;
+  // Reads the prompts of new sequences now, when the target reads them (otherwise the next
+  // Propose does).
+  virtual void Prefill(ProposerTimings* timings) { (void)timings; }
+  // Drafts for each input (out[i] for inputs[i]).
+  virtual void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+                       ProposerTimings* timings) = 0;
+  // The target kept `n_accepted` of the tokens last proposed for `seq` (0 if none were) and then
+  // committed `next`.
+  virtual void Accept(int seq, int n_accepted, int32_t next) = 0;
+};
+
+}  // namespace specd

@@ -1,0 +1,146 @@
+#include "engine/engine.h"
+
+#include "base/error.h"
+
+namespace specd {
+
+Engine::Engine(Model& target, KvCache& kv, const KernelContext& ctx, const StepOptions& options,
+               Proposer* proposer, DraftLengthPolicy* policy)
+    : target_(target),
+      kv_(kv),
+      proposer_(proposer),
+      policy_(policy),
+      decoder_(target, kv, ctx, options, proposer, policy) {}
+
+Engine::~Engine() {
+  for (auto& [id, s] : sequences_) Release(s);
+}
+
+int Engine::Add(const SequenceRequest& request) {
+  SPECD_CHECK(!request.prompt.empty(), "the prompt is empty");
+  SPECD_CHECK(request.n_predict >= 0, "-n must be >= 0");
+  ValidateSamplingParams(request.sampling);
+  for (int32_t t : request.prompt) {
+    SPECD_CHECK(t >= 0 && t < target_.config().n_vocab, "prompt token ", t,
+                " is outside the vocabulary of ", target_.config().n_vocab);
+  }
+  const int64_t room = static_cast<int64_t>(request.prompt.size()) + request.n_predict +
+                       (max_draft() > 0 ? max_draft() + 1 : 0);
+  if (max_draft() > 0) {
+    SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
+                request.n_predict, " new tokens and a draft of up to ", max_draft(),
+                " exceed the context of ", kv_.n_ctx(), " tokens (raise --ctx or lower -n)");
+  } else {
+    SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
+                request.n_predict, " new tokens exceed the context of ", kv_.n_ctx(),
+                " tokens (raise --ctx or lower -n)");
+  }
+  Sequence s;
+  s.id = next_id_;
+  s.request = request;
+  s.t_added_ms = clock_.ElapsedMs();
+  s.slot = kv_.Acquire();
+  if (proposer_ != nullptr) {
+    try {
+      proposer_->AddSequence(s.id, request.prompt);
+    } catch (...) {
+      kv_.Release(s.slot);
+      throw;
+    }
+  }
+  ++next_id_;
+  if (request.n_predict == 0) {
+    s.finish_reason = "length";
+    Release(s);
+  }
+  sequences_.emplace(s.id, std::move(s));
+  return next_id_ - 1;
+}
+
+std::vector<int> Engine::AddCompletions(const SequenceRequest& request, int n) {
+  SPECD_CHECK(n >= 1, "completions: n must be >= 1");
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) {
+    SequenceRequest r = request;
+    r.rng_sequence = request.rng_sequence + i;
+    if (i > 0) {
+      // Followers read no prompt: they fork the first one's KV when it has read it.
+      try {
+        ids.push_back(next_id_);
+        Sequence s;
+        s.id = next_id_;
+        s.request = r;
+        s.shared_with = ids[0];
+        s.t_added_ms = clock_.ElapsedMs();
+        s.slot = kv_.Acquire();
+        ++next_id_;
+        if (r.n_predict == 0) s.finish_reason = "length", kv_.Release(s.slot), s.slot = -1;
+        sequences_.emplace(s.id, std::move(s));
+      } catch (...) {
+        for (int id : ids) {
+          if (sequences_.count(id)) Cancel(id);
+        }
+        throw;
+      }
+    } else {
+      ids.push_back(Add(r));
+    }
+  }
+  return ids;
+}
+
+void Engine::Release(Sequence& s) {
+  if (s.slot >= 0) {
+    kv_.Release(s.slot);
+    s.slot = -1;
+    // Followers never had proposer state of their own until forked.
+    if (proposer_ != nullptr && s.shared_with < 0) proposer_->RemoveSequence(s.id);
+  }
+}
+
+void Engine::Cancel(int id, const char* reason) {
+  auto it = sequences_.find(id);
+  SPECD_CHECK(it != sequences_.end(), "no sequence ", id);
+  Sequence& s = it->second;
+  if (s.finished()) return;
+  s.finish_reason = reason;
+  // Completions waiting for this prompt: the first of them reads it instead.
+  int heir = -1;
+  for (auto& [other_id, other] : sequences_) {
+    if (other.shared_with != id || other.finished()) continue;
+    if (heir < 0) {
+      heir = other_id;
+      other.shared_with = -1;
+      other.n_read = 0;
+      if (proposer_ != nullptr) proposer_->AddSequence(other_id, other.request.prompt);
+    } else {
+      other.shared_with = heir;
+    }
+  }
+  Release(s);
+}
+
+bool Engine::HasWork() const {
+  for (const auto& [id, s] : sequences_) {
+    if (!s.finished()) return true;
+  }
+  return false;
+}
+
+const Sequence& Engine::sequence(int id) const {
+  auto it = sequences_.find(id);
+  SPECD_CHECK(it != sequences_.end(), "no sequence ", id);
+  return it->second;
+}
+
+StepReport Engine::Step() {
+  std::vector<Sequence*> live;
+  for (auto& [id, s] : sequences_) {
+    if (!s.finished()) live.push_back(&s);
+  }
+  StepReport report = decoder_.Step(live, [this] { return clock_.ElapsedMs(); });
+  for (int id : report.finished) Release(sequences_.at(id));
+  return report;
+}
+
+}  // namespace specd

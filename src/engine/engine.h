@@ -1,0 +1,57 @@
+// The step-based engine: sequences join with Add, leave with Cancel or when they finish, and each
+// Step runs one decoding step (decode/step.h) for all of them: ONE target forward with whatever
+// they need (prompt chunks of new sequences, plain decode rows, verification rows) and, with a
+// proposer, one draft forward per draft position. A finished sequence frees its KV slots at
+// once. Plain decoding is the engine without a proposer. Per-sequence sampling parameters: one
+// batch may mix greedy and sampled sequences.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "base/timer.h"
+#include "decode/step.h"
+
+namespace specd {
+
+class Engine {
+ public:
+  // `proposer` and `policy` go together (speculative) or are both null (plain).
+  Engine(Model& target, KvCache& kv, const KernelContext& ctx, const StepOptions& options,
+         Proposer* proposer = nullptr, DraftLengthPolicy* policy = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Adds a sequence; returns its id. Throws an Error (and changes nothing) if its prompt is empty,
+  // it does not fit the context, or no KV slot is free.
+  int Add(const SequenceRequest& request);
+  // n completions of one prompt, the prompt read once (its KV forked); completion i gets RNG
+  // sequence request.rng_sequence + i.
+  std::vector<int> AddCompletions(const SequenceRequest& request, int n);
+  // Ends a sequence now (finish_reason "cancelled" unless given) and frees its KV slots.
+  void Cancel(int id, const char* reason = "cancelled");
+
+  // One step for every live sequence.
+  StepReport Step();
+  bool HasWork() const;
+  const Sequence& sequence(int id) const;
+  const SpeculativeStats& stats() const { return decoder_.stats(); }
+  // The longest draft a step may verify (0 without a proposer).
+  int max_draft() const { return policy_ != nullptr ? policy_->max_length() : 0; }
+
+ private:
+  void Release(Sequence& s);
+
+  Model& target_;
+  KvCache& kv_;
+  Proposer* proposer_;
+  DraftLengthPolicy* policy_;
+  StepDecoder decoder_;
+  std::map<int, Sequence> sequences_;
+  int next_id_ = 0;
+  Timer clock_;
+};
+
+}  // namespace specd

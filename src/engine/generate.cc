@@ -1,0 +1,164 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "base/error.h"
+#include "draft/draft_model_proposer.h"
+
+namespace specd {
+
+std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOptions& o) {
+  SPECD_CHECK(!(o.adaptive && o.cost_aware), "choose one draft-length policy");
+  if (!o.schedule.empty()) return std::make_unique<ScheduledDraftLength>(o.schedule);
+  SPECD_CHECK(o.draft_max >= 1 && o.draft_max <= 64 && o.l_limit >= 1 && o.l_limit <= 64,
+              "draft length must be in 1..64");
+  if (o.adaptive) {
+    return std::make_unique<AdaptiveDraftLength>(o.draft_max, o.l_incre, o.l_mod, o.l_limit);
+  }
+  if (o.cost_aware) return std::make_unique<CostAwarePolicy>(o.draft_max);
+  return std::make_unique<FixedDraftLength>(o.draft_max);
+}
+
+int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,
+                    int* decreasing) {
+  int max_accepted = 0;
+  for (int x : accepted) max_accepted = std::max(max_accepted, x);
+  return AdaptiveDraftLength::NextLength(current, max_accepted, o.l_incre, o.l_mod, o.l_limit,
+                                         decreasing);
+}
+
+void CheckDraftCompatible(const Model& target, const Model& draft) {
+  SPECD_CHECK(target.config().n_vocab == draft.config().n_vocab, "the draft model's vocabulary (",
+              draft.config().n_vocab, " tokens) differs from the target's (",
+              target.config().n_vocab, "): a draft must share the target's tokenizer");
+  const GgufValue* tt = target.gguf().Find("tokenizer.ggml.tokens");
+  const GgufValue* dt = draft.gguf().Find("tokenizer.ggml.tokens");
+  if (tt != nullptr && dt != nullptr) {
+    const auto& a = tt->AsArray("tokens").items;
+    const auto& b = dt->AsArray("tokens").items;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      SPECD_CHECK(a[i].AsString("token") == b[i].AsString("token"), "the draft model's token ", i,
+                  " ('", b[i].AsString("token"), "') differs from the target's ('",
+                  a[i].AsString("token"), "'): a draft must share the target's tokenizer");
+    }
+  }
+}
+
+GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
+  Timer request_timer;
+  const auto prompts = SequencePrompts(r);
+  const int n = static_cast<int>(prompts.size());
+  SequenceRequest base;
+  base.n_predict = r.n_predict;
+  base.sampling = r.sampling;
+  base.stop_at_eos = r.stop_at_eos;
+  base.stop_tokens = r.stop_tokens;
+  std::vector<int> ids;
+  if (r.prompts.empty()) {
+    base.prompt = r.prompt;
+    ids = engine.AddCompletions(base, r.n_sequences);
+  } else {
+    for (int i = 0; i < n; ++i) {
+      base.prompt = prompts[i];
+      base.rng_sequence = static_cast<uint64_t>(i);
+      ids.push_back(engine.Add(base));
+    }
+  }
+  std::map<int, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[ids[i]] = i;
+  GenerateResult result;
+  bool prefilled = false;
+  Timer decode_timer;
+  while (engine.HasWork()) {
+    if (r.time_budget_ms > 0 && request_timer.ElapsedMs() > r.time_budget_ms) {
+      for (int id : ids) engine.Cancel(id, "budget");
+      break;
+    }
+    const StepReport step = engine.Step();
+    ++result.n_forward;
+    if (r.on_token) {
+      for (const auto& [id, token] : step.tokens) r.on_token(index_of.at(id), token);
+    }
+    if (!prefilled) {
+      prefilled = std::none_of(ids.begin(), ids.end(), [&](int id) {
+        const Sequence& s = engine.sequence(id);
+        return !s.finished() && (s.prefilling() || s.shared_with >= 0);
+      });
+      if (prefilled) {
+        result.t_prefill_ms = request_timer.ElapsedMs();
+        decode_timer.Reset();
+      }
+    }
+  }
+  result.t_decode_ms = prefilled ? decode_timer.ElapsedMs() : 0.0;
+  for (int i = 0; i < n; ++i) {
+    const Sequence& s = engine.sequence(ids[i]);
+    SequenceResult out;
+    out.index = i;
+    out.tokens = s.tokens;
+    out.finish_reason = s.finish_reason;
+    out.sum_logprob = s.sum_logprob;
+    out.n_logprob = s.n_logprob;
+    out.elapsed_ms = s.elapsed_ms;
+    result.n_tokens += static_cast<int64_t>(s.tokens.size());
+    result.sequences.push_back(std::move(out));
+  }
+  return result;
+}
+
+GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
+                                      const GenerateRequest& request) {
+  const int n = static_cast<int>(SequencePrompts(request).size());
+  SPECD_CHECK(n >= 1 && n <= kv.n_slots(), "batch of ", n, " sequences does not fit the KV cache's ",
+              kv.n_slots(), " slots");
+  StepOptions options;
+  options.attention = request.attention;
+  Engine engine(model, kv, ctx, options);
+  return RunRequest(engine, request);
+}
+
+GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
+                                   KvCache& target_kv, KvCache& draft_kv,
+                                   const GenerateRequest& request, const SpeculativeOptions& o,
+                                   SpeculativeStats* stats, VerifyFunction verify) {
+  CheckDraftCompatible(target, draft);
+  const int n = static_cast<int>(SequencePrompts(request).size());
+  SPECD_CHECK(n >= 1 && n <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ", n,
+              " sequences does not fit the KV caches");
+  const auto policy = MakeDraftLengthPolicy(o);
+  DraftModelProposer proposer(draft, draft_kv, ctx, request.attention);
+  StepOptions options;
+  options.attention = request.attention;
+  options.spec_sampling = o.spec_sampling;
+  options.verify = verify;
+  GenerateResult result;
+  {
+    Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
+    result = RunRequest(engine, request);
+    result.n_forward = engine.stats().n_steps;
+    if (stats != nullptr) stats->Add(engine.stats());
+  }
+  return result;
+}
+
+GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
+                                   KvCache& target_kv, KvCache& draft_kv,
+                                   const GenerateRequest& request, int k, SpeculativeStats* stats,
+                                   VerifyFunction verify) {
+  SpeculativeOptions options;
+  options.draft_max = k;
+  return GenerateSpeculative(target, draft, ctx, target_kv, draft_kv, request, options, stats,
+                             verify);
+}
+
+GenerateResult GenerateSpeculativeGreedy(Model& target, Model& draft, const KernelContext& ctx,
+                                         KvCache& target_kv, KvCache& draft_kv,
+                                         const GenerateRequest& request, int k,
+                                         SpeculativeStats* stats) {
+  GenerateRequest greedy = request;
+  greedy.sampling.temperature = 0.0f;
+  return GenerateSpeculative(target, draft, ctx, target_kv, draft_kv, greedy, k, stats);
+}
+
+}  // namespace specd

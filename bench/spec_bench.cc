@@ -129,11 +129,22 @@ void RunSpecBench(const SpecBenchOptions& o) {
   auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});
 
   struct Setting {
-    const char* name;
+    std::string name;
     SamplingParams params;
+    SpecSampling mode = SpecSampling::kRejection;
   };
-  const Setting settings[] = {{"greedy", {0.0f, 0, 1.0f, 1}},
-                              {"t=0.2 top-p=0.95", {0.2f, 0, 0.95f, 1}}};
+  std::vector<Setting> settings = {{"greedy", {0.0f, 0, 1.0f, 1}}};
+  for (float t : o.temperatures) {
+    for (const std::string& mode : o.spec_sampling) {
+      const bool coupled = mode == "coupled";
+      char name[64];
+      std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t, mode.c_str());
+      settings.push_back({name,
+                          {t, 0, 0.95f, 1,
+                           coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
+                          coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
+    }
+  }
   nlohmann::json report;
   char date[32];
   const std::time_t now = std::time(nullptr);
@@ -190,6 +201,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
       automatic.options.cost_aware = true;
       automatic.options.draft_max = 8;
       candidates.push_back(automatic);
+      for (Candidate& c : candidates) c.options.spec_sampling = setting.mode;
       std::vector<Run> plain_runs;
       std::vector<double> auto_plain_share;
       for (int rep = 0; rep < o.reps; ++rep) {
@@ -257,7 +269,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
         std::snprintf(
             line, sizeof(line),
             "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",
-            setting.name, batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s, r.acceptance,
+            setting.name.c_str(), batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s, r.acceptance,
             r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
             plain.ptl_last / r.ptl_last, plain.ptl_all / r.ptl_all);
         md << line;

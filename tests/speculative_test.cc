@@ -13,22 +13,8 @@
 namespace specd {
 namespace {
 
-struct Pair {
-  explicit Pair(DType type, uint64_t draft_seed, const std::string& draft_shape = "tiny")
-      : pool(2), ctx{&pool, CpuFeatures::Detect()} {
-    target = Model::Load(testing::TinyModel("tiny", type, 7), &ctx);
-    draft = Model::Load(testing::TinyModel(draft_shape, type, draft_seed), &ctx);
-  }
-  ThreadPool pool;
-  KernelContext ctx;
-  std::unique_ptr<Model> target, draft;
-};
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back((i * 53 + salt * 7 + 5) % 384);
-  return p;
-}
+using Pair = testing::ModelPair;
+using testing::Prompt;
 
 GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
   GenerateRequest r;
@@ -227,6 +213,7 @@ struct DistributionCase {
   VerifyFunction verify;
   const char* name;
   bool should_pass;
+  SpecSampling mode = SpecSampling::kRejection;
 };
 
 double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
@@ -251,8 +238,11 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     // Tokens 2 and 3: with draft length 2 both go through one verification (rejection at either
     // position, or both accepted); with length 1 token 3 comes from the bonus path or from a
     // second verification, so every path is exercised.
-    const auto out = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r, 1 + s % 2,
-                                         &stats, c.verify);
+    SpeculativeOptions o;
+    o.draft_max = 1 + s % 2;
+    o.spec_sampling = c.mode;
+    const auto out =
+        GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r, o, &stats, c.verify);
     const auto& t = out.sequences[0].tokens;
     EXPECT_EQ(t.size(), 4u);
     if (t.size() == 4) ++counts[t[1] * v + t[2]];
@@ -269,6 +259,9 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
       {{0.7f, 0, 0.9f, 0}, VerifySampled, "temperature 0.7, top-p 0.9", true},
       {{1.0f, 0, 1.0f, 0}, WrongResidual, "residual drawn from p (a bug)", false},
       {{1.0f, 0, 1.0f, 0}, BonusFromWrongRow, "bonus from the wrong row (a bug)", false},
+      {{1.0f, 0, 1.0f, 0}, VerifySampled, "coupled, temperature 1", true, SpecSampling::kCoupled},
+      {{0.7f, 0, 0.9f, 0}, VerifySampled, "coupled, temperature 0.7, top-p 0.9", true,
+       SpecSampling::kCoupled},
   };
   for (const auto& c : cases) {
     const double p = SpeculativeTwoTokenPValue(c, 30000);

@@ -13,6 +13,18 @@
 
 namespace specd::testing {
 
+ModelPair::ModelPair(DType type, uint64_t draft_seed, const std::string& draft_shape)
+    : pool(2), ctx{&pool, CpuFeatures::Detect()} {
+  target = Model::Load(TinyModel("tiny", type, 7), &ctx);
+  draft = Model::Load(TinyModel(draft_shape, type, draft_seed), &ctx);
+}
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((i * 53 + salt * 7 + 5) % 384);
+  return p;
+}
+
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text) {
   const std::string input = TempDir() + "/stdin-" + std::to_string(::getpid()) + ".txt";
   std::ofstream(input) << stdin_text;

@@ -1,6 +1,12 @@
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
 
 #include "model/synth.h"
 #include "tensor/dtype.h"
@@ -12,6 +18,17 @@ std::string TempDir();
 // Path of a tiny synthetic model (written once per process and cached).
 std::string TinyModel(const std::string& shape = "tiny", DType type = DType::kF32,
                       uint64_t seed = 7);
+
+// A target and a draft of tiny synthetic shapes (the target seeded 7), with 2 threads.
+struct ModelPair {
+  explicit ModelPair(DType type, uint64_t draft_seed, const std::string& draft_shape = "tiny");
+  ThreadPool pool;
+  KernelContext ctx;
+  std::unique_ptr<Model> target, draft;
+};
+
+// A deterministic prompt of n tokens below 384 (the tiny vocabulary), varied by salt.
+std::vector<int32_t> Prompt(int n, int salt);
 
 // The specd binary run with `args` (and `stdin_text` on its standard input): exit code and
 // stdout + stderr together.

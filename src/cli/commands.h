@@ -34,6 +34,9 @@ struct GenerateOptions {
   bool special = false;
   bool chat = false;   // --chat / -cnv: the prompt is a user turn in the model's chat format
   std::string system;  // --system: the conversation's system message
+  // Sampled speculation: "coupled" (Gumbel-max with shared per-position noise; every sampled run,
+  // plain or speculative, then samples by Gumbel-max) or "rejection".
+  std::string spec_sampling = "coupled";
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn

@@ -153,6 +153,8 @@ int RunGenerate(const GenerateOptions& options) {
   request.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   request.attention = o.attention == "pad" ? AttentionMode::kPad : AttentionMode::kSplit;
   request.stop_at_eos = !o.ignore_eos;
+  const bool coupled = o.spec_sampling == "coupled";
+  if (coupled) request.sampling.method = SamplingMethod::kGumbel;
   ValidateSamplingParams(request.sampling);
 
   const int64_t wanted = static_cast<int64_t>(longest_prompt) + o.n_predict;
@@ -165,6 +167,7 @@ int RunGenerate(const GenerateOptions& options) {
   spec_options.adaptive = o.draft_adaptive;
   spec_options.cost_aware = o.draft_auto || (!o.draft_adaptive && o.draft_max <= 0);
   spec_options.draft_max = o.draft_max > 0 ? o.draft_max : (spec_options.adaptive ? 7 : 8);
+  spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
@@ -264,7 +267,8 @@ int RunGenerate(const GenerateOptions& options) {
                               {"tokens_per_s", tokens_per_s},
                               {"t_prefill_ms", result.t_prefill_ms},
                               {"t_decode_ms", result.t_decode_ms},
-                              {"seed", request.sampling.seed}};
+                              {"seed", request.sampling.seed},
+                              {"spec_sampling", o.spec_sampling}};
     if (draft) {
       std::vector<double> per_position;
       for (size_t i = 0; i < stats.drafted_at_position.size(); ++i) {

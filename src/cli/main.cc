@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
                      "chat: -p is a user turn in the model's chat format (also -cnv); without a "
                      "prompt, a conversation read from stdin, one turn per line");
   generate->add_option("--system", gen.system, "system message of a chat");
+  generate
+      ->add_option("--spec-sampling", gen.spec_sampling,
+                   "sampled speculation: coupled (draft and target share Gumbel noise per "
+                   "position; the output is plain sampling's with the same seed, whatever the "
+                   "draft lengths) or rejection (modified rejection sampling)")
+      ->check(CLI::IsMember({"coupled", "rejection"}));
 
   TokenizeOptions tok;
   auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");
@@ -209,6 +215,12 @@ int main(int argc, char** argv) {
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
+  bench_spec->add_option("--temps", sb.temperatures, "temperatures of the sampled settings")
+      ->delimiter(',')
+      ->check(CLI::Range(0.01, 10.0));
+  bench_spec->add_option("--spec-sampling", sb.spec_sampling, "rejection and / or coupled")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"coupled", "rejection"}));
   bench_spec
       ->add_option_function<std::string>(
           "--cache-type", [&sb](const std::string& t) { sb.cache_type = *DTypeFromName(t); },

@@ -139,10 +139,10 @@ void RunSpecBench(const SpecBenchOptions& o) {
       const bool coupled = mode == "coupled";
       char name[64];
       std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t, mode.c_str());
-      settings.push_back({name,
-                          {t, 0, 0.95f, 1,
-                           coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
-                          coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
+      settings.push_back(
+          {name,
+           {t, 0, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
+           coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
     }
   }
   nlohmann::json report;
@@ -269,8 +269,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
         std::snprintf(
             line, sizeof(line),
             "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",
-            setting.name.c_str(), batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s, r.acceptance,
-            r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
+            setting.name.c_str(), batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s,
+            r.acceptance, r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
             plain.ptl_last / r.ptl_last, plain.ptl_all / r.ptl_all);
         md << line;
         std::fprintf(stderr, "[bench spec] %s", line);

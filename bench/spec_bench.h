@@ -20,7 +20,7 @@ struct SpecBenchOptions {
   int threads = 2;
   int reps = 3;  // runs of each configuration, round-robin; the median is reported
   std::string out_dir = "bench/results";
-  DType cache_type = DType::kF32;  // KV caches of both models
+  DType cache_type = DType::kF32;            // KV caches of both models
   std::vector<float> temperatures = {0.2f};  // sampled settings (top-p 0.95), besides greedy
   // How sampled drafts are verified: rejection sampling and / or coupled (shared Gumbel noise).
   std::vector<std::string> spec_sampling = {"rejection", "coupled"};

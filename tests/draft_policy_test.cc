@@ -1,6 +1,6 @@
-#include "draft/cost_aware.h"
-
 #include <gtest/gtest.h>
+
+#include "draft/cost_aware.h"
 
 namespace specd {
 namespace {

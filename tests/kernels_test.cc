@@ -109,7 +109,7 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
     const std::vector<int64_t> widths =
         super_blocks ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 96, 256};
     for (int64_t cols : widths) {
-      const int64_t rows = 37;            // not a multiple of 16: a partial row group
+      const int64_t rows = 37;  // not a multiple of 16: a partial row group
       Weights w = MakeWeights(type, rows, cols, 11 + cols);
       PackedInt8Weights packed_weights;
       if (packed) {

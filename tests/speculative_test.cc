@@ -1,12 +1,11 @@
 // Merge gates for greedy speculative decoding: output identical to plain greedy decoding, token
 // for token, for any draft; a draft identical to the target is accepted 100%.
-#include "engine/generate.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "base/error.h"
+#include "engine/generate.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
 
@@ -260,7 +259,10 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
       {{1.0f, 0, 1.0f, 0}, WrongResidual, "residual drawn from p (a bug)", false},
       {{1.0f, 0, 1.0f, 0}, BonusFromWrongRow, "bonus from the wrong row (a bug)", false},
       {{1.0f, 0, 1.0f, 0}, VerifySampled, "coupled, temperature 1", true, SpecSampling::kCoupled},
-      {{0.7f, 0, 0.9f, 0}, VerifySampled, "coupled, temperature 0.7, top-p 0.9", true,
+      {{0.7f, 0, 0.9f, 0},
+       VerifySampled,
+       "coupled, temperature 0.7, top-p 0.9",
+       true,
        SpecSampling::kCoupled},
   };
   for (const auto& c : cases) {

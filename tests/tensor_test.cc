@@ -55,7 +55,9 @@ TEST(Tensor, DequantizationMatchesGgufPythonReferenceForEveryType) {
     seen.insert(*type);
   }
   for (DType t : kAllDTypes) {
-    if (BlockElements(t) > 1) EXPECT_TRUE(seen.count(t)) << "no vectors for " << DTypeName(t);
+    if (BlockElements(t) > 1) {
+      EXPECT_TRUE(seen.count(t)) << "no vectors for " << DTypeName(t);
+    }
   }
 }
 

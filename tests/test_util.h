@@ -7,7 +7,6 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
-
 #include "model/synth.h"
 #include "tensor/dtype.h"
 

@@ -132,8 +132,10 @@ int main(int argc, char** argv) {
   synth->add_option("--shape", synth_shape, "model shape: " + shape_names);
   const std::vector<std::string> writable_types = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
                                                    "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"};
-  synth->add_option("--type", synth_type, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                                          "q5_1, q4_K, q6_K")
+  synth
+      ->add_option("--type", synth_type,
+                   "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                   "q5_1, q4_K, q6_K")
       ->check(CLI::IsMember(writable_types));
   synth->add_option("--seed", synth_seed, "random seed")->check(CLI::NonNegativeNumber);
   synth->add_option("-o,--output", synth_out, "output file")->required();
@@ -162,8 +164,8 @@ int main(int argc, char** argv) {
   quantize->add_option("output", quant.output, "output GGUF")->required();
   quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16 or f32")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0",
-                             "q5_1", "f16", "bf16", "f32"}));
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
+                             "f16", "bf16", "f32"}));
   quantize->add_option("-t,--threads", quant.threads, "threads")->check(CLI::Range(1, 256));
 
   auto* bench = app.add_subcommand("bench", "benchmarks");

@@ -94,8 +94,8 @@ int RunPerplexity(const PerplexityOptions& o) {
   const double ppl_err = ppl * std::sqrt(var / std::max<int64_t>(count - 1, 1));
   const double seconds = timer.ElapsedMs() / 1000;
   if (o.json) {
-    nlohmann::json j = {{"model", o.model}, {"file", o.text_file},   {"n_ctx", o.ctx},
-                        {"n_chunks", n_chunks}, {"n_scored", count}, {"ppl", ppl},
+    nlohmann::json j = {{"model", o.model},      {"file", o.text_file}, {"n_ctx", o.ctx},
+                        {"n_chunks", n_chunks},  {"n_scored", count},   {"ppl", ppl},
                         {"ppl_stderr", ppl_err}, {"seconds", seconds}};
     std::printf("%s\n", j.dump().c_str());
   } else {

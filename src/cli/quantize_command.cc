@@ -63,7 +63,8 @@ int RunQuantize(const QuantizeOptions& o) {
     out.AddTensor(t.name, type, t.shape, std::move(data));
   }
   out.Write(o.output);
-  std::fprintf(stderr, "wrote %s: %zu tensors as %s (%lld with a fallback type), %.1f MB -> %.1f MB\n",
+  std::fprintf(stderr,
+               "wrote %s: %zu tensors as %s (%lld with a fallback type), %.1f MB -> %.1f MB\n",
                o.output.c_str(), in->tensors().size(), o.type.c_str(),
                static_cast<long long>(n_fallback), bytes_in / 1e6, bytes_out / 1e6);
   return 0;

@@ -10,9 +10,9 @@ bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t
   seq.sum_logprob += LogProb(row, token);
   ++seq.n_logprob;
   seq.elapsed_ms = elapsed_ms;
-  const bool stop = token == eos || std::find(request.stop_tokens.begin(),
-                                              request.stop_tokens.end(),
-                                              token) != request.stop_tokens.end();
+  const bool stop =
+      token == eos || std::find(request.stop_tokens.begin(), request.stop_tokens.end(), token) !=
+                          request.stop_tokens.end();
   if (request.stop_at_eos && stop) {
     seq.finish_reason = "stop";
     return true;

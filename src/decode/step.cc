@@ -25,14 +25,8 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
 }
 
 StepDecoder::StepDecoder(Model& target, KvCache& kv, const KernelContext& ctx,
-                         const StepOptions& options, Proposer* proposer,
-                         DraftLengthPolicy* policy)
-    : target_(target),
-      kv_(kv),
-      ctx_(ctx),
-      options_(options),
-      proposer_(proposer),
-      policy_(policy) {
+                         const StepOptions& options, Proposer* proposer, DraftLengthPolicy* policy)
+    : target_(target), kv_(kv), ctx_(ctx), options_(options), proposer_(proposer), policy_(policy) {
   SPECD_CHECK((proposer == nullptr) == (policy == nullptr),
               "a proposer needs a draft-length policy and a policy a proposer");
 }
@@ -122,9 +116,8 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
     for (int i = 0; i <= k; ++i) target_probs_[i] = ProcessedProbs(row(i), sampling);
     const RngKey key{sampling.seed, s.request.rng_sequence, static_cast<uint64_t>(base + 1),
                      RngPurpose::kAccept};
-    const VerifyOutcome outcome =
-        options_.verify(std::span(target_probs_.data(), k + 1), proposal.probs,
-                        proposal.tokens, key);
+    const VerifyOutcome outcome = options_.verify(std::span(target_probs_.data(), k + 1),
+                                                  proposal.probs, proposal.tokens, key);
     for (int i = 0; i < k; ++i) {
       ++stats_.drafted_at_position[i];
       if (i < outcome.n_accepted) ++stats_.accepted_at_position[i];
@@ -185,8 +178,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   if (policy_ != nullptr && !decode.empty()) {
     int remaining = 0;
     for (Sequence* s : decode) {
-      remaining = std::max(remaining,
-                           s->request.n_predict - static_cast<int>(s->tokens.size()));
+      remaining = std::max(remaining, s->request.n_predict - static_cast<int>(s->tokens.size()));
     }
     k = policy_->Next(static_cast<int>(decode.size()), remaining);
   }
@@ -199,8 +191,12 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
       Sequence& s = *decode[j];
       sampling[j] = EffectiveSampling(s, options_.spec_sampling);
       const int remaining = s.request.n_predict - static_cast<int>(s.tokens.size());
-      inputs[j] = {s.id,  std::min(k, std::max(remaining - 1, 0)), kv_.Length(s.slot) + 1,
-                   &sampling[j], s.request.rng_sequence, options_.spec_sampling};
+      inputs[j] = {s.id,
+                   std::min(k, std::max(remaining - 1, 0)),
+                   kv_.Length(s.slot) + 1,
+                   &sampling[j],
+                   s.request.rng_sequence,
+                   options_.spec_sampling};
     }
     proposer_->Propose(inputs, &proposals, &timings);
   }
@@ -257,8 +253,8 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
     const int drafted = static_cast<int>(proposals[j].tokens.size());
-    const int accepted = Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now,
-                                &report);
+    const int accepted =
+        Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now, &report);
     out_row += drafted + 1;
     observe.verified.emplace_back(drafted, accepted);
     if (s.finished()) report.finished.push_back(s.id);

@@ -44,16 +44,16 @@ struct SequenceRequest {
 struct Sequence {
   int id = 0;
   SequenceRequest request;
-  int slot = -1;         // target KV slot
-  int n_read = 0;        // prompt tokens in the KV cache
-  int shared_with = -1;  // reads no prompt: forks this sequence's once it is read
-  int32_t last = -1;     // the committed token that is the next input
+  int slot = -1;                // target KV slot
+  int n_read = 0;               // prompt tokens in the KV cache
+  int shared_with = -1;         // reads no prompt: forks this sequence's once it is read
+  int32_t last = -1;            // the committed token that is the next input
   std::vector<int32_t> tokens;  // generated (a stopping EOS / stop token excluded)
   std::string finish_reason;    // "stop", "length", "cancelled", "budget"; "" while running
   double sum_logprob = 0.0;     // of the generated tokens under the raw model
   int n_logprob = 0;
-  double t_added_ms = 0.0;      // on the engine's clock
-  double elapsed_ms = 0.0;      // from its addition to its last token
+  double t_added_ms = 0.0;  // on the engine's clock
+  double elapsed_ms = 0.0;  // from its addition to its last token
   int64_t n_drafted = 0, n_accepted = 0;
 
   bool finished() const { return !finish_reason.empty(); }

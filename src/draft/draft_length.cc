@@ -20,7 +20,8 @@ int AdaptiveDraftLength::NextLength(int current, int max_accepted, int l_incre, 
 void AdaptiveDraftLength::Observe(const StepObservation& step) {
   if (step.verified.empty()) return;
   int max_accepted = 0;
-  for (const auto& [drafted, accepted] : step.verified) max_accepted = std::max(max_accepted, accepted);
+  for (const auto& [drafted, accepted] : step.verified)
+    max_accepted = std::max(max_accepted, accepted);
   current_ = NextLength(current_, max_accepted, l_incre_, l_mod_, l_limit_, &decreasing_);
 }
 

@@ -16,9 +16,9 @@ namespace specd {
 
 // What a step measured, for the policies that learn.
 struct StepObservation {
-  int n_sequences = 0;                            // sequences that took part
-  int k = 0;                                      // the draft length the policy gave
-  std::vector<std::pair<int, int>> verified;      // (drafted, accepted) per sequence
+  int n_sequences = 0;                                 // sequences that took part
+  int k = 0;                                           // the draft length the policy gave
+  std::vector<std::pair<int, int>> verified;           // (drafted, accepted) per sequence
   std::vector<std::pair<int, double>> draft_forwards;  // (rows, ms)
   int target_rows = 0;
   double target_ms = 0.0;

@@ -125,7 +125,8 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
     }
     Timer timer;
     model_.Forward(ctx_, batch, kv_, attention_, &logits_);
-    if (timings != nullptr) timings->forwards.emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
+    if (timings != nullptr)
+      timings->forwards.emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
     for (size_t r = 0; r < rows_of.size(); ++r) {
       const DraftInput& in = inputs[rows_of[r]];
       State& s = seqs_.at(in.seq);

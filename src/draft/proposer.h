@@ -25,11 +25,11 @@ enum class SpecSampling {
 
 // One sequence's drafting request for a step.
 struct DraftInput {
-  int seq = 0;                   // the engine's sequence id
-  int k = 0;                     // tokens wanted (0: none this step)
-  int64_t first_position = 0;    // the target position of the first drafted token
+  int seq = 0;                 // the engine's sequence id
+  int k = 0;                   // tokens wanted (0: none this step)
+  int64_t first_position = 0;  // the target position of the first drafted token
   const SamplingParams* sampling = nullptr;
-  uint64_t rng_sequence = 0;     // sequence component of RNG keys
+  uint64_t rng_sequence = 0;  // sequence component of RNG keys
   SpecSampling mode = SpecSampling::kRejection;
 };
 

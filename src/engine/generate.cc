@@ -110,8 +110,8 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
                                       const GenerateRequest& request) {
   const int n = static_cast<int>(SequencePrompts(request).size());
-  SPECD_CHECK(n >= 1 && n <= kv.n_slots(), "batch of ", n, " sequences does not fit the KV cache's ",
-              kv.n_slots(), " slots");
+  SPECD_CHECK(n >= 1 && n <= kv.n_slots(), "batch of ", n,
+              " sequences does not fit the KV cache's ", kv.n_slots(), " slots");
   StepOptions options;
   options.attention = request.attention;
   Engine engine(model, kv, ctx, options);

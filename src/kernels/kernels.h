@@ -130,12 +130,12 @@ struct AttentionRows {
   int n_head_kv = 0;
   int head_dim = 0;
   float scale = 0.0f;
-  const float* q = nullptr;        // [n_rows, n_head * head_dim]
-  float* out = nullptr;            // [n_rows, n_head * head_dim]
-  DType kv_type = DType::kF32;     // element type of k and v: f32 or f16
-  std::vector<const void*> k;      // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
-  std::vector<const void*> v;      // per row: its sequence's V, same layout
-  std::vector<int32_t> n_visible;  // per row: keys [first_visible, n_visible) are visible
+  const float* q = nullptr;            // [n_rows, n_head * head_dim]
+  float* out = nullptr;                // [n_rows, n_head * head_dim]
+  DType kv_type = DType::kF32;         // element type of k and v: f32 or f16
+  std::vector<const void*> k;          // per row: its sequence's K [n_ctx, n_head_kv*head_dim]
+  std::vector<const void*> v;          // per row: its sequence's V, same layout
+  std::vector<int32_t> n_visible;      // per row: keys [first_visible, n_visible) are visible
   std::vector<int32_t> first_visible;  // per row (sliding-window layers), or empty: all from 0
   // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
   std::vector<int64_t> seq_row_begin;

@@ -361,8 +361,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
       if constexpr (kF32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
       } else {
-        return _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
       }
     };
     __m512 scale[kSub], min[kSub];
@@ -408,12 +407,18 @@ constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
   if (!w.has_mins && !w.f32_scales && w.sub_blocks == 1) return nullptr;
   const bool sub16 = w.sub_blocks == 2;
-  if (w.nibbles && !sub16 && w.has_mins && !w.f32_scales) return kGeneralTiles<true, false, true, false>;
-  if (!w.nibbles && !sub16 && w.has_mins && !w.f32_scales) return kGeneralTiles<false, false, true, false>;
-  if (w.nibbles && !sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<true, false, true, true>;
-  if (!w.nibbles && !sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<false, false, true, true>;
-  if (!w.nibbles && sub16 && !w.has_mins && w.f32_scales) return kGeneralTiles<false, true, false, true>;
-  if (!w.nibbles && sub16 && w.has_mins && w.f32_scales) return kGeneralTiles<false, true, true, true>;
+  if (w.nibbles && !sub16 && w.has_mins && !w.f32_scales)
+    return kGeneralTiles<true, false, true, false>;
+  if (!w.nibbles && !sub16 && w.has_mins && !w.f32_scales)
+    return kGeneralTiles<false, false, true, false>;
+  if (w.nibbles && !sub16 && w.has_mins && w.f32_scales)
+    return kGeneralTiles<true, false, true, true>;
+  if (!w.nibbles && !sub16 && w.has_mins && w.f32_scales)
+    return kGeneralTiles<false, false, true, true>;
+  if (!w.nibbles && sub16 && !w.has_mins && w.f32_scales)
+    return kGeneralTiles<false, true, false, true>;
+  if (!w.nibbles && sub16 && w.has_mins && w.f32_scales)
+    return kGeneralTiles<false, true, true, true>;
   Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
 

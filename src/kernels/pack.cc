@@ -157,7 +157,8 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
       const int lshift = 4 * (r / 2);
       const int hshift = 2 * r;
       for (int l = 0; l < 32; ++l) {
-        out->u[l] = static_cast<uint8_t>(((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4));
+        out->u[l] =
+            static_cast<uint8_t>(((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4));
       }
       for (int s = 0; s < 2; ++s) out->scale[s] = d * k.scales[8 * h + 2 * r + s];
       return;

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -42,23 +43,26 @@ std::vector<float> Vector(const GgufFile& f, const std::string& name, int64_t n)
 
 // Charges the time since the previous mark to an op of a profile; no clock reads without one.
 class ProfileMarks {
+  using Clock = std::chrono::steady_clock;
+
  public:
   explicit ProfileMarks(ForwardProfile* profile) : profile_(profile) {
-    if (profile_ != nullptr) timer_.emplace();
+    if (profile_ != nullptr) last_ = Clock::now();
   }
   void Mark(ForwardProfile::Op op) {
     if (profile_ == nullptr) return;
-    profile_->ms[op] += timer_->ElapsedMs();
-    timer_->Reset();
+    const Clock::time_point now = Clock::now();
+    profile_->ms[op] += std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
   }
   // Restarts the clock without charging anything (time already charged by inner marks).
   void Skip() {
-    if (profile_ != nullptr) timer_->Reset();
+    if (profile_ != nullptr) last_ = Clock::now();
   }
 
  private:
   ForwardProfile* profile_;
-  std::optional<Timer> timer_;
+  Clock::time_point last_{};
 };
 
 int64_t MatrixBytes(const WeightView& w) { return RowBytes(w.type, w.cols) * w.rows; }
@@ -134,7 +138,6 @@ void Model::ReadConfig(const GgufFile& f) {
   if (c.arch == "gemma3") ReadGemma3Config(f, &c);
   c.bos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.bos_token_id", -1));
   c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
-
 }
 
 std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx) {

@@ -128,7 +128,7 @@ class Model {
 
  private:
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+    std::vector<float> attn_norm, ffn_norm;            // [n_embd]
     std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd], gemma3 only
     std::vector<float> q_norm, k_norm;                 // [head_dim], gemma3 only
     WeightView wq, wk, wv, wo, w_gate, w_up, w_down;

@@ -26,7 +26,7 @@ enum class DType : uint32_t {
   kBF16 = 30,
 };
 
-inline constexpr int kQuantBlock = 32;  // elements per q8_0 / q4_0 / q4_1 / q5_0 / q5_1 block
+inline constexpr int kQuantBlock = 32;   // elements per q8_0 / q4_0 / q4_1 / q5_0 / q5_1 block
 inline constexpr int kSuperBlock = 256;  // elements per K-quant super-block (ggml's QK_K)
 
 // q8_0: 32 int8 values sharing one fp16 scale: x[i] = d * qs[i].
@@ -52,7 +52,8 @@ struct BlockQ4_1 {
 static_assert(sizeof(BlockQ4_1) == 20);
 
 // q5_0: 5-bit values, the fifth bit of element j in bit j of qh (little-endian uint32):
-// x[j] = d * (((qs[j] & 15) | bit j << 4) - 16), x[j + 16] = d * (((qs[j] >> 4) | bit j+16 << 4) - 16).
+// x[j] = d * (((qs[j] & 15) | bit j << 4) - 16), x[j + 16] = d * (((qs[j] >> 4) | bit j+16 << 4) -
+// 16).
 struct BlockQ5_0 {
   uint16_t d;  // fp16
   uint8_t qh[4];
@@ -86,25 +87,25 @@ struct BlockQ3_K {
 static_assert(sizeof(BlockQ3_K) == 110);
 
 struct BlockQ4_K {
-  uint16_t d, dmin;              // fp16
-  uint8_t scales[12];            // 8 6-bit scales and 8 6-bit mins, packed
-  uint8_t qs[kSuperBlock / 2];   // 4-bit values
+  uint16_t d, dmin;             // fp16
+  uint8_t scales[12];           // 8 6-bit scales and 8 6-bit mins, packed
+  uint8_t qs[kSuperBlock / 2];  // 4-bit values
 };
 static_assert(sizeof(BlockQ4_K) == 144);
 
 struct BlockQ5_K {
-  uint16_t d, dmin;              // fp16
-  uint8_t scales[12];            // as q4_K
-  uint8_t qh[kSuperBlock / 8];   // fifth bit
-  uint8_t qs[kSuperBlock / 2];   // low 4 bits
+  uint16_t d, dmin;             // fp16
+  uint8_t scales[12];           // as q4_K
+  uint8_t qh[kSuperBlock / 8];  // fifth bit
+  uint8_t qs[kSuperBlock / 2];  // low 4 bits
 };
 static_assert(sizeof(BlockQ5_K) == 176);
 
 struct BlockQ6_K {
-  uint8_t ql[kSuperBlock / 2];       // low 4 bits
-  uint8_t qh[kSuperBlock / 4];       // high 2 bits
-  int8_t scales[kSuperBlock / 16];   // per 16 values
-  uint16_t d;                        // fp16
+  uint8_t ql[kSuperBlock / 2];      // low 4 bits
+  uint8_t qh[kSuperBlock / 4];      // high 2 bits
+  int8_t scales[kSuperBlock / 16];  // per 16 values
+  uint16_t d;                       // fp16
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 

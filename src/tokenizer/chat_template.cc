@@ -47,11 +47,13 @@ ChatTemplate ChatTemplate::FromGguf(const GgufFile& file, const Tokenizer& token
     t.format_ = ChatFormat::kGemma;
     end_of_turn = "<end_of_turn>";
   } else if (tmpl.empty()) {
-    Fail(file.path(), " has no chat template (tokenizer.chat_template) and no ChatML or Gemma turn "
+    Fail(file.path(),
+         " has no chat template (tokenizer.chat_template) and no ChatML or Gemma turn "
          "tokens in its vocabulary: chat needs one");
   } else {
-    Fail(file.path(), ": unknown chat template (specd knows ChatML and Gemma's turns): ",
-         tmpl.substr(0, 120), tmpl.size() > 120 ? "..." : "");
+    Fail(file.path(),
+         ": unknown chat template (specd knows ChatML and Gemma's turns): ", tmpl.substr(0, 120),
+         tmpl.size() > 120 ? "..." : "");
   }
   const int32_t eot = tokenizer.Find(end_of_turn);
   SPECD_CHECK(eot >= 0, file.path(), ": the chat template uses ", end_of_turn,
@@ -74,8 +76,8 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages,
   return out;
 }
 
-std::vector<ChatTemplate::Piece> ChatTemplate::RenderPieces(const std::vector<ChatMessage>& messages,
-                                                            bool add_assistant) const {
+std::vector<ChatTemplate::Piece> ChatTemplate::RenderPieces(
+    const std::vector<ChatMessage>& messages, bool add_assistant) const {
   for (const ChatMessage& m : messages) {
     SPECD_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
                 "chat: unknown role '", m.role, "' (system, user, assistant)");

@@ -69,8 +69,8 @@ void GeGlu(const float* gate, const float* up, float* y, int64_t n) {
   const double sqrt_2_over_pi = 0.79788456080286535588;
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i];
-    y[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(sqrt_2_over_pi * (g + 0.044715 * g * g * g))) *
-                              up[i]);
+    y[i] = static_cast<float>(
+        0.5 * g * (1.0 + std::tanh(sqrt_2_over_pi * (g + 0.044715 * g * g * g))) * up[i]);
   }
 }
 

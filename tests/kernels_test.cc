@@ -323,7 +323,9 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
 
 // PAD and SPLIT against the scalar reference over a cache of kv_type (f32 or f16), with every key
 // visible or (window > 0) only the last `window` keys of each row, as in Gemma's local layers.
-void CheckAttentionMatchesReference(DType kv_type, int window = 0) {
+// With tree_seed != 0, each row also gets a token-tree mask: every key but some random ones among
+// the last few is visible (a node sees the committed keys, its ancestors and itself).
+void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree_seed = 0) {
   const int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
   const int kv_dim = n_head_kv * head_dim;
   // Three sequences with different lengths; rows are the last few positions of each.
@@ -355,6 +357,17 @@ void CheckAttentionMatchesReference(DType kv_type, int window = 0) {
     }
   }
   rows.seq_row_begin.push_back(rows.n_rows);
+  if (tree_seed != 0) {
+    SplitMix64 rng(tree_seed);
+    for (int64_t r = 0; r < rows.n_rows; ++r) {
+      rows.key_mask_offset.push_back(static_cast<int64_t>(rows.key_mask.size()));
+      const int n = rows.n_visible[r];
+      for (int t = 0; t < n; ++t) {
+        rows.key_mask.push_back(t + 6 < n && t + 1 != n ? 1 : static_cast<uint8_t>(rng.Next() & 1));
+      }
+      rows.key_mask.back() = 1;  // itself
+    }
+  }
   const auto q = RandomVector(rows.n_rows * n_head * head_dim, 7, 2.0f);
   rows.q = q.data();
   std::vector<float> ref(q.size()), pad(q.size()), split(q.size());
@@ -377,6 +390,14 @@ TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
 
 TEST(Kernels, AttentionOverAnF16CacheMatchesReference) {
   CheckAttentionMatchesReference(DType::kF16);
+}
+
+TEST(Kernels, TreeMaskedAttentionMatchesReference) {
+  for (uint64_t seed : {1, 2, 3}) {
+    CheckAttentionMatchesReference(DType::kF32, 0, seed);
+    CheckAttentionMatchesReference(DType::kF16, 0, seed);
+    CheckAttentionMatchesReference(DType::kF32, 8, seed);  // with a window as well
+  }
 }
 
 TEST(Kernels, SlidingWindowAttentionMatchesReference) {

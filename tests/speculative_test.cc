@@ -91,58 +91,7 @@ TEST(SpeculativeGreedy, MismatchedVocabularyIsRefused) {
 namespace specd {
 namespace {
 
-// Upper regularized incomplete gamma Q(a, x): the chi-square survival function is Q(df/2, x/2).
-double GammaQ(double a, double x) {
-  if (x <= 0) return 1.0;
-  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);
-  if (x < a + 1) {  // series for P
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 1000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (term < sum * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(log_prefix);
-  }
-  // Continued fraction for Q (modified Lentz).
-  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::fabs(delta - 1) < 1e-15) break;
-  }
-  return std::exp(log_prefix) * h;
-}
-
-// Chi-square goodness of fit; cells expected below 5 are pooled. Returns the p-value.
-double ChiSquarePValue(const std::vector<double>& expected_probs,
-                       const std::vector<int64_t>& counts, int64_t n) {
-  double chi2 = 0, pooled_expected = 0, pooled_count = 0;
-  int cells = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double e = expected_probs[i] * n;
-    if (e < 5) {
-      pooled_expected += e;
-      pooled_count += counts[i];
-      continue;
-    }
-    chi2 += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  if (pooled_expected > 0) {
-    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) /
-            std::max(pooled_expected, 1e-9);
-    ++cells;
-  }
-  return GammaQ((cells - 1) / 2.0, chi2 / 2.0);
-}
+using testing::ChiSquarePValue;
 
 // The exact joint distribution of the second and third generated tokens under the target's
 // processed distribution, the first marginalized out: [n_vocab * n_vocab], index x2 * n_vocab +

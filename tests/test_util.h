@@ -29,6 +29,11 @@ struct ModelPair {
 // A deterministic prompt of n tokens below 384 (the tiny vocabulary), varied by salt.
 std::vector<int32_t> Prompt(int n, int salt);
 
+// Chi-square goodness of fit of counts (n draws) against expected probabilities; cells expected
+// below 5 are pooled. Returns the p-value.
+double ChiSquarePValue(const std::vector<double>& expected_probs,
+                       const std::vector<int64_t>& counts, int64_t n);
+
 // The specd binary run with `args` (and `stdin_text` on its standard input): exit code and
 // stdout + stderr together.
 struct CliRun {

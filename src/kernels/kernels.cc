@@ -36,13 +36,14 @@ inline float KvValue(uint16_t h) { return Fp16ToFp32(h); }
 // Portable attention of one (row, head); same contract as avx512::AttendRow.
 template <typename KvT>
 void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
-                      float scale, int32_t n_visible, int32_t n_compute, float* scores,
-                      float* out) {
+                      float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+                      float* scores, float* out) {
   float max = -std::numeric_limits<float>::infinity();
   for (int32_t t = 0; t < n_compute; ++t) {
     float dot = 0.0f;
     for (int d = 0; d < head_dim; ++d) dot += q[d] * KvValue(k[t * kv_stride + d]);
-    scores[t] = t < n_visible ? dot * scale : -std::numeric_limits<float>::infinity();
+    const bool visible = t < n_visible && (mask == nullptr || mask[t] != 0);
+    scores[t] = visible ? dot * scale : -std::numeric_limits<float>::infinity();
     max = std::max(max, scores[t]);
   }
   float sum = 0.0f;
@@ -140,7 +141,7 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
   const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
   using AttendFn = void (*)(const float*, const KvT*, const KvT*, int64_t, int, float, int32_t,
-                            int32_t, float*, float*);
+                            int32_t, const uint8_t*, float*, float*);
   const AttendFn attend_row = fast ? static_cast<AttendFn>(avx512::AttendRow)
                                    : static_cast<AttendFn>(AttendRowGeneric<KvT>);
   int32_t n_padded = 0;
@@ -154,10 +155,12 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   auto attend = [&](int64_t r, int h, int32_t n_compute, float* scores) {
     const int32_t first = rows.first_visible.empty() ? 0 : rows.first_visible[r];
     const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim + first * kv_stride;
+    const uint8_t* mask =
+        rows.key_mask.empty() ? nullptr : rows.key_mask.data() + rows.key_mask_offset[r] + first;
     attend_row(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim,
                static_cast<const KvT*>(rows.k[r]) + kv_off,
                static_cast<const KvT*>(rows.v[r]) + kv_off, kv_stride, rows.head_dim, rows.scale,
-               rows.n_visible[r] - first, n_compute - first, scores,
+               rows.n_visible[r] - first, n_compute - first, mask, scores,
                rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
   };
 

@@ -137,6 +137,10 @@ struct AttentionRows {
   std::vector<const void*> v;          // per row: its sequence's V, same layout
   std::vector<int32_t> n_visible;      // per row: keys [first_visible, n_visible) are visible
   std::vector<int32_t> first_visible;  // per row (sliding-window layers), or empty: all from 0
+  // Token trees: per row, key_mask[key_mask_offset[r] + t] != 0 iff key t (< n_visible) is visible
+  // to the row (its sequence's committed keys and its ancestors in the tree); empty: all are.
+  std::vector<uint8_t> key_mask;
+  std::vector<int64_t> key_mask_offset;
   // Rows grouped by sequence for SPLIT: rows [seq_row_begin[i], seq_row_begin[i+1]).
   std::vector<int64_t> seq_row_begin;
 };
@@ -172,15 +176,16 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
 void Exp(const float* x, float* y, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
 void GeGlu(const float* gate, const float* up, float* y, int64_t n);
-// Attention of one query row and head over keys [0, n_compute), of which [0, n_visible) count:
-// k / v point at the head's first key / value (f32, or f16 as uint16_t), consecutive keys
-// kv_stride elements apart. scores: [n_compute] scratch; out: [head_dim]. head_dim must be a
-// multiple of 16.
+// Attention of one query row and head over keys [0, n_compute), of which [0, n_visible) count
+// and, with a mask, only those with mask[t] != 0: k / v point at the head's first key / value
+// (f32, or f16 as uint16_t), consecutive keys kv_stride elements apart. scores: [n_compute]
+// scratch; out: [head_dim]. head_dim must be a multiple of 16.
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
-               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out);
+               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out);
 void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
-               int head_dim, float scale, int32_t n_visible, int32_t n_compute, float* scores,
-               float* out);
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out);
 void StoreF16(const float* x, int64_t n, uint16_t* dst);
 }  // namespace avx512
 

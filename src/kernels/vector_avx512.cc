@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <limits>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -99,9 +100,13 @@ inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-template <typename KvT>
-void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
-                float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
+// The computation over keys key_of(0), key_of(1), ...: key t sits in lane t % 16 of the softmax
+// sums, so a token-tree row (its visible keys gathered in order) gets exactly the result of a
+// chain row with the same visible keys.
+template <typename KvT, typename KeyOf>
+void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, KeyOf key_of, float* scores,
+                float* out) {
   // Scores, 16 keys at a time: 16 dot-product accumulators, then one transpose-and-add tree
   // instead of 16 horizontal sums. Keys past n_compute in the last block are zeros (never
   // loaded); keys past n_visible are masked with -inf.
@@ -115,7 +120,7 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
         acc[j] = _mm512_setzero_ps();
         continue;
       }
-      const KvT* kt = k + (t0 + j) * kv_stride;
+      const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
       acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), Load16(kt));
       for (int d = 16; d < head_dim; d += 16) {
         acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), Load16(kt + d), acc[j]);
@@ -152,7 +157,7 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
     const int nv = width / 16;
     for (int32_t t = 0; t < n_visible; ++t) {
       const __m512 w = _mm512_set1_ps(scores[t]);
-      const KvT* vt = v + t * kv_stride + d0;
+      const KvT* vt = v + static_cast<int64_t>(key_of(t)) * kv_stride + d0;
       for (int j = 0; j < nv; ++j) acc[j] = _mm512_fmadd_ps(w, Load16(vt + 16 * j), acc[j]);
     }
     for (int j = 0; j < nv; ++j) {
@@ -161,15 +166,35 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
   }
 }
 
+template <typename KvT>
+void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+                float* scores, float* out) {
+  if (mask == nullptr) {
+    AttendKeys(
+        q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, [](int32_t t) { return t; },
+        scores, out);
+    return;
+  }
+  std::vector<int32_t> keys;  // the visible ones, in order
+  for (int32_t t = 0; t < n_visible; ++t) {
+    if (mask[t] != 0) keys.push_back(t);
+  }
+  const int32_t n = static_cast<int32_t>(keys.size());
+  AttendKeys(
+      q, k, v, kv_stride, head_dim, scale, n, n, [&](int32_t t) { return keys[t]; }, scores, out);
+}
+
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
-               float scale, int32_t n_visible, int32_t n_compute, float* scores, float* out) {
-  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, scores, out);
+               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
 }
 
 void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
-               int head_dim, float scale, int32_t n_visible, int32_t n_compute, float* scores,
-               float* out) {
-  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, scores, out);
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
 }
 
 void StoreF16(const float* x, int64_t n, uint16_t* dst) {

@@ -87,6 +87,26 @@ void KvCache::Fork(int src, int dst, int length) {
   length_[dst] = length;
 }
 
+void KvCache::KeepPath(int seq, int base, const std::vector<int>& path) {
+  CheckSeq(seq);
+  const size_t row = ElementBytes() * kv_dim_;
+  for (size_t j = 0; j < path.size(); ++j) {
+    const int from = path[j];
+    SPECD_CHECK(
+        from >= base + static_cast<int>(j) && from < length_[seq] && (j == 0 || from > path[j - 1]),
+        "KV cache: tree path entries must increase and lie in [base, length)");
+    if (from == base + static_cast<int>(j)) continue;
+    const size_t at = static_cast<size_t>(base + j) * row, src = static_cast<size_t>(from) * row;
+    for (int layer = 0; layer < n_layers_; ++layer) {
+      std::memmove(static_cast<uint8_t*>(K(layer, seq)) + at,
+                   static_cast<uint8_t*>(K(layer, seq)) + src, row);
+      std::memmove(static_cast<uint8_t*>(V(layer, seq)) + at,
+                   static_cast<uint8_t*>(V(layer, seq)) + src, row);
+    }
+  }
+  length_[seq] = base + static_cast<int>(path.size());
+}
+
 void KvCache::Advance(int seq, int n) {
   CheckSeq(seq);
   SPECD_CHECK(n >= 0 && length_[seq] + n <= config_.n_ctx, "KV cache: sequence ", seq,

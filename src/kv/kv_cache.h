@@ -43,6 +43,9 @@ class KvCache {
   int Length(int seq) const;
   // Rolls a sequence back to `length` positions (<= its current length).
   void Truncate(int seq, int length);
+  // After a token tree: moves the entries at indices `path` (increasing, each >= base + its
+  // place) to base, base + 1, ... and truncates the sequence to base + path.size().
+  void KeepPath(int seq, int base, const std::vector<int>& path);
   // Makes `dst` hold the first `length` positions of `src` (a shared prompt encoded once).
   void Fork(int src, int dst, int length);
   // Marks `n` more positions as written (called by the forward pass after it stores them).

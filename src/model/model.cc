@@ -264,8 +264,9 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
   const int64_t n = batch.size();
   SPECD_CHECK(batch.positions.size() == static_cast<size_t>(n) &&
                   batch.seq_ids.size() == static_cast<size_t>(n) &&
-                  batch.output.size() == static_cast<size_t>(n),
-              "batch: token, position, sequence and output arrays differ in length");
+                  batch.output.size() == static_cast<size_t>(n) &&
+                  (batch.parents.empty() || batch.parents.size() == static_cast<size_t>(n)),
+              "batch: token, position, sequence, output and parent arrays differ in length");
   SPECD_CHECK(kv.kv_dim() == config_.kv_dim(), "KV cache was made for another model");
   std::vector<bool> seen(kv.n_slots(), false);
   for (int64_t r = 0; r < n;) {
@@ -273,16 +274,54 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
     SPECD_CHECK(kv.InUse(seq), "batch row ", r, ": sequence ", seq, " is not an active sequence");
     SPECD_CHECK(!seen[seq], "batch: the rows of sequence ", seq, " are not contiguous");
     seen[seq] = true;
-    int32_t expected = kv.Length(seq);
-    for (; r < n && batch.seq_ids[r] == seq; ++r, ++expected) {
+    const int64_t first_row = r;
+    const int32_t kv_length = kv.Length(seq);
+    for (; r < n && batch.seq_ids[r] == seq; ++r) {
       SPECD_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < config_.n_vocab, "batch row ", r,
                   ": token ", batch.tokens[r], " is outside the vocabulary of ", config_.n_vocab);
+      const int32_t parent = batch.parents.empty() ? -1 : batch.parents[r];
+      SPECD_CHECK(parent == -1 || (parent >= first_row && parent < r), "batch row ", r,
+                  ": parent row ", parent, " is not an earlier row of sequence ", seq);
+      const int32_t expected = parent >= 0      ? batch.positions[parent] + 1
+                               : r == first_row ? kv_length
+                                                : batch.positions[r - 1] + 1;
       SPECD_CHECK(batch.positions[r] == expected, "batch row ", r, ": sequence ", seq,
                   " expects position ", expected, ", got ", batch.positions[r]);
-      SPECD_CHECK(expected < kv.n_ctx(), "sequence ", seq, " would exceed the context of ",
-                  kv.n_ctx(), " tokens");
+      SPECD_CHECK(kv_length + (r - first_row) < kv.n_ctx(), "sequence ", seq,
+                  " would exceed the context of ", kv.n_ctx(), " tokens");
     }
   }
+}
+
+void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows) {
+  const int64_t m = batch.size();
+  kv_index_.resize(m);
+  rows->n_visible.resize(m);
+  rows->key_mask.clear();
+  rows->key_mask_offset.clear();
+  bool tree = false;
+  for (int32_t p : batch.parents) tree = tree || p >= 0;
+  int64_t first_row = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) {
+      first_row = r;
+      rows->seq_row_begin.push_back(r);
+    }
+    kv_index_[r] = kv.Length(batch.seq_ids[r]) + static_cast<int32_t>(r - first_row);
+    rows->n_visible[r] = kv_index_[r] + 1;
+    if (!tree) continue;
+    // Committed keys and the row's ancestors (a chain row's parent is the row before it).
+    const int32_t committed = kv.Length(batch.seq_ids[r]);
+    rows->key_mask_offset.push_back(static_cast<int64_t>(rows->key_mask.size()));
+    rows->key_mask.resize(rows->key_mask.size() + rows->n_visible[r], 0);
+    uint8_t* mask = rows->key_mask.data() + rows->key_mask_offset.back();
+    std::fill(mask, mask + committed, 1);
+    for (int64_t a = r; a >= first_row;) {
+      mask[committed + (a - first_row)] = 1;
+      a = batch.parents[a] >= 0 ? batch.parents[a] : a - 1;
+    }
+  }
+  rows->seq_row_begin.push_back(m);
 }
 
 const char* ForwardProfile::Name(int op) {
@@ -359,12 +398,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   rows.kv_type = kv.type();
   rows.k.resize(m);
   rows.v.resize(m);
-  rows.n_visible.resize(m);
-  for (int64_t r = 0; r < m; ++r) {
-    rows.n_visible[r] = batch.positions[r] + 1;
-    if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) rows.seq_row_begin.push_back(r);
-  }
-  rows.seq_row_begin.push_back(m);
+  SetUpAttention(batch, kv, &rows);
 
   for (int il = 0; il < c.n_layer; ++il) {
     AttentionBlock(ctx, il, batch, kv, rows, attention);
@@ -444,7 +478,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
     Rope(rope, cos_all + r * half, sin_all + r * half, qr, c.n_head);
     Rope(rope, cos_all + r * half, sin_all + r * half, kr, c.n_head_kv);
     const int32_t seq = batch.seq_ids[r];
-    const int64_t at = static_cast<int64_t>(batch.positions[r]) * RowBytes(kv.type(), kv_dim);
+    const int64_t at = static_cast<int64_t>(kv_index_[r]) * RowBytes(kv.type(), kv_dim);
     StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
     StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
     rows.k[r] = kv.K(il, seq);

@@ -52,25 +52,41 @@ struct ModelConfig {
   }
 };
 
-// Rows of one forward pass, struct-of-arrays. Rows of one sequence must be contiguous and carry
-// consecutive positions starting at that sequence's current KV length.
+// Rows of one forward pass, struct-of-arrays. Rows of one sequence must be contiguous; row j of a
+// sequence writes its keys / values at KV index (the sequence's KV length + j). A row follows
+// the previous row of its sequence (a chain: position one more, seeing every earlier row), or,
+// in a token tree, names its parent row: its position is the parent's + 1 and it sees the
+// sequence's committed keys, its ancestors and itself only.
 struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
   std::vector<int32_t> seq_ids;
-  std::vector<uint8_t> output;  // 1: return logits for this row
+  std::vector<uint8_t> output;   // 1: return logits for this row
+  std::vector<int32_t> parents;  // batch row of each row's parent, -1: the previous row (a
+                                 // chain); empty: every row is a chain row
 
   void Add(int32_t token, int32_t position, int32_t seq_id, bool want_logits) {
     tokens.push_back(token);
     positions.push_back(position);
     seq_ids.push_back(seq_id);
     output.push_back(want_logits ? 1 : 0);
+    if (!parents.empty()) parents.push_back(-1);
+  }
+  // A token-tree node whose parent is batch row `parent` (of the same sequence, earlier).
+  void AddNode(int32_t token, int32_t position, int32_t seq_id, bool want_logits, int32_t parent) {
+    if (parents.empty()) parents.assign(tokens.size(), -1);
+    tokens.push_back(token);
+    positions.push_back(position);
+    seq_ids.push_back(seq_id);
+    output.push_back(want_logits ? 1 : 0);
+    parents.push_back(parent);
   }
   void Clear() {
     tokens.clear();
     positions.clear();
     seq_ids.clear();
     output.clear();
+    parents.clear();
   }
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_outputs() const;
@@ -144,6 +160,8 @@ class Model {
   void AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
                       AttentionRows& rows, AttentionMode attention);
   void FfnBlock(const KernelContext& ctx, int il, int64_t m);
+  // Fills kv_index_ and the attention rows' visibility (n_visible; a key mask for token trees).
+  void SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows);
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
@@ -158,6 +176,7 @@ class Model {
   AlignedBuffer<float> rope_cos_, rope_sin_;              // [m, rotary_dim / 2]
   AlignedBuffer<float> rope_local_cos_, rope_local_sin_;  // the same for local layers
   std::vector<int32_t> window_first_;                     // [m] first key of local layers
+  std::vector<int32_t> kv_index_;                         // [m] where each row's K / V go
   AlignedBuffer<float> stacked_;  // [m, q_dim + 2 kv_dim] or [m, 2 n_ff] from a stacked matmul
   MatmulScratch matmul_scratch_;
   ForwardProfile* profile_ = nullptr;

@@ -95,12 +95,16 @@ void Attention(const AttentionRows& rows) {
   for (int64_t r = 0; r < rows.n_rows; ++r) {
     const int first = rows.first_visible.empty() ? 0 : rows.first_visible[r];
     const int n_keys = rows.n_visible[r];
+    auto hidden = [&](int t) {  // a key outside the row's token-tree ancestry
+      return !rows.key_mask.empty() && rows.key_mask[rows.key_mask_offset[r] + t] == 0;
+    };
     std::vector<double> scores(n_keys);
     for (int h = 0; h < rows.n_head; ++h) {
       const float* q = rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
       const int64_t kv_off = static_cast<int64_t>(h / group) * rows.head_dim;
       double max = -std::numeric_limits<double>::infinity();
       for (int t = first; t < n_keys; ++t) {
+        if (hidden(t)) continue;
         double dot = 0.0;
         for (int d = 0; d < rows.head_dim; ++d) {
           dot +=
@@ -110,11 +114,14 @@ void Attention(const AttentionRows& rows) {
         max = std::max(max, scores[t]);
       }
       double sum = 0.0;
-      for (int t = first; t < n_keys; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+      for (int t = first; t < n_keys; ++t) {
+        if (!hidden(t)) sum += (scores[t] = std::exp(scores[t] - max));
+      }
       float* out = rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim;
       for (int d = 0; d < rows.head_dim; ++d) {
         double acc = 0.0;
         for (int t = first; t < n_keys; ++t) {
+          if (hidden(t)) continue;
           acc += scores[t] * KvAt(rows.v[r], rows.kv_type, t * kv_stride + kv_off + d);
         }
         out[d] = static_cast<float>(acc / sum);

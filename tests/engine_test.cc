@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
 #include "engine/generate.h"
@@ -135,6 +138,128 @@ TEST(Engine, CoupledSpeculativeSamplingEqualsPlainSamplingTokenForToken) {
     if (name != "cost") {
       EXPECT_GT(e.engine.stats().n_accepted, 0) << name;
     }
+  }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+// A proposer of token trees for the engine's tree path: two children of the root, one child of
+// each, from the draft model re-reading each sequence's context (slow, simple). Greedy and
+// coupled trees take the draft's top-2 / its top choice; rejection-sampled ones draw every child
+// independently from q.
+class TestTreeProposer : public Proposer {
+ public:
+  TestTreeProposer(Model& draft, const KernelContext& ctx) : draft_(draft), ctx_(ctx) {}
+  void AddSequence(int seq, std::span<const int32_t> prompt) override {
+    context_[seq].assign(prompt.begin(), prompt.end());
+  }
+  void ForkSequence(int src, int dst) override { context_[dst] = context_.at(src); }
+  void RemoveSequence(int seq) override { context_.erase(seq); }
+  void Accept(int seq, int n_accepted, int32_t next) override {
+    ASSERT_EQ(n_accepted, 0);  // trees come back through AcceptPath
+    context_.at(seq).push_back(next);
+  }
+  void AcceptPath(int seq, std::span<const int> path, int32_t next) override {
+    for (int node : path) context_.at(seq).push_back(last_.at(seq).tokens[node]);
+    context_.at(seq).push_back(next);
+  }
+  void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+               ProposerTimings*) override {
+    out->clear();
+    for (const DraftInput& in : inputs) {
+      out->push_back(in.k >= 4 ? Tree(in) : Proposal{});
+      last_[in.seq] = out->back();
+    }
+  }
+  int trees = 0;
+
+ private:
+  Proposal Tree(const DraftInput& in) {
+    ++trees;
+    const std::vector<int32_t>& ctx = context_.at(in.seq);
+    auto kv = draft_.NewKvCache({1, 256});
+    const int slot = kv->Acquire();
+    Batch b;
+    for (size_t i = 0; i < ctx.size(); ++i) b.Add(ctx[i], i, slot, i + 1 == ctx.size());
+    std::vector<float> logits;
+    draft_.Forward(ctx_, b, *kv, AttentionMode::kSplit, &logits);
+    Proposal p;
+    const bool sampled = !in.sampling->greedy() && in.mode == SpecSampling::kRejection;
+    const std::vector<float> root_q = ProcessedProbs(logits, *in.sampling);
+    const auto children = Pick(logits, root_q, sampled, in, 0);
+    p.tokens = {children[0], children[1]};
+    p.parents = {-1, -1};
+    std::vector<std::vector<float>> probs = {root_q};
+    for (int c = 0; c < 2; ++c) {
+      Batch one;
+      auto kv2 = draft_.NewKvCache({1, 256});
+      const int s2 = kv2->Acquire();
+      for (size_t i = 0; i < ctx.size(); ++i) one.Add(ctx[i], i, s2, false);
+      one.Add(children[c], ctx.size(), s2, true);
+      draft_.Forward(ctx_, one, *kv2, AttentionMode::kSplit, &logits);
+      const std::vector<float> q = ProcessedProbs(logits, *in.sampling);
+      p.tokens.push_back(Pick(logits, q, sampled, in, 1 + c)[0]);
+      p.parents.push_back(c);
+      probs.push_back(q);
+    }
+    if (sampled) {
+      probs.resize(p.tokens.size() + 1);  // the leaves have no children
+      p.probs = probs;
+    }
+    return p;
+  }
+  // Two tokens for a row: the top two (greedy, coupled) or two independent draws from q.
+  std::vector<int32_t> Pick(const std::vector<float>& logits, const std::vector<float>& q,
+                            bool sampled, const DraftInput& in, int salt) {
+    if (sampled) {
+      const RngKey key{in.sampling->seed, in.rng_sequence,
+                       static_cast<uint64_t>(in.first_position) * 8 + salt, RngPurpose::kDraft};
+      return {DrawFrom(q, UniformDouble(key, 0)), DrawFrom(q, UniformDouble(key, 1))};
+    }
+    std::vector<int32_t> order(logits.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    return {order[0], order[1]};
+  }
+  Model& draft_;
+  const KernelContext& ctx_;
+  std::map<int, std::vector<int32_t>> context_;
+  std::map<int, Proposal> last_;
+};
+
+TEST(Engine, TokenTreesKeepGreedyAndCoupledOutputAndSampleByRejection) {
+  ModelPair p(DType::kF32, 7);  // the target as its own draft: paths get accepted
+  for (SpecSampling mode : {SpecSampling::kCoupled, SpecSampling::kRejection}) {
+    auto kv = p.target->NewKvCache({3, 256});
+    TestTreeProposer proposer(*p.draft, p.ctx);
+    FixedDraftLength policy(4);
+    StepOptions options;
+    options.spec_sampling = mode;
+    Engine engine(*p.target, *kv, p.ctx, options, &proposer, &policy);
+    std::vector<SequenceRequest> requests = {Request(Prompt(5, 1), 24, 0.0f, 0),
+                                             Request(Prompt(7, 2), 24, 0.8f, 9),
+                                             Request(Prompt(4, 3), 24, 1.0f, 4)};
+    std::vector<int> ids;
+    for (const auto& r : requests) ids.push_back(engine.Add(r));
+    while (engine.HasWork()) engine.Step();
+    EXPECT_GT(proposer.trees, 0);
+    EXPECT_GT(engine.stats().n_accepted, 0);
+    EXPECT_LT(engine.stats().n_accepted, engine.stats().n_drafted);  // siblings are rejected
+    // Greedy always, and every sampled sequence under coupled sampling: plain decoding's output.
+    EXPECT_EQ(engine.sequence(ids[0]).tokens, Alone(p, requests[0]));
+    for (int i = 1; i < 3; ++i) {
+      if (mode == SpecSampling::kCoupled) {
+        EXPECT_EQ(engine.sequence(ids[i]).tokens, Alone(p, requests[i])) << i;
+      } else {
+        EXPECT_EQ(engine.sequence(ids[i]).tokens.size(), 24u) << i;
+      }
+    }
+    for (int slot = 0; slot < 3; ++slot) EXPECT_FALSE(kv->InUse(slot));  // all released
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "verify/tree.h"
 
 namespace specd {
 
@@ -73,16 +74,73 @@ void StepDecoder::FirstToken(Sequence& s, std::span<const float> row, double now
   if (proposer_ != nullptr) proposer_->Accept(s.id, 0, token);
 }
 
+void StepDecoder::CountDrafts(int position, bool accepted) {
+  if (stats_.drafted_at_position.size() <= static_cast<size_t>(position)) {
+    stats_.drafted_at_position.resize(position + 1);
+    stats_.accepted_at_position.resize(position + 1);
+  }
+  ++stats_.drafted_at_position[position];
+  if (accepted) ++stats_.accepted_at_position[position];
+}
+
+int StepDecoder::VerifyTree(Sequence& s, const Proposal& proposal, const float* rows, int base,
+                            double now, StepReport* report) {
+  const int64_t n_vocab = target_.config().n_vocab;
+  const TokenTree tree{proposal.tokens, proposal.parents};
+  tree.Validate();
+  const int k = tree.size();
+  const SamplingParams sampling = EffectiveSampling(s, options_.spec_sampling);
+  // Row 0 is the root (the last committed token), row 1 + i node i.
+  auto row = [&](int r) { return std::span<const float>(rows + r * n_vocab, n_vocab); };
+  TreeOutcome outcome;
+  if (sampling.greedy() || options_.spec_sampling == SpecSampling::kCoupled) {
+    std::vector<int32_t> choices(k + 1);
+    for (int r = 0; r <= k; ++r) {
+      const int depth = r == 0 ? 0 : tree.Depth(r - 1);
+      const RngKey key{sampling.seed, s.request.rng_sequence,
+                       static_cast<uint64_t>(base + 1 + depth), RngPurpose::kSample};
+      choices[r] = SampleToken(row(r), sampling, key);
+    }
+    outcome = VerifyTreeByMatch(tree, choices);
+  } else {
+    SPECD_CHECK(proposal.probs.size() == static_cast<size_t>(k) + 1,
+                "a sampled token tree needs the draft distribution of every row");
+    target_probs_.resize(k + 1);
+    for (int r = 0; r <= k; ++r) target_probs_[r] = ProcessedProbs(row(r), sampling);
+    const RngKey key{sampling.seed, s.request.rng_sequence, static_cast<uint64_t>(base + 1),
+                     RngPurpose::kAccept};
+    outcome = VerifyTreeSampled(tree, std::span(target_probs_.data(), k + 1), proposal.probs, key);
+  }
+  int max_depth = 0;
+  for (int i = 0; i < k; ++i) max_depth = std::max(max_depth, tree.Depth(i));
+  for (int d = 0; d < max_depth; ++d) CountDrafts(d, d < static_cast<int>(outcome.path.size()));
+  const int accepted = static_cast<int>(outcome.path.size());
+  stats_.n_drafted += k;
+  stats_.n_accepted += accepted;
+  s.n_drafted += k;
+  s.n_accepted += accepted;
+  // Each kept token was chosen at its parent's row; `next` at the last kept node's.
+  int at = 0;
+  for (int node : outcome.path) {
+    if (Commit(s, tree.tokens[node], row(at), now, report)) return accepted;
+    at = 1 + node;
+  }
+  if (Commit(s, outcome.next, row(at), now, report)) return accepted;
+  std::vector<int> keep = {base};
+  for (int node : outcome.path) keep.push_back(base + 1 + node);
+  kv_.KeepPath(s.slot, base, keep);
+  if (proposer_ != nullptr) proposer_->AcceptPath(s.id, outcome.path, outcome.next);
+  s.last = outcome.next;
+  return accepted;
+}
+
 int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows, int base,
                         double now, StepReport* report) {
+  if (proposal.is_tree()) return VerifyTree(s, proposal, rows, base, now, report);
   const int64_t n_vocab = target_.config().n_vocab;
   const int k = static_cast<int>(proposal.tokens.size());
   const SamplingParams sampling = EffectiveSampling(s, options_.spec_sampling);
   auto row = [&](int i) { return std::span<const float>(rows + i * n_vocab, n_vocab); };
-  if (stats_.drafted_at_position.size() < static_cast<size_t>(k)) {
-    stats_.drafted_at_position.resize(k);
-    stats_.accepted_at_position.resize(k);
-  }
   int accepted = 0;
   int32_t next = -1;
   bool done = false;
@@ -97,10 +155,7 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
                        RngPurpose::kSample};
       const int32_t want = SampleToken(row(i), sampling, key);
       const bool match = i < k && proposal.tokens[i] == want;
-      if (i < k) {
-        ++stats_.drafted_at_position[i];
-        if (match) ++stats_.accepted_at_position[i];
-      }
+      if (i < k) CountDrafts(i, match);
       if (Commit(s, want, row(i), now, report)) {
         done = true;
         break;
@@ -118,10 +173,7 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
                      RngPurpose::kAccept};
     const VerifyOutcome outcome = options_.verify(std::span(target_probs_.data(), k + 1),
                                                   proposal.probs, proposal.tokens, key);
-    for (int i = 0; i < k; ++i) {
-      ++stats_.drafted_at_position[i];
-      if (i < outcome.n_accepted) ++stats_.accepted_at_position[i];
-    }
+    for (int i = 0; i < k; ++i) CountDrafts(i, i < outcome.n_accepted);
     for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
       const int32_t token = i < outcome.n_accepted ? proposal.tokens[i] : outcome.next;
       done = Commit(s, token, row(i), now, report);
@@ -214,9 +266,21 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
     bases[j] = kv_.Length(s.slot);
+    const Proposal& prop = proposals[j];
+    const int root_row = static_cast<int>(batch.size());
     batch.Add(s.last, bases[j], s.slot, true);
-    for (size_t i = 0; i < proposals[j].tokens.size(); ++i) {
-      batch.Add(proposals[j].tokens[i], bases[j] + 1 + static_cast<int>(i), s.slot, true);
+    if (!prop.is_tree()) {
+      for (size_t i = 0; i < prop.tokens.size(); ++i) {
+        batch.Add(prop.tokens[i], bases[j] + 1 + static_cast<int>(i), s.slot, true);
+      }
+      continue;
+    }
+    const TokenTree tree{prop.tokens, prop.parents};
+    tree.Validate();
+    for (int i = 0; i < tree.size(); ++i) {
+      const int parent = tree.parents[i];
+      batch.AddNode(tree.tokens[i], bases[j] + tree.Depth(i), s.slot, true,
+                    parent < 0 ? root_row : root_row + 1 + parent);
     }
   }
   Timer verify_timer;

@@ -108,6 +108,11 @@ class StepDecoder {
   // Verifies one decoding sequence's rows; returns the accepted draft count.
   int Verify(Sequence& s, const Proposal& proposal, const float* rows, int base, double now,
              StepReport* report);
+  // The same for a token tree.
+  int VerifyTree(Sequence& s, const Proposal& proposal, const float* rows, int base, double now,
+                 StepReport* report);
+  // Counts drafted / accepted tokens at each draft position (tree nodes by depth).
+  void CountDrafts(int position, bool accepted);
   // Records a generated token; returns true when the sequence finished.
   bool Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
               StepReport* report);

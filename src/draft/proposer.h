@@ -33,11 +33,18 @@ struct DraftInput {
   SpecSampling mode = SpecSampling::kRejection;
 };
 
-// What was drafted for one sequence: tokens and, when drawn by rejection sampling, the
-// distribution q each came from ([k][n_vocab]; empty for greedy and coupled drafts).
+// What was drafted for one sequence: a chain of tokens or, with `parents`, a token tree (node i's
+// parent node, -1 for the sequence's last committed token, parents before children; at most k
+// nodes). When drawn for rejection sampling, `probs` holds the draft distributions q
+// ([n_vocab] each): for a chain, the one each token was drawn from (k rows); for a tree, the one
+// each row's children were drawn from, independently (k + 1 rows: the root, then each node);
+// empty for greedy and coupled drafts.
 struct Proposal {
   std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
   std::vector<std::vector<float>> probs;
+
+  bool is_tree() const { return !parents.empty(); }
 };
 
 // Wall time of the forwards a proposer ran during one call, for draft-length policies.
@@ -65,6 +72,11 @@ class Proposer {
   // The target kept `n_accepted` of the tokens last proposed for `seq` (0 if none were) and then
   // committed `next`.
   virtual void Accept(int seq, int n_accepted, int32_t next) = 0;
+  // The same for a token tree: the target kept the nodes `path` (root to leaf). A proposer that
+  // drafts only chains gets their count.
+  virtual void AcceptPath(int seq, std::span<const int> path, int32_t next) {
+    Accept(seq, static_cast<int>(path.size()), next);
+  }
 };
 
 }  // namespace specd

@@ -169,11 +169,16 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
         for (int e = 0; e < 32; ++e) {
           const int g = e / 4, t = e % 4, j = static_cast<int>(n % 16);
           int u;
+          const int at = j * 4 + t;
           if (!p.nibbles) {
-            u = values[g * 64 + j * 4 + t];
+            u = values[g * 64 + at];
           } else {
-            const uint8_t byte = values[(g % 4) * 64 + j * 4 + t];
+            const uint8_t byte = values[(g % 4) * 64 + at];
             u = g < 4 ? (byte & 15) : (byte >> 4);
+            for (int plane = 0; plane < p.high_planes; ++plane) {
+              const uint8_t bits = values[256 + plane * 64 + g * 8 + at / 8];
+              u |= ((bits >> (at % 8)) & 1) << (4 + plane);
+            }
           }
           const int s = p.sub_blocks == 2 ? e / 16 : 0;
           const int n_floats = 16 * p.sub_blocks;

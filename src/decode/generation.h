@@ -1,4 +1,5 @@
-// What every decoding strategy takes and returns.
+// A whole request (one prompt with n completions, or several prompts) and its result, as
+// engine/generate.h runs them.
 #pragma once
 
 #include <cstdint>
@@ -54,11 +55,5 @@ struct GenerateResult {
   int64_t n_tokens = 0;  // generated over all sequences
   int64_t n_forward = 0;
 };
-
-// Records token `token` of sequence `index` (logits `row` it was chosen from), shared by every
-// strategy: log-probability, latency, EOS, streaming callback, length limit. Returns true when
-// the sequence is finished (finish_reason set).
-bool CommitToken(const GenerateRequest& request, int32_t eos, int index, int32_t token,
-                 std::span<const float> row, double elapsed_ms, GenerateResult* result);
 
 }  // namespace specd

@@ -74,7 +74,10 @@ std::vector<int> Engine::AddCompletions(const SequenceRequest& request, int n) {
         s.t_added_ms = clock_.ElapsedMs();
         s.slot = kv_.Acquire();
         ++next_id_;
-        if (r.n_predict == 0) s.finish_reason = "length", kv_.Release(s.slot), s.slot = -1;
+        if (r.n_predict == 0) {
+          s.finish_reason = "length";
+          Release(s);
+        }
         sequences_.emplace(s.id, std::move(s));
       } catch (...) {
         for (int id : ids) {

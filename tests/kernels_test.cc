@@ -160,8 +160,16 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
     for (int64_t n = 0; n < rows; ++n) {
       DequantizeRow(type, w.view.Row(n), want.data(), cols);
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = p.data.data() + (n / 16 * nb + b) * p.BlockBytes();
+        const uint8_t* group = p.data.data() + n / 16 * p.GroupBytes();
+        const uint8_t* blk = group + b * p.BlockBytes();
         auto header = [&](int index) {  // float number `index` of the header
+          if (p.k_scales) {             // d * sc, then -(dmin * m), from the bytes and the trailer
+            const auto* trailer =
+                reinterpret_cast<const uint16_t*>(group + p.TrailerOffset() + b / 8 * 64);
+            const int j = index % 16;
+            return index < 16 ? Fp16ToFp32(trailer[j]) * blk[j]
+                              : -(Fp16ToFp32(trailer[16 + j]) * blk[16 + j]);
+          }
           if (p.f32_scales) return reinterpret_cast<const float*>(blk)[index];
           return Fp16ToFp32(reinterpret_cast<const uint16_t*>(blk)[index]);
         };

@@ -41,14 +41,21 @@ struct PackedInt8Weights {
   int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
   bool has_mins = false;    // an additive min per sub-block
   bool f32_scales = false;  // header floats as f32 (else f16)
-  int32_t offset = 128;     // the level is u - offset
+  // q4_K / q5_K: the header holds the rows' 6-bit sub-block scales and mins as bytes, and each
+  // row group ends with a trailer of the rows' f16 super-block d and dmin (16 + 16 per 256
+  // values); the kernel forms d * sc and dmin * m in f32, which is exact.
+  bool k_scales = false;
+  int32_t offset = 128;  // the level is u - offset
   AlignedBuffer<uint8_t> data;
 
   int64_t HeaderBytes() const {
+    if (k_scales) return 32;
     return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
   }
   int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 + 64 * high_planes : 512); }
-  int64_t GroupBytes() const { return cols / 32 * BlockBytes(); }
+  int64_t GroupBytes() const { return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * 64 : 0); }
+  // The trailer of super-block scales of a row group (k_scales only).
+  int64_t TrailerOffset() const { return cols / 32 * BlockBytes(); }
 };
 
 // Whether PackInt8 takes weights of this type (every quantized type; not f32 / f16 / bf16).

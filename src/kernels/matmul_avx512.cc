@@ -329,7 +329,10 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
 // K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
 // isum_s is seeded with -offset * sum_s(a) as in PackedTile; the float steps run in one fixed
 // order, so results do not depend on MT, m or the thread split.
-template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, bool kF32>
+// Header kinds: f16 or f32 scales (and mins), or K-quant byte scales with a trailer.
+enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
+
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
 void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
                        int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
                        int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
@@ -365,16 +368,30 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
       }
     }
     auto load16 = [&](int index) {  // the header's 16 floats number `index`
-      if constexpr (kF32) {
+      if constexpr (kScales == kScalesF32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
       } else {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
       }
     };
     __m512 scale[kSub], min[kSub];
-    for (int s = 0; s < kSub; ++s) {
-      scale[s] = load16(s);
-      if constexpr (kMins) min[s] = load16(kSub + s);
+    if constexpr (kScales == kScalesK) {
+      // d * sc and -(dmin * m), exact in f32 (f16 times a 6-bit integer).
+      const auto* trailer = reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * 64);
+      auto bytes16 = [&](int at) {
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
+      };
+      scale[0] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer)), bytes16(0));
+      const __m512 dmin_m =
+          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1)), bytes16(16));
+      min[0] = _mm512_castsi512_ps(
+          _mm512_xor_si512(_mm512_castps_si512(dmin_m), _mm512_set1_epi32(INT32_MIN)));
+    } else {
+      for (int s = 0; s < kSub; ++s) {
+        scale[s] = load16(s);
+        if constexpr (kMins) min[s] = load16(kSub + s);
+      }
     }
     for (int r = 0; r < MT; ++r) {
       const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
@@ -399,7 +416,7 @@ using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int32_
                                const float*, const int32_t*, int64_t, int64_t, float*, int64_t,
                                int64_t, int64_t);
 
-template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, bool kF32>
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kF32>
 constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
     PackedTileGeneral<1, kNibbles, kPlanes, kSub16, kMins, kF32>,
     PackedTileGeneral<2, kNibbles, kPlanes, kSub16, kMins, kF32>,
@@ -412,26 +429,29 @@ constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
 
 // The tiles for a packed format, or nullptr for the formats PackedTile handles.
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
-  if (!w.has_mins && !w.f32_scales && w.sub_blocks == 1) return nullptr;
+  if (!w.has_mins && !w.f32_scales && !w.k_scales && w.sub_blocks == 1) return nullptr;
   const bool sub16 = w.sub_blocks == 2;
+  const int scales = w.k_scales ? kScalesK : w.f32_scales ? kScalesF32 : kScalesF16;
   struct Layout {
     bool nibbles;
     int planes;
-    bool sub16, mins, f32;
+    bool sub16, mins;
+    int scales;
     const GeneralTileFn* tiles;
   };
   static constexpr Layout kLayouts[] = {
-      {true, 0, false, true, false, kGeneralTiles<true, 0, false, true, false>},  // q4_1
-      {true, 1, false, true, false, kGeneralTiles<true, 1, false, true, false>},  // q5_1
-      {true, 0, false, true, true, kGeneralTiles<true, 0, false, true, true>},    // q4_K
-      {true, 1, false, true, true, kGeneralTiles<true, 1, false, true, true>},    // q5_K
-      {false, 0, true, false, true, kGeneralTiles<false, 0, true, false, true>},  // q6_K
-      {true, 0, true, false, true, kGeneralTiles<true, 0, true, false, true>},    // q3_K
-      {true, 0, true, true, true, kGeneralTiles<true, 0, true, true, true>},      // q2_K
+      {true, 0, false, true, kScalesF16, kGeneralTiles<true, 0, false, true, kScalesF16>},  // q4_1
+      {true, 1, false, true, kScalesF16, kGeneralTiles<true, 1, false, true, kScalesF16>},  // q5_1
+      {true, 0, false, true, kScalesK, kGeneralTiles<true, 0, false, true, kScalesK>},      // q4_K
+      {true, 1, false, true, kScalesK, kGeneralTiles<true, 1, false, true, kScalesK>},      // q5_K
+      {false, 0, true, false, kScalesF32,
+       kGeneralTiles<false, 0, true, false, kScalesF32>},                                   // q6_K
+      {true, 0, true, false, kScalesF32, kGeneralTiles<true, 0, true, false, kScalesF32>},  // q3_K
+      {true, 0, true, true, kScalesF32, kGeneralTiles<true, 0, true, true, kScalesF32>},    // q2_K
   };
   for (const Layout& l : kLayouts) {
     if (l.nibbles == w.nibbles && l.planes == w.high_planes && l.sub16 == sub16 &&
-        l.mins == w.has_mins && l.f32 == w.f32_scales) {
+        l.mins == w.has_mins && l.scales == scales) {
       return l.tiles;
     }
   }

@@ -17,6 +17,10 @@ struct BlockLevels {
   uint8_t u[32];
   float scale[2] = {0, 0};
   float min[2] = {0, 0};
+  // q4_K / q5_K as stored: 6-bit scale and min of this 32-block, f16 d and dmin of its
+  // super-block (scale[0] = d * sc, min[0] = -(dmin * m)).
+  uint8_t k_sc = 0, k_m = 0;
+  uint16_t k_d = 0, k_dmin = 0;
 };
 
 // The layout each type is packed in (header of f16 or f32, nibbles or bytes, offset).
@@ -63,14 +67,14 @@ PackedInt8Weights FormatFor(DType t) {
     case DType::kQ4_K:
       p.nibbles = true;
       p.has_mins = true;
-      p.f32_scales = true;
+      p.k_scales = true;
       p.offset = 0;
       break;
     case DType::kQ5_K:
       p.nibbles = true;
       p.high_planes = 1;
       p.has_mins = true;
-      p.f32_scales = true;
+      p.k_scales = true;
       p.offset = 0;
       break;
     case DType::kQ6_K:  // bytes: two bit planes cost more unpacking than they save in reads
@@ -153,6 +157,10 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
       }
       out->scale[0] = Fp16ToFp32(d16) * sc[b];
       out->min[0] = -(Fp16ToFp32(dmin16) * mn[b]);
+      out->k_sc = sc[b];
+      out->k_m = mn[b];
+      out->k_d = d16;
+      out->k_dmin = dmin16;
       return;
     }
     case DType::kQ6_K: {
@@ -222,7 +230,11 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
 // Writes one (row group, block) of p from the levels of its 16 rows.
 void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t* out) {
   const int n_floats = 16 * p.sub_blocks;
-  for (int s = 0; s < p.sub_blocks; ++s) {
+  for (int j = 0; j < 16 && p.k_scales; ++j) {
+    out[j] = rows[j].k_sc;
+    out[16 + j] = rows[j].k_m;
+  }
+  for (int s = 0; s < p.sub_blocks && !p.k_scales; ++s) {
     for (int j = 0; j < 16; ++j) {
       const int at = s * 16 + j;
       if (p.f32_scales) {
@@ -287,7 +299,15 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
             std::fill(rows[j].u, rows[j].u + 32, static_cast<uint8_t>(p.offset));
           }
         }
-        WriteBlock(p, rows, p.data.data() + (group * nb + b) * p.BlockBytes());
+        uint8_t* group_data = p.data.data() + group * p.GroupBytes();
+        WriteBlock(p, rows, group_data + b * p.BlockBytes());
+        if (p.k_scales && b % 8 == 0) {  // the super-block's d and dmin of the 16 rows
+          auto* trailer = reinterpret_cast<uint16_t*>(group_data + p.TrailerOffset() + b / 8 * 64);
+          for (int j = 0; j < 16; ++j) {
+            trailer[j] = rows[j].k_d;
+            trailer[16 + j] = rows[j].k_dmin;
+          }
+        }
       }
     }
   });

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "tests/test_util.h"
 
@@ -261,6 +262,62 @@ TEST(Engine, TokenTreesKeepGreedyAndCoupledOutputAndSampleByRejection) {
     }
     for (int slot = 0; slot < 3; ++slot) EXPECT_FALSE(kv->InUse(slot));  // all released
   }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+TEST(Ngram, LookupProposesWhatFollowedTheLatestRepeat) {
+  // ... 7 8 9 | 1 2 3 4 | 7 8 9 -> the latest earlier "7 8 9" was followed by 1 2 3 4.
+  const std::vector<int32_t> h = {5, 7, 8, 9, 1, 2, 3, 4, 7, 8, 9};
+  EXPECT_EQ(NgramProposer::Lookup(h, 1, 3, 3), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(NgramProposer::Lookup(h, 1, 3, 10), (std::vector<int32_t>{1, 2, 3, 4, 7, 8, 9}));
+  // The longest n first: "2 9" never occurred, "9" did (latest: before 1).
+  EXPECT_EQ(NgramProposer::Lookup({9, 1, 2, 9}, 1, 2, 2), (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(NgramProposer::Lookup({1, 2, 3}, 1, 3, 4).empty());  // nothing repeats
+  EXPECT_TRUE(NgramProposer::Lookup({1, 2, 1}, 2, 3, 4).empty());  // only a 1-gram repeats
+  EXPECT_THROW(NgramProposer(0, 3, 10), Error);
+}
+
+TEST(Ngram, OutputEqualsPlainDecodingGreedyAndCoupled) {
+  ModelPair p(DType::kQ8_0, 7);
+  // A repetitive prompt, so that lookups find continuations.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; ++i) {
+    for (int32_t t : {11, 12, 13, 14, 15}) prompt.push_back(t + (i % 2));
+  }
+  for (float temperature : {0.0f, 0.9f}) {
+    auto kv = p.target->NewKvCache({2, 256});
+    NgramProposer proposer(1, 3, p.target->config().n_vocab);
+    FixedDraftLength policy(4);
+    StepOptions options;
+    options.spec_sampling = SpecSampling::kCoupled;
+    Engine engine(*p.target, *kv, p.ctx, options, &proposer, &policy);
+    const SequenceRequest a = Request(prompt, 40, temperature, 5);
+    const SequenceRequest b = Request(Prompt(9, 4), 40, temperature, 6);
+    const int ia = engine.Add(a), ib = engine.Add(b);
+    while (engine.HasWork()) engine.Step();
+    EXPECT_EQ(engine.sequence(ia).tokens, Alone(p, a)) << temperature;
+    EXPECT_EQ(engine.sequence(ib).tokens, Alone(p, b)) << temperature;
+    EXPECT_GT(engine.stats().n_drafted, 0);
+  }
+}
+
+TEST(Ngram, RejectionSamplingWithPointMassDraftsRuns) {
+  ModelPair p(DType::kF32, 7);
+  auto kv = p.target->NewKvCache({1, 256});
+  NgramProposer proposer(1, 2, p.target->config().n_vocab);
+  FixedDraftLength policy(3);
+  Engine engine(*p.target, *kv, p.ctx, StepOptions{}, &proposer, &policy);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 8; ++i) prompt.push_back(20 + i % 3);
+  const int id = engine.Add(Request(prompt, 30, 1.0f, 8));
+  while (engine.HasWork()) engine.Step();
+  EXPECT_EQ(engine.sequence(id).tokens.size(), 30u);
+  EXPECT_GT(engine.stats().n_drafted, 0);
 }
 
 }  // namespace

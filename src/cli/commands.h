@@ -37,6 +37,9 @@ struct GenerateOptions {
   // Sampled speculation: "coupled" (Gumbel-max with shared per-position noise; every sampled run,
   // plain or speculative, then samples by Gumbel-max) or "rejection".
   std::string spec_sampling = "coupled";
+  std::string spec_type = "draft";  // draft (a draft model, -md) or ngram (prompt lookup)
+  int ngram_min = 1;                // n-gram sizes the lookup tries, longest first
+  int ngram_max = 3;
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
+#include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -64,9 +65,14 @@ int RunGenerate(const GenerateOptions& options) {
     // The shipped pair decodes speculatively unless asked otherwise.
     if (o.draft_model.empty() && o.strategy != "ar") o.draft_model = DefaultDraftModel();
   }
-  SPECD_CHECK(o.strategy != "spec" && o.strategy != "bass" ? true : !o.draft_model.empty(),
-              "--strategy ", o.strategy, " needs a draft model (-md DRAFT.gguf)");
-  const bool speculative = !o.draft_model.empty() && o.strategy != "ar";
+  const bool ngram = o.spec_type == "ngram";
+  SPECD_CHECK(!ngram || o.draft_model.empty() || options.draft_model.empty(),
+              "--spec-type ngram drafts from the text itself: drop -md");
+  if (ngram) o.draft_model.clear();
+  SPECD_CHECK(o.strategy != "spec" && o.strategy != "bass" ? true : ngram || !o.draft_model.empty(),
+              "--strategy ", o.strategy,
+              " needs a draft model (-md DRAFT.gguf) or --spec-type ngram");
+  const bool speculative = (ngram || !o.draft_model.empty()) && o.strategy != "ar";
   const int n_prompt_sources =
       !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty() + !o.prompts_file.empty();
   SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
@@ -81,7 +87,7 @@ int RunGenerate(const GenerateOptions& options) {
   auto model = Model::Load(o.model, &ctx);
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
-  if (speculative) {
+  if (speculative && !ngram) {
     draft = Model::Load(o.draft_model, &ctx);
     CheckDraftCompatible(*model, *draft);
   }
@@ -165,8 +171,12 @@ int RunGenerate(const GenerateOptions& options) {
   SPECD_CHECK(!(o.draft_auto && o.draft_adaptive),
               "--draft-auto and --draft-adaptive are two policies: choose one");
   spec_options.adaptive = o.draft_adaptive;
-  spec_options.cost_aware = o.draft_auto || (!o.draft_adaptive && o.draft_max <= 0);
-  spec_options.draft_max = o.draft_max > 0 ? o.draft_max : (spec_options.adaptive ? 7 : 8);
+  // An n-gram lookup costs nothing to draft: a fixed length unless a policy is asked for.
+  spec_options.cost_aware = o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0);
+  spec_options.draft_max = o.draft_max > 0 ? o.draft_max
+                                           : (spec_options.adaptive ? 7
+                                              : ngram               ? 4
+                                                                    : 8);
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
   const char* draft_policy =
@@ -177,7 +187,7 @@ int RunGenerate(const GenerateOptions& options) {
           : (spec_options.adaptive ? StrCat("BASS Algorithm 1 from ", spec_options.draft_max)
                                    : StrCat("fixed ", spec_options.draft_max));
   const DType kv_type = *DTypeFromName(o.cache_type);
-  auto kv = model->NewKvCache({n_seq, n_ctx + (draft ? draft_room + 1 : 0), kv_type});
+  auto kv = model->NewKvCache({n_seq, n_ctx + (speculative ? draft_room + 1 : 0), kv_type});
   std::unique_ptr<KvCache> draft_kv;
   if (draft) draft_kv = draft->NewKvCache({n_seq, n_ctx + draft_room + 1, kv_type});
   if (!o.json) {
@@ -204,10 +214,17 @@ int RunGenerate(const GenerateOptions& options) {
     request.on_token = [&](int, int32_t token) { std::cout << stream->Push(token) << std::flush; };
   }
   SpeculativeStats stats;
-  GenerateResult result = draft ? GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request,
-                                                      spec_options, &stats)
-                                : GenerateAutoregressive(*model, ctx, *kv, request);
-  const char* strategy = !draft ? "ar" : n_seq > 1 ? "bass" : "spec";
+  GenerateResult result;
+  if (draft) {
+    result =
+        GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request, spec_options, &stats);
+  } else if (speculative) {
+    NgramProposer proposer(o.ngram_min, o.ngram_max, config.n_vocab);
+    result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
+  } else {
+    result = GenerateAutoregressive(*model, ctx, *kv, request);
+  }
+  const char* strategy = !speculative ? "ar" : n_seq > 1 ? "bass" : "spec";
   // Per-token latency (BASS): a sequence's wall time from the request's start to its last token,
   // over the tokens it generated; of the first and last finished sequences and their mean.
   double ptl_first = 0, ptl_last = 0, ptl_all = 0, first_ms = 1e300, last_ms = -1;
@@ -269,7 +286,7 @@ int RunGenerate(const GenerateOptions& options) {
                               {"t_decode_ms", result.t_decode_ms},
                               {"seed", request.sampling.seed},
                               {"spec_sampling", o.spec_sampling}};
-    if (draft) {
+    if (speculative) {
       std::vector<double> per_position;
       for (size_t i = 0; i < stats.drafted_at_position.size(); ++i) {
         per_position.push_back(stats.drafted_at_position[i]
@@ -299,15 +316,16 @@ int RunGenerate(const GenerateOptions& options) {
                  static_cast<unsigned long long>(request.sampling.seed));
     std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n", ptl_first,
                  ptl_last, ptl_all);
-    if (draft) {
+    if (speculative) {
       std::fprintf(
           stderr,
           "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
           "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
-          o.draft_model.c_str(), draft_length_label.c_str(), stats.acceptance_rate(),
-          static_cast<long long>(stats.n_accepted), static_cast<long long>(stats.n_drafted),
-          stats.mean_accepted_length(), stats.t_draft_ms, stats.t_verify_ms,
-          static_cast<long long>(stats.n_plain_steps), static_cast<long long>(stats.n_steps));
+          ngram ? "n-gram lookup" : o.draft_model.c_str(), draft_length_label.c_str(),
+          stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
+          static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(), stats.t_draft_ms,
+          stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
+          static_cast<long long>(stats.n_steps));
     }
   }
   return 0;

@@ -113,6 +113,15 @@ int main(int argc, char** argv) {
                    "position; the output is plain sampling's with the same seed, whatever the "
                    "draft lengths) or rejection (modified rejection sampling)")
       ->check(CLI::IsMember({"coupled", "rejection"}));
+  generate
+      ->add_option("--spec-type", gen.spec_type,
+                   "proposer: draft (a draft model, -md; the default) or ngram (prompt lookup: "
+                   "the continuation of the text's latest repeat of its last n tokens)")
+      ->check(CLI::IsMember({"draft", "ngram"}));
+  generate->add_option("--ngram-min", gen.ngram_min, "shortest n-gram looked up (ngram)")
+      ->check(CLI::Range(1, 64));
+  generate->add_option("--ngram-max", gen.ngram_max, "longest n-gram looked up (ngram)")
+      ->check(CLI::Range(1, 64));
 
   TokenizeOptions tok;
   auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");

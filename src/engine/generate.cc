@@ -118,6 +118,22 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
   return RunRequest(engine, request);
 }
 
+GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvCache& target_kv,
+                                    Proposer& proposer, const GenerateRequest& request,
+                                    const SpeculativeOptions& o, SpeculativeStats* stats,
+                                    VerifyFunction verify) {
+  const auto policy = MakeDraftLengthPolicy(o);
+  StepOptions options;
+  options.attention = request.attention;
+  options.spec_sampling = o.spec_sampling;
+  options.verify = verify;
+  Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
+  GenerateResult result = RunRequest(engine, request);
+  result.n_forward = engine.stats().n_steps;
+  if (stats != nullptr) stats->Add(engine.stats());
+  return result;
+}
+
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
                                    const GenerateRequest& request, const SpeculativeOptions& o,
@@ -126,20 +142,8 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ", n,
               " sequences does not fit the KV caches");
-  const auto policy = MakeDraftLengthPolicy(o);
   DraftModelProposer proposer(draft, draft_kv, ctx, request.attention);
-  StepOptions options;
-  options.attention = request.attention;
-  options.spec_sampling = o.spec_sampling;
-  options.verify = verify;
-  GenerateResult result;
-  {
-    Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
-    result = RunRequest(engine, request);
-    result.n_forward = engine.stats().n_steps;
-    if (stats != nullptr) stats->Add(engine.stats());
-  }
-  return result;
+  return GenerateWithProposer(target, ctx, target_kv, proposer, request, o, stats, verify);
 }
 
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,

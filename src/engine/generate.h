@@ -41,6 +41,12 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& request);
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
                                       const GenerateRequest& request);
 
+// Speculative decoding with any proposer (it must know no sequences yet).
+GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvCache& target_kv,
+                                    Proposer& proposer, const GenerateRequest& request,
+                                    const SpeculativeOptions& options, SpeculativeStats* stats,
+                                    VerifyFunction verify = VerifySampled);
+
 // Speculative decoding with a draft model; each model needs a free KV slot per sequence with
 // room for its prompt + n_predict + the longest draft + 1 tokens. `verify` decides sampled
 // verification by rejection sampling.

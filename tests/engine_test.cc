@@ -9,6 +9,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/generate.h"
@@ -164,6 +165,9 @@ class TestTreeProposer : public Proposer {
     ASSERT_EQ(n_accepted, 0);  // trees come back through AcceptPath
     context_.at(seq).push_back(next);
   }
+  void Append(int seq, std::span<const int32_t> tokens) override {
+    context_.at(seq).insert(context_.at(seq).end(), tokens.begin(), tokens.end());
+  }
   void AcceptPath(int seq, std::span<const int> path, int32_t next) override {
     for (int node : path) context_.at(seq).push_back(last_.at(seq).tokens[node]);
     context_.at(seq).push_back(next);
@@ -303,6 +307,34 @@ TEST(Ngram, OutputEqualsPlainDecodingGreedyAndCoupled) {
     EXPECT_EQ(engine.sequence(ia).tokens, Alone(p, a)) << temperature;
     EXPECT_EQ(engine.sequence(ib).tokens, Alone(p, b)) << temperature;
     EXPECT_GT(engine.stats().n_drafted, 0);
+  }
+}
+
+// Lookup first, the draft model where lookup finds nothing: still plain decoding's output.
+TEST(Ngram, CombinedWithADraftModelEqualsPlainDecoding) {
+  ModelPair p(DType::kQ8_0, 99);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 4; ++i) {
+    for (int32_t t : {31, 32, 33}) prompt.push_back(t);
+  }
+  for (float temperature : {0.0f, 0.8f}) {
+    auto kv = p.target->NewKvCache({2, 256});
+    auto draft_kv = p.draft->NewKvCache({2, 256});
+    NgramProposer lookup(1, 3, p.target->config().n_vocab);
+    DraftModelProposer model(*p.draft, *draft_kv, p.ctx, AttentionMode::kSplit);
+    CombinedProposer both(lookup, model);
+    FixedDraftLength policy(3);
+    StepOptions options;
+    options.spec_sampling = SpecSampling::kCoupled;
+    Engine engine(*p.target, *kv, p.ctx, options, &both, &policy);
+    const SequenceRequest a = Request(prompt, 40, temperature, 2);
+    const SequenceRequest b = Request(Prompt(6, 8), 40, temperature, 3);
+    const int ia = engine.Add(a), ib = engine.Add(b);
+    while (engine.HasWork()) engine.Step();
+    EXPECT_EQ(engine.sequence(ia).tokens, Alone(p, a)) << temperature;
+    EXPECT_EQ(engine.sequence(ib).tokens, Alone(p, b)) << temperature;
+    EXPECT_GT(both.n_first, 0);
+    EXPECT_GT(both.n_second, 0);
   }
 }
 

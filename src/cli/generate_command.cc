@@ -12,6 +12,8 @@
 #include "base/error.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
+#include "draft/combined_proposer.h"
+#include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
@@ -215,7 +217,12 @@ int RunGenerate(const GenerateOptions& options) {
   }
   SpeculativeStats stats;
   GenerateResult result;
-  if (draft) {
+  if (draft && o.spec_type == "draft+ngram") {
+    NgramProposer lookup(o.ngram_min, o.ngram_max, config.n_vocab);
+    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention);
+    CombinedProposer both(lookup, draft_proposer);
+    result = GenerateWithProposer(*model, ctx, *kv, both, request, spec_options, &stats);
+  } else if (draft) {
     result =
         GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request, spec_options, &stats);
   } else if (speculative) {
@@ -225,6 +232,10 @@ int RunGenerate(const GenerateOptions& options) {
     result = GenerateAutoregressive(*model, ctx, *kv, request);
   }
   const char* strategy = !speculative ? "ar" : n_seq > 1 ? "bass" : "spec";
+  const std::string proposer_label = ngram ? "n-gram lookup"
+                                     : o.spec_type == "draft+ngram"
+                                         ? "n-gram lookup, then " + o.draft_model
+                                         : o.draft_model;
   // Per-token latency (BASS): a sequence's wall time from the request's start to its last token,
   // over the tokens it generated; of the first and last finished sequences and their mean.
   double ptl_first = 0, ptl_last = 0, ptl_all = 0, first_ms = 1e300, last_ms = -1;
@@ -321,11 +332,10 @@ int RunGenerate(const GenerateOptions& options) {
           stderr,
           "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
           "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
-          ngram ? "n-gram lookup" : o.draft_model.c_str(), draft_length_label.c_str(),
-          stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
-          static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(), stats.t_draft_ms,
-          stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
-          static_cast<long long>(stats.n_steps));
+          proposer_label.c_str(), draft_length_label.c_str(), stats.acceptance_rate(),
+          static_cast<long long>(stats.n_accepted), static_cast<long long>(stats.n_drafted),
+          stats.mean_accepted_length(), stats.t_draft_ms, stats.t_verify_ms,
+          static_cast<long long>(stats.n_plain_steps), static_cast<long long>(stats.n_steps));
     }
   }
   return 0;

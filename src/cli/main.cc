@@ -115,9 +115,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"coupled", "rejection"}));
   generate
       ->add_option("--spec-type", gen.spec_type,
-                   "proposer: draft (a draft model, -md; the default) or ngram (prompt lookup: "
-                   "the continuation of the text's latest repeat of its last n tokens)")
-      ->check(CLI::IsMember({"draft", "ngram"}));
+                   "proposer: draft (a draft model, -md; the default), ngram (prompt lookup: "
+                   "the continuation of the text's latest repeat of its last n tokens) or "
+                   "draft+ngram (lookup first, the draft model where it finds nothing)")
+      ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
   generate->add_option("--ngram-min", gen.ngram_min, "shortest n-gram looked up (ngram)")
       ->check(CLI::Range(1, 64));
   generate->add_option("--ngram-max", gen.ngram_max, "longest n-gram looked up (ngram)")

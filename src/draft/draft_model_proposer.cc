@@ -153,4 +153,10 @@ void DraftModelProposer::Accept(int seq, int n_accepted, int32_t next) {
   s.drafted.clear();
 }
 
+void DraftModelProposer::Append(int seq, std::span<const int32_t> tokens) {
+  State& s = seqs_.at(seq);
+  SPECD_CHECK(s.drafted.empty(), "draft: tokens appended while drafts await verification");
+  s.pending.insert(s.pending.end(), tokens.begin(), tokens.end());
+}
+
 }  // namespace specd

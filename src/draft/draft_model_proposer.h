@@ -25,6 +25,7 @@ class DraftModelProposer : public Proposer {
   void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
+  void Append(int seq, std::span<const int32_t> tokens) override;
 
  private:
   struct State {

@@ -63,4 +63,9 @@ void NgramProposer::Accept(int seq, int n_accepted, int32_t next) {
   s.proposed.clear();
 }
 
+void NgramProposer::Append(int seq, std::span<const int32_t> tokens) {
+  State& s = seqs_.at(seq);
+  s.history.insert(s.history.end(), tokens.begin(), tokens.end());
+}
+
 }  // namespace specd

@@ -23,6 +23,7 @@ class NgramProposer : public Proposer {
   void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
+  void Append(int seq, std::span<const int32_t> tokens) override;
 
   // The continuation of the longest matching n-gram in `history` (up to k tokens), or nothing.
   static std::vector<int32_t> Lookup(const std::vector<int32_t>& history, int min_n, int max_n,

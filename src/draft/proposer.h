@@ -72,6 +72,9 @@ class Proposer {
   // The target kept `n_accepted` of the tokens last proposed for `seq` (0 if none were) and then
   // committed `next`.
   virtual void Accept(int seq, int n_accepted, int32_t next) = 0;
+  // Tokens committed to `seq` that this proposer did not propose (another proposer drafted them
+  // in a combination): it reads them as context.
+  virtual void Append(int seq, std::span<const int32_t> tokens) = 0;
   // The same for a token tree: the target kept the nodes `path` (root to leaf). A proposer that
   // drafts only chains gets their count.
   virtual void AcceptPath(int seq, std::span<const int> path, int32_t next) {

@@ -92,6 +92,9 @@ TEST(Engine, CancelFreesTheSlotsAndLeavesTheOthersAlone) {
   e.engine.Cancel(a);
   EXPECT_EQ(e.engine.sequence(a).finish_reason, "cancelled");
   const int c = e.engine.Add(r1);  // its slots are free again at once
+  EXPECT_THROW(e.engine.Forget(b), Error);  // still running
+  e.engine.Forget(a);
+  EXPECT_THROW(e.engine.sequence(a), Error);
   while (e.engine.HasWork()) e.engine.Step();
   EXPECT_EQ(e.engine.sequence(b).tokens, Alone(p, r2));
   EXPECT_EQ(e.engine.sequence(c).tokens, Alone(p, r1));

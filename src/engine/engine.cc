@@ -123,6 +123,13 @@ void Engine::Cancel(int id, const char* reason) {
   Release(s);
 }
 
+void Engine::Forget(int id) {
+  auto it = sequences_.find(id);
+  SPECD_CHECK(it != sequences_.end(), "no sequence ", id);
+  SPECD_CHECK(it->second.finished(), "sequence ", id, " is still running: cancel it first");
+  sequences_.erase(it);
+}
+
 bool Engine::HasWork() const {
   for (const auto& [id, s] : sequences_) {
     if (!s.finished()) return true;

@@ -33,6 +33,9 @@ class Engine {
   // Ends a sequence now (finish_reason "cancelled" unless given) and frees its KV slots.
   void Cancel(int id, const char* reason = "cancelled");
 
+  // Drops a finished sequence's record (a long-running engine forgets what it has reported).
+  void Forget(int id);
+
   // One step for every live sequence.
   StepReport Step();
   bool HasWork() const;

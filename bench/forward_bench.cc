@@ -155,13 +155,15 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     for (int t : o.threads) {
       ThreadPool pool(t);
       const KernelContext ctx{&pool, cpu};
-      // The machine is shared: bandwidth and decode speed are measured back to back, each the
-      // best of three, so a burst of outside load skews the ratio as little as possible.
-      bandwidth[t] = std::max(bandwidth[t], MeasureReadBandwidthGBs(pool, size_t{1} << 30, 3));
+      // The machine is shared and its memory speed changes state within minutes: the bandwidth
+      // is measured just before and just after this decode (the better of the two), not carried
+      // over from other types, so that the fraction compares figures of one state.
+      bandwidth[t] = MeasureReadBandwidthGBs(pool, size_t{1} << 30, 3);
       double tps = 0.0;
       for (int rep = 0; rep < 3; ++rep) {
         tps = std::max(tps, DecodeTokensPerSecond(*model, ctx, o.n_decode));
       }
+      bandwidth[t] = std::max(bandwidth[t], MeasureReadBandwidthGBs(pool, size_t{1} << 30, 3));
       const double roof = bandwidth[t] * 1e9 / model->WeightBytesPerToken();
       log(StrCat(DTypeName(type), " threads=", t, ": ", tps, " tok/s, roofline ", roof));
       entry["decode"][std::to_string(t)] = {{"tokens_per_s", tps},
@@ -188,8 +190,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       md_rows << cell;
     }
     md_rows << "\n";
-    const bool int8 = type == DType::kQ8_0 || type == DType::kQ4_0;
-    if (int8 && peak_gmacs > 0.0) {
+    if (IsPackable(type) && peak_gmacs > 0.0) {
       // What no kernel can beat: the weights streamed once from DRAM, and the matmul work done at
       // the VNNI peak. Verifying K drafts is cheap only while the first bound dominates.
       const double macs = static_cast<double>(model->MatmulMacsPerToken());

@@ -273,46 +273,45 @@ TEST(Kernels, RopeMatchesReference) {
   }
 }
 
+// A gated activation's scalar and AVX-512 paths against its reference (103 values: the AVX-512
+// path's masked tail is exercised too).
+void CheckGluMatchesReference(void (*fast_fn)(const KernelContext&, const float*, const float*,
+                                              float*, int64_t),
+                              void (*reference_fn)(const float*, const float*, float*, int64_t),
+                              const std::vector<float>& g, const std::vector<float>& u) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<float> ref(n);
+  reference_fn(g.data(), u.data(), ref.data(), n);
+  ThreadPool pool(1);
+  for (bool avx512 : {false, true}) {
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    if (avx512 && !ctx.cpu.avx512) continue;
+    ctx.cpu.avx512 = avx512;
+    std::vector<float> fast(n);
+    fast_fn(ctx, g.data(), u.data(), fast.data(), n);
+    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
+  }
+}
+
 TEST(Kernels, SoftmaxAndSwiGluMatchReference) {
   auto x = RandomVector(1000, 9, 20.0f);
   auto y = x;
   Softmax(x.data(), 1000);
   reference::Softmax(y.data(), 1000);
   EXPECT_LT(RelativeError(x, y), 1e-5);
-  // 103 values: the AVX-512 path's masked tail is exercised too.
   const auto g = RandomVector(103, 1, 8.0f), u = RandomVector(103, 2);
-  std::vector<float> ref(103);
-  reference::SwiGlu(g.data(), u.data(), ref.data(), 103);
-  ThreadPool pool(1);
-  for (bool avx512 : {false, true}) {
-    KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if (avx512 && !ctx.cpu.avx512) continue;
-    ctx.cpu.avx512 = avx512;
-    std::vector<float> fast(103);
-    SwiGlu(ctx, g.data(), u.data(), fast.data(), 103);
-    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
-  }
+  CheckGluMatchesReference(SwiGlu, reference::SwiGlu, g, u);
 }
 
 TEST(Kernels, GeGluMatchesReference) {
   const auto g = RandomVector(103, 3, 8.0f), u = RandomVector(103, 4);
-  std::vector<float> ref(103);
-  reference::GeGlu(g.data(), u.data(), ref.data(), 103);
   // Known values of tanh-GELU: gelu(1) = 0.841192, gelu(-2) = -0.0454023.
   const float x[2] = {1.0f, -2.0f}, one[2] = {1.0f, 1.0f};
   float y[2];
   reference::GeGlu(x, one, y, 2);
   EXPECT_NEAR(y[0], 0.841192f, 1e-6f);
   EXPECT_NEAR(y[1], -0.0454023f, 1e-6f);
-  ThreadPool pool(1);
-  for (bool avx512 : {false, true}) {
-    KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if (avx512 && !ctx.cpu.avx512) continue;
-    ctx.cpu.avx512 = avx512;
-    std::vector<float> fast(103);
-    GeGlu(ctx, g.data(), u.data(), fast.data(), 103);
-    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
-  }
+  CheckGluMatchesReference(GeGlu, reference::GeGlu, g, u);
 }
 
 TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {

@@ -269,6 +269,22 @@ inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
   }
 }
 
+// Adds block b's products over lanes {g0, g0 + 1, g0 + 4, g0 + 5} (w) to each activation row's
+// integer sums: lanes 0..3 (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1, and
+// spread over kChains independent sums so that few rows are not bound by vpdpbusd's latency.
+template <int MT, int kSub, int kChains>
+inline void DotLanes(const __m512i w[4], int g0, const int8_t* aq, int64_t k, int64_t m0, int64_t b,
+                     __m512i (&isum)[MT][kSub][kChains]) {
+  const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
+  for (int r = 0; r < MT; ++r) {
+    const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+    for (int j = 0; j < 4; ++j) {
+      __m512i& sum = isum[r][j >= 2 ? kSub - 1 : 0][j % kChains];
+      sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(a[lanes[j]]));
+    }
+  }
+}
+
 // Packed int8 kernel: 16 output rows (one row group) x MT activation rows, all blocks.
 // isum = sum over the block of w_u * a, where w_u = w + offset (offset 128 for q8_0, 8 for q4_0
 // nibbles); the offset's contribution, offset * sum(a), is precomputed per activation block and
@@ -289,29 +305,23 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
     // Few activation rows leave one chain of dependent vpdpbusd per row, bound by its latency:
     // split it into kChains independent sums (integer sums are exact in any order).
     constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
-    __m512i isum[MT][kChains];
+    __m512i isum[MT][1][kChains];
     for (int r = 0; r < MT; ++r) {
-      isum[r][0] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
-      for (int c = 1; c < kChains; ++c) isum[r][c] = _mm512_setzero_si512();
+      isum[r][0][0] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+      for (int c = 1; c < kChains; ++c) isum[r][0][c] = _mm512_setzero_si512();
     }
     for (int half = 0; half < 2; ++half) {
       // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
-      const int g0 = 2 * half;
-      const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
       __m512i w[4];
-      LoadLanes<kNibbles, kPlanes>(values, g0, w);
-      for (int r = 0; r < MT; ++r) {
-        const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
-        for (int j = 0; j < 4; ++j) {
-          __m512i& sum = isum[r][j % kChains];
-          sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(a[lanes[j]]));
-        }
-      }
+      LoadLanes<kNibbles, kPlanes>(values, 2 * half, w);
+      DotLanes<MT, 1, kChains>(w, 2 * half, aq, k, m0, b, isum);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < MT; ++r) {
-      for (int c = 1; c < kChains; ++c) isum[r][0] = _mm512_add_epi32(isum[r][0], isum[r][c]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][0]),
+      for (int c = 1; c < kChains; ++c) {
+        isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][0][0]),
                                _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
     }
   }
@@ -368,18 +378,9 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
       }
     }
     for (int half = 0; half < 2; ++half) {
-      const int g0 = 2 * half;
-      const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
       __m512i w[4];
-      LoadLanes<kNibbles, kPlanes>(values, g0, w);
-      for (int r = 0; r < MT; ++r) {
-        const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
-        // Lanes 0..3 are elements 0..15 (sub-block 0), lanes 4..7 elements 16..31.
-        for (int j = 0; j < 4; ++j) {
-          __m512i& target = isum[r][(kSub16 && j >= 2) ? kSub - 1 : 0][j % kChains];
-          target = _mm512_dpbusd_epi32(target, w[j], _mm512_set1_epi32(a[lanes[j]]));
-        }
-      }
+      LoadLanes<kNibbles, kPlanes>(values, 2 * half, w);
+      DotLanes<MT, kSub, kChains>(w, 2 * half, aq, k, m0, b, isum);
     }
     auto load16 = [&](int index) {  // the header's 16 floats number `index`
       if constexpr (kScales == kScalesF32) {

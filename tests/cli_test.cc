@@ -160,6 +160,14 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
   ASSERT_EQ(seqs.size(), 3u);
   EXPECT_EQ(bass_summary["strategy"], "bass");
   EXPECT_EQ(bass_summary["draft_adaptive"], true);
+  // Per sequence and step, not summed over the batch: at most the longest draft + 1. Positions
+  // never drafted are absent or null, never a 0.0 that reads as "always rejected".
+  const auto& by_position = bass_summary["acceptance_by_position"];
+  EXPECT_LE(bass_summary["mean_accepted_length"].get<double>(), by_position.size() + 1.0);
+  EXPECT_LE(by_position.size(), 32u);
+  for (const auto& rate : by_position) {
+    EXPECT_TRUE(rate.is_null() || (rate.get<double>() >= 0.0 && rate.get<double>() <= 1.0));
+  }
   EXPECT_EQ(bass_summary["draft_policy"], "adaptive");
   for (const char* k : {"ptl_first_ms", "ptl_last_ms", "ptl_all_ms"})
     EXPECT_TRUE(bass_summary.contains(k));

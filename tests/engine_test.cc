@@ -76,6 +76,9 @@ TEST(Engine, SequencesJoiningMidRunAndMixingGreedyAndSampledEqualEachAlone) {
     EXPECT_EQ(e.engine.sequence(b).tokens, Alone(*pair, sampled));
     EXPECT_EQ(e.engine.sequence(c).tokens, Alone(*pair, late));
     EXPECT_GT(e.engine.stats().n_accepted, 0);
+    // Per sequence and step: at most K + 1 tokens (it used to be summed over the batch).
+    EXPECT_LE(e.engine.stats().mean_accepted_length(), 3 + 1);
+    EXPECT_GE(e.engine.stats().mean_accepted_length(), 1.0);
   }
 }
 
@@ -91,7 +94,7 @@ TEST(Engine, CancelFreesTheSlotsAndLeavesTheOthersAlone) {
   EXPECT_THROW(e.engine.Add(r1), Error);  // both slots in use: a clear error, nothing changed
   e.engine.Cancel(a);
   EXPECT_EQ(e.engine.sequence(a).finish_reason, "cancelled");
-  const int c = e.engine.Add(r1);  // its slots are free again at once
+  const int c = e.engine.Add(r1);           // its slots are free again at once
   EXPECT_THROW(e.engine.Forget(b), Error);  // still running
   e.engine.Forget(a);
   EXPECT_THROW(e.engine.sequence(a), Error);

@@ -298,12 +298,15 @@ int RunGenerate(const GenerateOptions& options) {
                               {"seed", request.sampling.seed},
                               {"spec_sampling", o.spec_sampling}};
     if (speculative) {
-      std::vector<double> per_position;
+      // Acceptance at each draft position; null where nothing was ever drafted.
+      nlohmann::json per_position = nlohmann::json::array();
       for (size_t i = 0; i < stats.drafted_at_position.size(); ++i) {
-        per_position.push_back(stats.drafted_at_position[i]
-                                   ? double(stats.accepted_at_position[i]) /
-                                         stats.drafted_at_position[i]
-                                   : 0.0);
+        if (stats.drafted_at_position[i] == 0) {
+          per_position.push_back(nullptr);
+        } else {
+          per_position.push_back(double(stats.accepted_at_position[i]) /
+                                 stats.drafted_at_position[i]);
+        }
       }
       summary["draft_max"] = spec_options.draft_max;
       summary["draft_adaptive"] = spec_options.adaptive;

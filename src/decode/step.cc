@@ -13,6 +13,7 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   n_accepted += o.n_accepted;
   n_steps += o.n_steps;
   n_plain_steps += o.n_plain_steps;
+  n_verified += o.n_verified;
   if (accepted_at_position.size() < o.accepted_at_position.size()) {
     accepted_at_position.resize(o.accepted_at_position.size());
     drafted_at_position.resize(o.drafted_at_position.size());
@@ -325,6 +326,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   }
   if (!decode.empty()) {
     ++stats_.n_steps;
+    stats_.n_verified += static_cast<int64_t>(decode.size());
     if (k == 0) ++stats_.n_plain_steps;
     stats_.t_draft_ms += t_draft_ms;
     stats_.t_verify_ms += verify_timer.ElapsedMs();

@@ -67,14 +67,18 @@ struct SpeculativeStats {
   int64_t n_accepted = 0;
   int64_t n_steps = 0;                        // verification forwards with decoding rows
   int64_t n_plain_steps = 0;                  // of which without drafts
+  int64_t n_verified = 0;                     // sequences verified, summed over steps
   std::vector<int64_t> accepted_at_position;  // [K]: drafts accepted at position i
   std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
   double t_draft_ms = 0.0;
   double t_verify_ms = 0.0;
 
   double acceptance_rate() const { return n_drafted ? double(n_accepted) / n_drafted : 0.0; }
-  // 1 + accepted per verification step (the bonus / correction token included).
-  double mean_accepted_length() const { return n_steps ? 1.0 + double(n_accepted) / n_steps : 0.0; }
+  // Tokens a sequence gains per verification: 1 + its accepted drafts (the bonus / correction
+  // token included), averaged over every (sequence, step) verified — not per batch step.
+  double mean_accepted_length() const {
+    return n_verified ? 1.0 + double(n_accepted) / n_verified : 0.0;
+  }
   void Add(const SpeculativeStats& other);
 };
 

@@ -198,3 +198,33 @@ TEST(Cli, SynthWritesEveryTypeAndInfoReadsIt) {
 
 }  // namespace
 }  // namespace specd
+
+namespace specd {
+namespace {
+
+TEST(Cli, EmptyModelPathNegativeSeedAndStrategyAreReportedAsGiven) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  testing::CliRun r = testing::RunSpecd("generate -m '' --tokens 1,2 -n 2");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("error: -m was given an empty path"), std::string::npos) << r.out;
+  r = testing::RunSpecd("generate -m " + target + " --tokens 1,2 -n 2 --seed -1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--seed must be a non-negative integer"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.size(), 300u) << "no 309-digit bound: " << r.out;
+  // --strategy bass at batch 1 is reported as asked; the text comes before the statistics even
+  // when both go to one pipe.
+  r = testing::RunSpecd("generate -m " + target + " -md " + draft +
+                        " --tokens 1,5,9 -n 6 --temp 0 --ignore-eos --strategy bass");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("strategy bass, batch 1"), std::string::npos) << r.out;
+  r = testing::RunSpecd("generate -m " + target + " -p 'hello there' -n 4 --temp 0 --strategy ar");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t stats_at = r.out.find("strategy ar");
+  ASSERT_NE(stats_at, std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("hello there"), stats_at) << r.out;
+  EXPECT_EQ(r.out[stats_at - 1], '\n') << "the text's last line is glued to the statistics";
+}
+
+}  // namespace
+}  // namespace specd

@@ -231,7 +231,11 @@ int RunGenerate(const GenerateOptions& options) {
   } else {
     result = GenerateAutoregressive(*model, ctx, *kv, request);
   }
-  const char* strategy = !speculative ? "ar" : n_seq > 1 ? "bass" : "spec";
+  // As asked: `--strategy bass` at batch 1 is reported as bass (it runs the same step).
+  const std::string strategy = !speculative           ? "ar"
+                               : o.strategy == "bass" ? "bass"
+                               : n_seq > 1            ? "bass"
+                                                      : "spec";
   const std::string proposer_label = ngram ? "n-gram lookup"
                                      : o.spec_type == "draft+ngram"
                                          ? "n-gram lookup, then " + o.draft_model
@@ -322,11 +326,12 @@ int RunGenerate(const GenerateOptions& options) {
     }
     std::cout << summary.dump() << std::endl;
   } else {
+    std::cout << std::flush;  // the text before the statistics, also under 2>&1
     std::fprintf(stderr,
                  "strategy %s, batch %d: %lld tokens in %.1f ms (%.1f tok/s); prefill %.1f ms, "
                  "decode %.1f ms, seed %llu\n",
-                 strategy, n_seq, static_cast<long long>(result.n_tokens), total_ms, tokens_per_s,
-                 result.t_prefill_ms, result.t_decode_ms,
+                 strategy.c_str(), n_seq, static_cast<long long>(result.n_tokens), total_ms,
+                 tokens_per_s, result.t_prefill_ms, result.t_decode_ms,
                  static_cast<unsigned long long>(request.sampling.seed));
     std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n", ptl_first,
                  ptl_last, ptl_all);

@@ -87,7 +87,14 @@ int main(int argc, char** argv) {
   generate->add_option("--top-p", gen.top_p, "nucleus sampling threshold (1: off)")
       ->check(CLI::Range(0.0, 1.0));
   generate->add_option("--seed", gen.seed, "random seed (default: random)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (!value.empty() && value[0] == '-') {
+              return "--seed must be a non-negative integer (omit it for a random seed)";
+            }
+            return "";
+          },
+          "SEED"));
   generate->add_option("-t,--threads", gen.threads, "threads")->check(CLI::Range(1, 256));
   generate->add_option("--batch", gen.batch, "sequences decoded together")
       ->check(CLI::Range(1, 4096));
@@ -263,7 +270,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*generate) return RunGenerate(gen);
+    if (*generate) {
+      SPECD_CHECK(generate->count("--model") == 0 || !gen.model.empty(),
+                  "-m was given an empty path (omit -m for the shipped model)");
+      return RunGenerate(gen);
+    }
     if (*synth) {
       const auto type = DTypeFromName(synth_type);
       ThreadPool pool(synth_threads);

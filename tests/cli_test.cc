@@ -228,3 +228,39 @@ TEST(Cli, EmptyModelPathNegativeSeedAndStrategyAreReportedAsGiven) {
 
 }  // namespace
 }  // namespace specd
+
+namespace specd {
+namespace {
+
+TEST(Cli, PromptSourcesAndWriteErrorsAreHandledAsLlamaCppUsersExpect) {
+  const std::string model = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string base = "generate -m " + model + " -n 3 --temp 0 --strategy ar";
+  testing::CliRun r = testing::RunSpecd(base + " -f " + testing::TempDir());
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a directory, not a file"), std::string::npos) << r.out;
+  // -f - reads the prompt from standard input, as a pipe gives it.
+  r = testing::RunSpecd(base + " -f - --json", "piped prompt");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const testing::CliRun same = testing::RunSpecd(base + " -p 'piped prompt' --json");
+  EXPECT_EQ(r.out.substr(0, r.out.find("elapsed")), same.out.substr(0, same.out.find("elapsed")));
+  r = testing::RunSpecd(base + " -p ''");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: the prompt (-p) is empty"), std::string::npos) << r.out;
+  const std::string empty = testing::TempDir() + "/empty-prompt.txt";
+  std::ofstream(empty).close();
+  r = testing::RunSpecd(base + " -f " + empty);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("is empty"), std::string::npos) << r.out;
+  // Output that cannot be written is an error, not a silent success (its message goes to the
+  // same full device here, so only the exit code is seen).
+  for (const std::string& cmd : {base + " -p hello", "tokenize -m " + model + " -p hello"}) {
+    r = testing::RunSpecd(cmd + " >/dev/full");
+    EXPECT_EQ(r.exit_code, 1) << cmd << ": " << r.out;
+  }
+  r = testing::RunSpecd(base + " -p hello -t 64");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: -t 64 is more than the"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace specd

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "base/cpu_features.h"
 #include "base/error.h"
@@ -84,6 +85,13 @@ int RunGenerate(const GenerateOptions& options) {
   SPECD_CHECK(n_prompt_sources == 1,
               "give exactly one of -p TEXT, -f FILE, --tokens 1,2,3 or --prompts FILE.jsonl");
 
+  if (const unsigned cores = std::thread::hardware_concurrency();
+      cores > 0 && static_cast<unsigned>(o.threads) > cores) {
+    std::fprintf(stderr,
+                 "warning: -t %d is more than the %u hardware threads here: threads that share a "
+                 "core wait for each other at every step (many times slower)\n",
+                 o.threads, cores);
+  }
   ThreadPool pool(o.threads);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto model = Model::Load(o.model, &ctx);
@@ -102,6 +110,7 @@ int RunGenerate(const GenerateOptions& options) {
   }
 
   GenerateRequest request;
+  std::string prompt_text;  // -p or -f (read once: -f - is standard input)
   if (!o.tokens.empty()) {
     request.prompt = ParseTokenList(o.tokens);
   } else if (!o.prompts_file.empty()) {
@@ -133,7 +142,11 @@ int RunGenerate(const GenerateOptions& options) {
     request.prompt = request.prompts[0];
   } else {
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata: pass --tokens");
-    const std::string text = o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file);
+    prompt_text = o.prompt_file.empty() ? o.prompt : ReadTextSource(o.prompt_file);
+    SPECD_CHECK(!prompt_text.empty(), o.prompt_file.empty()
+                                          ? "the prompt (-p) is empty"
+                                          : "the prompt file '" + o.prompt_file + "' is empty");
+    const std::string& text = prompt_text;
     if (o.chat) {
       const ChatTemplate chat = ChatTemplate::FromGguf(model->gguf(), *tokenizer);
       std::vector<ChatMessage> messages;
@@ -210,7 +223,7 @@ int RunGenerate(const GenerateOptions& options) {
     } else if (o.chat) {
       // A chat prints only the assistant's answer.
     } else {
-      std::cout << (o.prompt_file.empty() ? o.prompt : ReadFileBytes(o.prompt_file));
+      std::cout << prompt_text;
     }
     std::cout << std::flush;
     request.on_token = [&](int, int32_t token) { std::cout << stream->Push(token) << std::flush; };
@@ -346,6 +359,8 @@ int RunGenerate(const GenerateOptions& options) {
           static_cast<long long>(stats.n_plain_steps), static_cast<long long>(stats.n_steps));
     }
   }
+  std::cout.flush();
+  SPECD_CHECK(std::cout.good(), "cannot write the output (disk full, or the reader went away?)");
   return 0;
 }
 

@@ -273,6 +273,8 @@ int main(int argc, char** argv) {
     if (*generate) {
       SPECD_CHECK(generate->count("--model") == 0 || !gen.model.empty(),
                   "-m was given an empty path (omit -m for the shipped model)");
+      SPECD_CHECK(generate->count("--prompt") == 0 || !gen.prompt.empty(),
+                  "the prompt (-p) is empty");
       return RunGenerate(gen);
     }
     if (*synth) {
@@ -287,7 +289,11 @@ int main(int argc, char** argv) {
     if (*info) return RunInfo(info_model);
     if (*perplexity) return RunPerplexity(ppl);
     if (*quantize) return RunQuantize(quant);
-    if (*tokenize) return RunTokenize(tok);
+    if (*tokenize) {
+      SPECD_CHECK(tokenize->count("--prompt") == 0 || !tok.prompt.empty(),
+                  "the text (-p) is empty");
+      return RunTokenize(tok);
+    }
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_spec) {
       if (sb.target.empty()) sb.target = DefaultTargetModel();

@@ -159,6 +159,14 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
   }
   ASSERT_EQ(seqs.size(), 3u);
   EXPECT_EQ(bass_summary["strategy"], "bass");
+  // Per-sequence speculation counters add up to the summary's.
+  int64_t drafted = 0, accepted = 0;
+  for (const auto& seq : seqs) {
+    drafted += seq["n_drafted"].get<int64_t>();
+    accepted += seq["n_accepted"].get<int64_t>();
+  }
+  EXPECT_EQ(drafted, bass_summary["n_drafted"].get<int64_t>());
+  EXPECT_EQ(accepted, bass_summary["n_accepted"].get<int64_t>());
   EXPECT_EQ(bass_summary["draft_adaptive"], true);
   // Per sequence and step, not summed over the batch: at most the longest draft + 1. Positions
   // never drafted are absent or null, never a 0.0 that reads as "always rejected".

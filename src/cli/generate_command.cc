@@ -289,6 +289,10 @@ int RunGenerate(const GenerateOptions& options) {
                              {"finish_reason", seq.finish_reason},
                              {"mean_logprob", seq.mean_logprob()},
                              {"elapsed_ms", seq.elapsed_ms}};
+      if (speculative) {
+        line["n_drafted"] = seq.n_drafted;
+        line["n_accepted"] = seq.n_accepted;
+      }
       std::cout << line.dump() << "\n";
     } else if (!stream) {
       std::cout << "[" << seq.index << "]";

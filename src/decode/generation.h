@@ -38,6 +38,8 @@ struct SequenceResult {
   double sum_logprob = 0.0;     // of the generated tokens (EOS included) under the raw model
   int n_logprob = 0;
   double elapsed_ms = 0.0;  // from the start of the request to this sequence's last token
+  int64_t n_drafted = 0;    // speculation: tokens drafted for this sequence
+  int64_t n_accepted = 0;   // of which the target kept
 
   double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
 };

@@ -296,7 +296,6 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
     Sequence& s = *c.s;
     s.n_read = c.end;
     if (s.prefilling()) continue;
-    report.prefill = true;
     const std::span<const float> row(logits_.data() + out_row++ * n_vocab, n_vocab);
     // Completions of this prompt fork its KV (and the proposer's) before its first token.
     std::vector<Sequence*> forked;

@@ -52,9 +52,9 @@ struct Sequence {
   std::string finish_reason;    // "stop", "length", "cancelled", "budget"; "" while running
   double sum_logprob = 0.0;     // of the generated tokens under the raw model
   int n_logprob = 0;
-  double t_added_ms = 0.0;  // on the engine's clock
-  double elapsed_ms = 0.0;  // from its addition to its last token
-  int64_t n_drafted = 0, n_accepted = 0;
+  double t_added_ms = 0.0;                // on the engine's clock
+  double elapsed_ms = 0.0;                // from its addition to its last token
+  int64_t n_drafted = 0, n_accepted = 0;  // speculation: drafted for it, and kept
 
   bool finished() const { return !finish_reason.empty(); }
   bool prefilling() const { return n_read < static_cast<int>(request.prompt.size()); }
@@ -93,7 +93,6 @@ struct StepOptions {
 struct StepReport {
   std::vector<std::pair<int, int32_t>> tokens;  // (sequence id, token) in commit order
   std::vector<int> finished;                    // ids of sequences that finished
-  bool prefill = false;                         // the step read prompt rows
 };
 
 class StepDecoder {

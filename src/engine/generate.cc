@@ -101,6 +101,8 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
     out.sum_logprob = s.sum_logprob;
     out.n_logprob = s.n_logprob;
     out.elapsed_ms = s.elapsed_ms;
+    out.n_drafted = s.n_drafted;
+    out.n_accepted = s.n_accepted;
     result.n_tokens += static_cast<int64_t>(s.tokens.size());
     result.sequences.push_back(std::move(out));
   }

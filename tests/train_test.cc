@@ -180,6 +180,53 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   EXPECT_EQ(same_argmax, 40);
 }
 
+TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {
+  TrainOptions options = TinyTrainOptions(1, 2, 2, 128, 32);
+  options.out = specd::testing::TempDir() + "/head.gguf";
+  options.batch = 2;
+  options.max_steps = 10;
+  options.warmup_steps = 2;
+  options.eval_windows = 2;
+  options.head_vocab = 200;
+  const TrainResult result = Train(options);
+  ASSERT_TRUE(result.finished);
+
+  Llama reference = ImportGguf(options.out);
+  ASSERT_TRUE(reference->has_head());
+  ASSERT_EQ(reference->head_tokens.numel(), 200);
+  reference->eval();
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 20; ++i) tokens.push_back((i * 37 + 11) % 1024);
+  auto input = torch::empty({1, 20}, torch::kInt64);
+  for (int i = 0; i < 20; ++i) input[0][i] = tokens[i];
+  torch::NoGradGuard no_grad;
+  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [20, 200]
+
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(options.out, &ctx);
+  ASSERT_EQ(model->config().head_tokens.size(), 200u);
+  auto kv = model->NewKvCache({1, 32});
+  const int seq = kv->Acquire();
+  Batch batch;
+  for (int i = 0; i < 20; ++i) batch.Add(tokens[i], i, seq, true);
+  std::vector<float> logits;  // [20, 1024]
+  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  ASSERT_EQ(logits.size(), 20u * 1024u);
+  std::vector<int> head_index(1024, -1);
+  for (int j = 0; j < 200; ++j) head_index[model->config().head_tokens[j]] = j;
+  for (int r = 0; r < 20; ++r) {
+    for (int t = 0; t < 1024; ++t) {
+      const float got = logits[r * 1024 + t];
+      if (head_index[t] < 0) {
+        ASSERT_TRUE(std::isinf(got) && got < 0) << "row " << r << " token " << t;
+      } else {
+        ASSERT_NEAR(got, expected[r][head_index[t]].item<float>(), 1e-3) << r << " " << t;
+      }
+    }
+  }
+}
+
 TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
   const std::string dir = specd::testing::TempDir() + "/resume";
   fs::remove_all(dir);
@@ -256,6 +303,29 @@ TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   EXPECT_EQ(ReadFileBytesForTest(cut_path), ReadFileBytesForTest(full_path));
   // A finished cache is read back as it is.
   EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, cut_path), full);
+}
+
+TEST(Train, TeacherTextChatShareStartsBatchesFromChatPrompts) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  // Prompts of different lengths; every sequence still comes out ctx + 1 tokens long.
+  const std::vector<std::vector<int32_t>> chat = {{1, 5, 9}, {1, 7, 7, 7, 7, 7, 7, 2}, {1, 300}};
+  const int64_t ctx = 40, n_tokens = 41 * 64;  // 64 sequences: four batches of 16
+  const auto text = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, "", chat, 0.5);
+  ASSERT_EQ(text.size(), 64u);
+  auto starts_with_chat = [&](const std::vector<int32_t>& seq) {
+    for (const auto& p : chat) {
+      if (std::equal(p.begin(), p.end(), seq.begin())) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_EQ(text[i].size(), 41u) << i;
+    // Batches in pairs: code, code, chat, chat (greedy and sampled within each pair).
+    EXPECT_EQ(starts_with_chat(text[i]), i >= 32) << i;
+  }
+  EXPECT_THROW(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, "", {}, 0.5), Error);
 }
 
 TEST(Train, TeacherTextSampledShareChoosesGreedyOrSampledBatches) {

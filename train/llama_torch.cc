@@ -62,6 +62,17 @@ LlamaImpl::LlamaImpl(const LlamaShape& s) : shape(s) {
   final_norm = register_parameter("final_norm", torch::ones({s.dim}));
 }
 
+void LlamaImpl::SetHeadTokens(const std::vector<int64_t>& ids) {
+  head_tokens = register_buffer("head_tokens", torch::tensor(ids, torch::kInt64));
+  auto index = torch::full({shape.n_vocab}, -100, torch::kInt64);
+  index.index_put_({head_tokens}, torch::arange(static_cast<int64_t>(ids.size()), torch::kInt64));
+  head_index = register_buffer("head_index", index);
+}
+
+torch::Tensor LlamaImpl::HeadTargets(const torch::Tensor& targets) const {
+  return has_head() ? head_index.index({targets}) : targets;
+}
+
 int64_t LlamaImpl::NumParameters() {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();
@@ -102,7 +113,8 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
         block->w_down->forward(torch::silu(block->w_gate->forward(h2)) * block->w_up->forward(h2));
   }
   x = RmsNorm(x, final_norm, shape.rms_eps);
-  return torch::matmul(x, embed->weight.t().to(x.scalar_type()));
+  const auto output = has_head() ? embed->weight.index_select(0, head_tokens) : embed->weight;
+  return torch::matmul(x, output.t().to(x.scalar_type()));
 }
 
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
@@ -145,6 +157,16 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
   };
   add("token_embd.weight", model->embed->weight, type);
   add("output_norm.weight", model->final_norm, DType::kF32);
+  if (model->has_head()) {
+    // The FR-Spec head: the embedding's rows of the listed tokens, and the list.
+    add("output.weight", model->embed->weight.index_select(0, model->head_tokens), type);
+    std::vector<GgufValue> ids;
+    const auto head = model->head_tokens.contiguous();
+    for (int64_t i = 0; i < head.numel(); ++i) {
+      ids.push_back(GgufValue::I32(static_cast<int32_t>(head.data_ptr<int64_t>()[i])));
+    }
+    w.Set("specd.head_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
+  }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     auto* b = model->blocks[i]->as<LlamaBlockImpl>();
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -175,9 +197,18 @@ Llama ImportGguf(const std::string& path) {
   s.rope_base = f->Get("llama.rope.freq_base").AsFloat("rope");
   s.rms_eps = f->Get("llama.attention.layer_norm_rms_epsilon").AsFloat("eps");
   s.n_vocab = f->GetTensor("token_embd.weight").shape[1];
-  SPECD_CHECK(f->FindTensor("output.weight") == nullptr, path,
-              ": only models with tied embeddings can be imported");
+  const GgufValue* head = f->Find("specd.head_tokens");
+  SPECD_CHECK(f->FindTensor("output.weight") == nullptr || head != nullptr, path,
+              ": only models with tied embeddings (or specd's restricted head) can be imported");
   Llama model(s);
+  if (head != nullptr) {
+    // The head's output rows are the embedding's rows of the listed tokens.
+    std::vector<int64_t> ids;
+    for (const GgufValue& v : head->AsArray("specd.head_tokens").items) {
+      ids.push_back(v.AsInt("specd.head_tokens"));
+    }
+    model->SetHeadTokens(ids);
+  }
   torch::NoGradGuard no_grad;
   auto load = [&](const std::string& name, torch::Tensor target) {
     const GgufTensorInfo& t = f->GetTensor(name);

@@ -37,9 +37,18 @@ struct LlamaImpl : torch::nn::Module {
   // tokens [batch, time] int64 -> logits [batch, time, n_vocab]
   torch::Tensor forward(const torch::Tensor& tokens);
   int64_t NumParameters();
+  // Restricts the output layer to these token ids (FR-Spec): logits [batch, time, n_head] over
+  // the listed tokens only, the embedding's rows for them as the output matrix.
+  void SetHeadTokens(const std::vector<int64_t>& ids);
+  bool has_head() const { return head_tokens.defined() && head_tokens.numel() > 0; }
+  // Targets as indices into the head: [batch, time] token ids -> [batch, time] head indices, -100
+  // (cross_entropy's ignore_index) for tokens outside it. Identity without a head.
+  torch::Tensor HeadTargets(const torch::Tensor& targets) const;
 
   LlamaShape shape;
   torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output
+  torch::Tensor head_tokens;            // [n_head] int64, empty: the whole vocabulary
+  torch::Tensor head_index;             // [n_vocab] int64: position in head_tokens or -100
   torch::nn::ModuleList blocks;
   torch::Tensor final_norm;  // [dim]
 };

@@ -87,6 +87,20 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                    "(default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
 
+  draft
+      ->add_option("--teacher-chat", state->model.teacher_chat_file,
+                   "JSONL of user messages ({\"prompt\": ...}): part of the teacher text is the "
+                   "teacher's answers to them (scripts/make-chat-prompts.py makes one)")
+      ->check(CLI::ExistingFile);
+  draft
+      ->add_option("--teacher-chat-share", state->model.teacher_chat_share,
+                   "share of the teacher text that is chat (default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
+  draft
+      ->add_option("--head-vocab", state->model.head_vocab,
+                   "output layer over the N most frequent tokens only (FR-Spec; default: all)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 24));
+
   struct MeasureState {
     std::string target, draft, corpus;
     int draft_length = 4;

@@ -8,12 +8,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "engine/generate.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/corpus.h"
 
@@ -105,10 +108,11 @@ double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, i
       Autocast autocast(bf16);
       logits = model->forward(x);
     }
-    total += torch::nn::functional::cross_entropy(
-                 logits.to(torch::kFloat32).view({-1, logits.size(-1)}), y.view({-1}))
-                 .item<double>() *
-             rows;
+    total +=
+        torch::nn::functional::cross_entropy(logits.to(torch::kFloat32).view({-1, logits.size(-1)}),
+                                             model->HeadTargets(y).view({-1}))
+            .item<double>() *
+        rows;
   }
   model->train();
   return total / n;
@@ -140,9 +144,15 @@ std::string FormatSeconds(double s) {
 std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<int32_t>& stream, int64_t n_tokens,
                                               int64_t ctx, int threads, uint64_t seed,
-                                              double sampled_share, const std::string& cache_path) {
+                                              double sampled_share, const std::string& cache_path,
+                                              const std::vector<std::vector<int32_t>>& chat_prompts,
+                                              double chat_share) {
   SPECD_CHECK(sampled_share >= 0.0 && sampled_share <= 1.0,
               "the sampled share of teacher text must be in [0, 1], got ", sampled_share);
+  SPECD_CHECK(chat_share >= 0.0 && chat_share <= 1.0,
+              "the chat share of teacher text must be in [0, 1], got ", chat_share);
+  SPECD_CHECK(chat_share == 0.0 || !chat_prompts.empty(), "a chat share of ", chat_share,
+              " needs chat prompts");
   constexpr int64_t kPrefix = 32;
   constexpr int kBatch = 16;
   const int64_t length = ctx + 1;
@@ -160,10 +170,15 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     return out;
   };
   // seed.sequences.sampled-share: the recipe file's text and the partial file's suffix.
-  char recipe_tag[64];
+  char recipe_tag[96];
   std::snprintf(recipe_tag, sizeof recipe_tag, "%llu.%lld.%g",
                 static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
                 sampled_share);
+  if (chat_share > 0.0) {
+    const size_t used = std::strlen(recipe_tag);
+    std::snprintf(recipe_tag + used, sizeof recipe_tag - used, ".chat%g.%zu", chat_share,
+                  chat_prompts.size());
+  }
   const std::string recipe = StrCat(recipe_tag, "\n");
   const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
   // Caches from before recipes were kept are matched by size alone.
@@ -196,19 +211,38 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   ThreadPool pool(threads);
   const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
   auto teacher = Model::Load(teacher_gguf, &ctx_kernels);
-  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length), DType::kF16});
+  // Chat prompts vary in length: every sequence is generated to the longest length needed.
+  int64_t longest_chat_prompt = 0;
+  for (const auto& p : chat_prompts) {
+    SPECD_CHECK(!p.empty() && static_cast<int64_t>(p.size()) < length, "a chat prompt of ",
+                p.size(), " tokens does not fit a sequence of ", length);
+    longest_chat_prompt = std::max<int64_t>(longest_chat_prompt, static_cast<int64_t>(p.size()));
+  }
+  auto kv =
+      teacher->NewKvCache({kBatch, static_cast<int>(length + longest_chat_prompt), DType::kF16});
   Timer timer;
   const int64_t resumed = static_cast<int64_t>(sequences.size());
   const uint64_t span = stream.size() - kPrefix;
   for (int64_t first = resumed; first < n_sequences; first += kBatch) {
     GenerateRequest request;
     const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
+    // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
+    // greedy code, sampled code, greedy chat, sampled chat).
+    const bool chat = TakesTurn(first / kBatch / 2, chat_share);
+    int64_t shortest_prompt = length;
     for (int64_t i = 0; i < count; ++i) {
       const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
-      const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
-      request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
+      if (chat) {
+        request.prompts.push_back(
+            chat_prompts[static_cast<size_t>(UniformDouble(key) * chat_prompts.size())]);
+      } else {
+        const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
+        request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
+      }
+      shortest_prompt =
+          std::min<int64_t>(shortest_prompt, static_cast<int64_t>(request.prompts.back().size()));
     }
-    request.n_predict = static_cast<int>(length - kPrefix);
+    request.n_predict = static_cast<int>(length - shortest_prompt);
     request.stop_at_eos = false;
     const bool sampled = TakesTurn(first / kBatch, sampled_share);
     request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
@@ -217,6 +251,7 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
       std::vector<int32_t> seq = request.prompts[i];
       const auto& tokens = result.sequences[i].tokens;
       seq.insert(seq.end(), tokens.begin(), tokens.end());
+      seq.resize(std::min<size_t>(seq.size(), length));
       SPECD_CHECK(static_cast<int64_t>(seq.size()) == length, "teacher text: sequence of ",
                   seq.size(), " tokens, expected ", length);
       if (partial != nullptr) {
@@ -242,6 +277,69 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   }
   return sequences;
 }
+
+std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
+                                              const std::string& jsonl_path, int64_t max_tokens) {
+  auto gguf = GgufFile::Open(teacher_gguf);
+  const auto tokenizer = Tokenizer::FromGguf(*gguf);
+  const ChatTemplate chat = ChatTemplate::FromGguf(*gguf, *tokenizer);
+  std::istringstream lines(ReadFileBytes(jsonl_path));
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  int line_no = 0;
+  int64_t too_long = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw Error(StrCat(jsonl_path, ":", line_no, ": not JSON: ", e.what()));
+    }
+    SPECD_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(), jsonl_path, ":",
+                line_no, ": needs a \"prompt\" string");
+    auto ids = EncodeChat(*tokenizer, chat, {{"user", j["prompt"].get<std::string>()}}, false);
+    if (static_cast<int64_t>(ids.size()) > max_tokens) {
+      ++too_long;
+      continue;
+    }
+    prompts.push_back(std::move(ids));
+  }
+  SPECD_CHECK(!prompts.empty(), jsonl_path, " has no chat prompt of at most ", max_tokens,
+              " tokens");
+  std::fprintf(stderr, "chat prompts: %zu from %s (%lld longer than %lld tokens left out)\n",
+               prompts.size(), jsonl_path.c_str(), static_cast<long long>(too_long),
+               static_cast<long long>(max_tokens));
+  return prompts;
+}
+
+namespace {
+
+// The `n` tokens most frequent in the streams and sequences, in increasing id order.
+std::vector<int64_t> MostFrequentTokens(const std::vector<int32_t>& stream,
+                                        const std::vector<std::vector<int32_t>>& sequences,
+                                        int64_t n_vocab, int64_t n) {
+  std::vector<int64_t> counts(n_vocab, 0);
+  for (int32_t t : stream) ++counts[t];
+  for (const auto& seq : sequences) {
+    for (int32_t t : seq) ++counts[t];
+  }
+  std::vector<int64_t> ids(n_vocab);
+  for (int64_t i = 0; i < n_vocab; ++i) ids[i] = i;
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  ids.resize(std::min(n, n_vocab));
+  int64_t covered = 0, total = 0;
+  for (int64_t i = 0; i < n_vocab; ++i) total += counts[i];
+  for (int64_t id : ids) covered += counts[id];
+  std::sort(ids.begin(), ids.end());
+  std::fprintf(stderr, "head: the %lld most frequent tokens cover %.2f%% of the training text\n",
+               static_cast<long long>(ids.size()), 100.0 * covered / std::max<int64_t>(total, 1));
+  return ids;
+}
+
+}  // namespace
 
 std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
                                    const std::string& tokenizer_gguf) {
@@ -285,14 +383,24 @@ TrainResult Train(const TrainOptions& o) {
   std::vector<std::vector<int32_t>> teacher_text;
   if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
     if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
+    std::vector<std::vector<int32_t>> chat_prompts;
+    if (!o.teacher_chat_file.empty()) {
+      chat_prompts = ChatPrompts(o.teacher, o.teacher_chat_file, o.shape.ctx / 2);
+    }
     teacher_text =
         TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
                     o.teacher_text_sampled_share,
-                    o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin");
+                    o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin",
+                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share);
   }
   Llama model(o.shape);
+  if (o.head_vocab > 0) {
+    model->SetHeadTokens(
+        MostFrequentTokens(train_stream, teacher_text, o.shape.n_vocab, o.head_vocab));
+  }
   Llama teacher{nullptr};
-  if (!o.teacher.empty()) {
+  // Without a distillation term the teacher is only the author of the teacher text.
+  if (!o.teacher.empty() && o.distill_alpha > 0.0) {
     teacher = ImportGguf(o.teacher);
     SPECD_CHECK(teacher->shape.n_vocab == o.shape.n_vocab, "the teacher's vocabulary (",
                 teacher->shape.n_vocab, ") differs from the draft's (", o.shape.n_vocab, ")");
@@ -387,12 +495,13 @@ TrainResult Train(const TrainOptions& o) {
         teacher_logits = teacher->forward(x);
       }
     }
-    const auto flat = logits.to(torch::kFloat32).view({-1, o.shape.n_vocab});
-    auto loss = torch::nn::functional::cross_entropy(flat, y.view({-1}));
+    const auto flat = logits.to(torch::kFloat32).view({-1, logits.size(-1)});
+    auto loss = torch::nn::functional::cross_entropy(flat, model->HeadTargets(y).view({-1}));
     const double ce = loss.item<double>();
     if (teacher) {
+      if (model->has_head()) teacher_logits = teacher_logits.index_select(-1, model->head_tokens);
       const auto target =
-          torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, o.shape.n_vocab}), -1);
+          torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, logits.size(-1)}), -1);
       const auto kl = torch::nn::functional::kl_div(
           torch::log_softmax(flat, -1), target,
           torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));

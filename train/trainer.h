@@ -42,6 +42,13 @@ struct TrainOptions {
   // Of the teacher-text batches, the share sampled (t = 1, top-p 0.95); the rest are greedy, the
   // text greedy speculative decoding asks the draft to predict.
   double teacher_text_sampled_share = 0.5;
+  // JSONL of user messages ({"prompt": ...}): a `teacher_chat_share` of the teacher-text batches
+  // are the teacher's answers to them, in its chat template.
+  std::string teacher_chat_file;
+  double teacher_chat_share = 0.5;
+  // FR-Spec: an output layer over the `head_vocab` tokens most frequent in the training text
+  // (corpus and teacher text) instead of the whole vocabulary. 0: the whole vocabulary.
+  int64_t head_vocab = 0;
   int checkpoint_every = 200;
   int eval_every = 500;
   int eval_windows = 64;
@@ -69,11 +76,18 @@ std::string FormatTrainLoss(double loss, const char* if_unknown);
 
 // Text the teacher writes: n_tokens / (ctx + 1) sequences, each a 32-token prefix from `stream`
 // continued by the teacher (specd's engine), a `sampled_share` of the batches sampled, the rest
-// greedy. Cached in `cache_path` when given (resumable: see trainer.cc).
-std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
-                                              const std::vector<int32_t>& stream, int64_t n_tokens,
-                                              int64_t ctx, int threads, uint64_t seed,
-                                              double sampled_share, const std::string& cache_path);
+// greedy. A `chat_share` of the batches starts from `chat_prompts` instead (whole prompts, the
+// answer filling the sequence). Cached in `cache_path` when given (resumable: see trainer.cc).
+std::vector<std::vector<int32_t>> TeacherText(
+    const std::string& teacher_gguf, const std::vector<int32_t>& stream, int64_t n_tokens,
+    int64_t ctx, int threads, uint64_t seed, double sampled_share, const std::string& cache_path,
+    const std::vector<std::vector<int32_t>>& chat_prompts = {}, double chat_share = 0.0);
+
+// Chat prompts for TeacherText: each line of a JSONL file ({"prompt": "..."}) as a user message
+// in the teacher's chat template, with the assistant's turn opened. Prompts longer than
+// max_tokens are left out.
+std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
+                                              const std::string& jsonl_path, int64_t max_tokens);
 
 struct DraftReport {
   double acceptance_rate = 0.0;  // accepted draft tokens / drafted tokens, greedy, K = 4

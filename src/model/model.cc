@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "base/error.h"
@@ -174,8 +175,21 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
   model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (const GgufValue* head = f.Find("specd.head_tokens")) {
+    std::vector<char> seen(c.n_vocab, 0);
+    for (const GgufValue& v : head->AsArray("specd.head_tokens").items) {
+      const int64_t id = v.AsInt("specd.head_tokens");
+      SPECD_CHECK(id >= 0 && id < c.n_vocab && !seen[id], f.path(),
+                  ": specd.head_tokens has a token id out of range or twice (", id, ")");
+      seen[id] = 1;
+      c.head_tokens.push_back(static_cast<int32_t>(id));
+    }
+    SPECD_CHECK(!c.head_tokens.empty() && !c.tied_embeddings, f.path(),
+                ": specd.head_tokens needs an output.weight with one row per listed token");
+  }
+  const int64_t n_output_rows = c.head_tokens.empty() ? c.n_vocab : c.head_tokens.size();
   model->output_ =
-      c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, c.n_vocab);
+      c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer l;
@@ -415,7 +429,20 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       ++o;
     }
   }
-  Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+  if (c.head_tokens.empty()) {
+    Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+  } else {
+    // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
+    const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
+    head_logits_.Resize(n_out * n_head);
+    Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
+    std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
+    for (int64_t o = 0; o < n_out; ++o) {
+      float* row = logits->data() + o * c.n_vocab;
+      const float* head_row = head_logits_.data() + o * n_head;
+      for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
+    }
+  }
   mark(ForwardProfile::kLogits);
 
   int32_t prev = -1;

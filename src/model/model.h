@@ -45,6 +45,9 @@ struct ModelConfig {
 
   int32_t bos_token = -1;
   int32_t eos_token = -1;
+  // FR-Spec draft head (`specd.head_tokens`): the output matrix has a row for these token ids
+  // only; every other token's logit is -infinity. Empty: the whole vocabulary.
+  std::vector<int32_t> head_tokens;
 
   int kv_dim() const { return n_head_kv * head_dim; }
   bool IsLocalLayer(int il) const {
@@ -166,13 +169,14 @@ class Model {
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   WeightView token_embd_;  // [n_vocab, n_embd]
-  WeightView output_;      // [n_vocab, n_embd]
+  WeightView output_;      // [n_vocab or head_tokens.size(), n_embd]
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, out_rows_;
+  AlignedBuffer<float> head_logits_;                      // [n_out, head_tokens.size()]
   AlignedBuffer<float> rope_cos_, rope_sin_;              // [m, rotary_dim / 2]
   AlignedBuffer<float> rope_local_cos_, rope_local_sin_;  // the same for local layers
   std::vector<int32_t> window_first_;                     // [m] first key of local layers

@@ -2,51 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace specd {
 namespace {
-constexpr double kSmoothing = 0.2;         // weight of a new time measurement
 constexpr double kAcceptanceDecay = 0.98;  // per observed verification
 constexpr double kPriorWeight = 2.0;       // pseudo-observations behind the prior acceptance
-constexpr int kFirstProbe = 32;  // plain steps before K = 1 is probed; doubles after each probe
-constexpr int kMaxProbe = 1024;
-constexpr double kMargin = 1.05;           // drafting must promise 5% more tokens per ms
-constexpr double kFirstMargin = 1.25;      // ... and 25% on the first step, from prompt timings
-constexpr double kFirstProbeRatio = 0.95;  // first step: try K = 1 if it looks this close
-constexpr int kFirstDraftLength = 1;       // before anything is measured: the cheapest try
+constexpr int kFirstProbe = 16;  // plain steps before drafting is probed; doubles after each
+constexpr int kMaxProbes = 1;    // in a row: each costs the draft a catch-up on the plain steps
+constexpr int kFirstRefresh = 4;
+constexpr double kProbeWithin = 0.9;    // plain steps win: probe drafting if it is this close
+constexpr double kSwitchMargin = 1.05;  // drafting must beat plain steps by this to resume
+constexpr int kRefreshEvery = 16;       // drafting steps between re-measuring a neighbour (at most)
+constexpr int kTrusted = 2;             // measurements of a K near the best before it is trusted
+constexpr int kColdSteps = 2;           // a process's first steps: their times are not kept
 }  // namespace
 
-void ForwardCostCurve::Observe(int n_rows, double ms) {
-  Average& a = by_rows_[n_rows];
-  a.ms = a.count == 0 ? ms : (1.0 - kSmoothing) * a.ms + kSmoothing * ms;
-  ++a.count;
-}
-
-double ForwardCostCurve::Predict(int n_rows) const {
-  if (by_rows_.empty()) return -1.0;
-  if (auto it = by_rows_.find(n_rows); it != by_rows_.end()) return it->second.ms;
-  if (by_rows_.size() == 1) {
-    // One point: assume the shape measured on this CPU's int8 kernels, t ~ (2 + n).
-    const auto& [n0, a] = *by_rows_.begin();
-    return a.ms * (2.0 + n_rows) / (2.0 + n0);
-  }
-  // Least-squares line through the measured points; never decreasing in n.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double count = static_cast<double>(by_rows_.size());
-  for (const auto& [n, a] : by_rows_) {
-    sx += n;
-    sy += a.ms;
-    sxx += double(n) * n;
-    sxy += n * a.ms;
-  }
-  const double slope = std::max(0.0, (count * sxy - sx * sy) / (count * sxx - sx * sx));
-  const double intercept = (sy - slope * sx) / count;
-  const double floor = by_rows_.begin()->second.ms * 0.5;  // a guard against wild fits
-  return std::max(floor, intercept + slope * n_rows);
-}
-
 CostAwareDraftLength::CostAwareDraftLength(int k_max, double prior_acceptance)
-    : k_max_(std::max(1, k_max)), prior_acceptance_(prior_acceptance), probe_every_(kFirstProbe) {}
+    : k_max_(std::max(1, k_max)),
+      prior_acceptance_(prior_acceptance),
+      probe_after_(kFirstProbe),
+      refresh_after_(kFirstRefresh) {}
 
 void CostAwareDraftLength::ObserveAcceptance(int drafted, int accepted) {
   if (drafted <= 0) return;
@@ -54,80 +30,129 @@ void CostAwareDraftLength::ObserveAcceptance(int drafted, int accepted) {
   rejected_ = kAcceptanceDecay * rejected_ + (accepted < drafted ? 1.0 : 0.0);
 }
 
-void CostAwareDraftLength::ObservePrefill(int target_rows, double target_ms, int draft_rows,
-                                          double draft_ms) {
-  if (target_rows > 0) prefill_target_.Observe(target_rows, target_ms);
-  if (draft_rows > 0) prefill_draft_.Observe(draft_rows, draft_ms);
+void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, bool catch_up) {
+  if (n_sequences <= 0 || step_ms <= 0.0 || catch_up || ++steps_seen_ <= kColdSteps) return;
+  StepTime& t = times_[{n_sequences, k}];
+  t.recent_ms[t.count++ % StepTime::kKept] = step_ms;
 }
 
-void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, double forward_ms,
-                                       int tokens, bool catch_up) {
-  const int rows = n_sequences * (k + 1);
-  if (rows <= 0 || step_ms <= 0.0) return;
-  if (!catch_up) {
-    Rate& r = realized_[{n_sequences, k}];
-    const double rate = tokens / step_ms / n_sequences;
-    r.tokens_per_ms =
-        r.count == 0 ? rate : (1.0 - kSmoothing) * r.tokens_per_ms + kSmoothing * rate;
-    ++r.count;
-  }
-  const double per_row = std::max(0.0, step_ms - forward_ms) / rows;
-  double& avg = overhead_per_row_ms_[k > 0 ? 1 : 0];
-  avg = avg < 0.0 ? per_row : (1.0 - kSmoothing) * avg + kSmoothing * per_row;
+double CostAwareDraftLength::StepTime::ms() const {
+  const int n = std::min(count, kKept);
+  return n == 0 ? 0.0 : *std::min_element(recent_ms, recent_ms + n);
 }
 
 double CostAwareDraftLength::acceptance() const {
   return (accepted_ + kPriorWeight * prior_acceptance_) / (accepted_ + rejected_ + kPriorWeight);
 }
 
-double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
-  if (auto it = realized_.find({n_sequences, k}); it != realized_.end() && it->second.count >= 2) {
-    return it->second.tokens_per_ms;
+const CostAwareDraftLength::StepTime* CostAwareDraftLength::Time(int batch, int k) const {
+  const auto it = times_.find({batch, k});
+  return it == times_.end() ? nullptr : &it->second;
+}
+
+int CostAwareDraftLength::DecidingBatch(int n_sequences) const {
+  std::map<int, int> measured_ks;  // batch -> K measured
+  for (const auto& [key, t] : times_) ++measured_ks[key.first];
+  if (measured_ks[n_sequences] >= 2) return n_sequences;
+  int nearest = n_sequences;
+  for (const auto& [batch, n_k] : measured_ks) {
+    if (n_k >= 2 && (nearest == n_sequences ||
+                     std::abs(batch - n_sequences) < std::abs(nearest - n_sequences))) {
+      nearest = batch;
+    }
   }
+  // A batch size within 25% of a measured one (sequences finishing one by one) is decided
+  // as that one: exploring it afresh would cost more than it could find.
+  return 4 * std::abs(nearest - n_sequences) <= nearest ? nearest : n_sequences;
+}
+
+double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
+  const StepTime* t = Time(DecidingBatch(n_sequences), k);
+  if (t == nullptr || t->ms() <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
-  const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
-  const ForwardCostCurve& target = target_.empty() ? prefill_target_ : target_;
-  const ForwardCostCurve& draft = draft_.empty() ? prefill_draft_ : draft_;
-  const double verify_ms = target.Predict(n_sequences * (k + 1));
-  const double draft_ms = k == 0 ? 0.0 : draft.Predict(n_sequences);
-  if (verify_ms <= 0.0 || draft_ms < 0.0) return 0.0;
-  const double per_row = overhead_per_row_ms_[k > 0 ? 1 : 0];
-  const double overhead_ms = std::max(0.0, per_row) * n_sequences * (k + 1);
-  return tokens / (k * draft_ms + verify_ms + overhead_ms);
+  return (1.0 - std::pow(a, k + 1)) / (1.0 - a) / t->ms();
+}
+
+int CostAwareDraftLength::BestMeasured(int batch, double* rate) const {
+  int best = -1;
+  *rate = 0.0;
+  for (int k = 0; k <= k_max_; ++k) {
+    // Leaving plain steps costs the draft a catch-up on what they wrote: only for a margin.
+    const double margin = k > 0 && plain_steps_ > 0 ? kSwitchMargin : 1.0;
+    const double r = ExpectedTokensPerMs(k, batch) / margin;
+    if (Time(batch, k) != nullptr && r > *rate) {
+      best = k;
+      *rate = r * margin;
+    }
+  }
+  return best;
 }
 
 int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
-  const bool first = decisions_++ == 0;
-  const double margin = first ? kFirstMargin : kMargin;
-  if (ExpectedTokensPerMs(0, n_sequences) <= 0.0 || ExpectedTokensPerMs(1, n_sequences) <= 0.0) {
-    return std::min(k_max_, kFirstDraftLength);
+  const int batch = DecidingBatch(n_sequences);
+  double best_rate = 0.0;
+  const int best = BestMeasured(batch, &best_rate);
+  // Where to start: small batches usually gain from drafting, large ones often do not (their
+  // verification is compute-bound), so the first steps start the climb from there.
+  // A batch size met later (sequences finishing) starts from the best K of the nearest one
+  // measured.
+  if (best < 0) {
+    int nearest = -1;
+    for (const auto& [key, t] : times_) {
+      if (nearest < 0 || std::abs(key.first - n_sequences) < std::abs(nearest - n_sequences)) {
+        nearest = key.first;
+      }
+    }
+    double rate = 0.0;
+    if (nearest >= 0 && BestMeasured(nearest, &rate) >= 0) return BestMeasured(nearest, &rate);
+    return std::min(k_max_, n_sequences == 1 ? 2 : n_sequences <= 4 ? 1 : 0);
   }
-  int best = 0;
-  double best_rate = margin * ExpectedTokensPerMs(0, n_sequences);
-  for (int k = 1; k <= k_max_; ++k) {
-    const double rate = ExpectedTokensPerMs(k, n_sequences);
-    if (rate > best_rate) {
-      best = k;
-      best_rate = rate;
+  // The best K measured only once is measured again at once (one slow step could be what
+  // made the others look worse, or this one better).
+  if (Time(batch, best)->count < kTrusted) return best;
+  // Climb while the longest K tried is the best: to twice the draft length (then the lengths
+  // in between are tried as neighbours of the best).
+  const int next = std::min(k_max_, std::max(best + 1, 2 * best));
+  if (next > best && Time(batch, next) == nullptr) {
+    bool longest = true;
+    for (int k = best + 1; k <= k_max_; ++k) longest = longest && Time(batch, k) == nullptr;
+    // From plain steps only while the draft has not fallen behind (catching up on every token
+    // the plain steps wrote is what a probe costs; probes are rationed below).
+    if (longest && (best > 0 || (plain_steps_ == 0 && remaining_tokens > kFirstProbe))) {
+      return next;
     }
   }
   if (best > 0) {
+    // A neighbour of the best never tried (the climb skipped it): try it now.
+    for (int k : {best + 1, best - 1}) {
+      if (k >= 0 && k <= k_max_ && Time(batch, k) == nullptr) return k;
+    }
     plain_steps_ = 0;
-    probe_every_ = kFirstProbe;
+    probe_after_ = kFirstProbe;
+    probes_ = 0;
+    if (++drafting_steps_ >= refresh_after_) {
+      drafting_steps_ = 0;
+      refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
+      refresh_side_ = -refresh_side_;
+      const int neighbour = std::clamp(best + refresh_side_, 0, k_max_);
+      if (neighbour != best) return neighbour;
+    }
     return best;
   }
-  // The first step's estimates rest on prompt timings and a prior acceptance: when drafting
-  // looks close to paying, one K = 1 step measures the real thing.
-  if (first && ExpectedTokensPerMs(1, n_sequences) >=
-                   kFirstProbeRatio * ExpectedTokensPerMs(0, n_sequences)) {
-    return 1;
+  // Plain steps win. Probe the best drafting K now and then (less often each time) where it is
+  // close enough that a change in acceptance could tip it, unless the request is about to end.
+  double drafting_rate = 0.0;
+  int drafting_k = 1;
+  for (int k = 1; k <= k_max_; ++k) {
+    const double r = ExpectedTokensPerMs(k, batch);
+    if (r > drafting_rate) drafting_rate = r, drafting_k = k;
   }
-  // Plain steps teach nothing about acceptance or draft cost: probe K = 1 now and then, less
-  // often each time (a probe makes the draft catch up on every token it skipped).
-  if (++plain_steps_ >= probe_every_ && remaining_tokens > probe_every_) {
-    plain_steps_ = 0;
-    probe_every_ = std::min(kMaxProbe, probe_every_ * 2);
-    return 1;
+  if (++plain_steps_ >= probe_after_ && remaining_tokens > probe_after_ && probes_ < kMaxProbes &&
+      drafting_rate >= kProbeWithin * best_rate) {
+    plain_steps_ = 1;  // still behind: the probe's step is a catch-up
+    probe_after_ *= 2;
+    ++probes_;
+    return drafting_k;
   }
   return 0;
 }

@@ -1,37 +1,41 @@
-// Cost-aware draft length: picks K for each speculative step to maximize expected tokens per
-// millisecond, from what this run has measured: the per-token acceptance rate, the time of a
-// draft forward, and the time of a target forward as a function of its rows. K = 0 (a plain
-// target step) is a candidate, so speculation that does not pay on this machine, model pair
-// or batch size turns itself off instead of making decoding slower.
+// Cost-aware draft length: picks K for each speculative step to maximize tokens per
+// millisecond, from what this run measures. K = 0 (a plain target step) is a candidate, so
+// speculation that does not pay on this machine, model pair or batch size turns itself off
+// instead of making decoding slower.
 //
-// Model: with per-token acceptance a, a step drafting K tokens yields on average
-// E(K) = (1 - a^(K+1)) / (1 - a) tokens per sequence and costs T(K) = K d + v(B (K + 1)),
-// where d(B) is one draft forward over the B sequences and v(n) one target forward over n rows.
-// Both are kept per row count (moving averages); counts not measured yet are extrapolated with
-// an affine fit through the measured ones. a is estimated as accepted / (accepted + rejections),
-// the maximum-likelihood estimate for a geometric run of acceptances.
+// What it knows: the step time t(B, K) of a step with draft length K over B sequences, measured
+// (draft forwards, the target forward, sampling and verification together), and the
+// per-token acceptance a, shared by every K (a decayed maximum-likelihood estimate for a
+// geometric run of acceptances). A step is expected to commit E(K) = (1 - a^(K+1)) / (1 - a)
+// tokens per sequence, at E(K) / t(B, K) tokens per ms per sequence. Times are measured, not
+// modelled: a first version predicted unmeasured K from a cost model fitted to a few row
+// counts, and one cold or stale measurement could switch speculation off where it paid most.
+//
+// How it explores:
+//  - the first K tried is 2 at batch 1, 1 at 2-4 and 0 beyond (small batches usually gain
+//    from drafting; large ones, whose verification is compute-bound, often do not); K then
+//    climbs while the longest tried is the best, doubling (drafting more costs more, so tokens
+//    per ms are single-peaked in K), and the untried neighbours of the best are tried next;
+//  - a (B, K)'s time is the least of its last 4 measurements (a shared machine's upsets only
+//    ever add time), and the best K is measured twice before it is trusted;
+//  - the times of a process's first 2 steps are not kept (they run cold);
+//  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
+//    (times drift: memory bandwidth on a shared machine comes and goes);
+//  - after plain steps, drafting resumes only when predicted 5% better (the draft must first
+//    catch up on what they wrote); when plain steps win but drafting is within 10% of them,
+//    drafting is probed again after 8, 16 and 32 plain steps, to follow a changing
+//    acceptance. Probes are not free (the draft first reads every token the plain steps
+//    wrote: on the 16.5M pair at batch 4 that is 12% of a plain step per token), so there are
+//    at most 3 in a row, and none where drafting clearly loses; a probe's step time (inflated
+//    by the catching up) is not used;
+//  - a batch size within 25% of a measured one (sequences finishing one by one) is decided
+//    with that one's times; others are explored afresh.
 #pragma once
 
 #include <map>
 #include <utility>
 
 namespace specd {
-
-// Forward time as a function of the number of rows, learned from measurements.
-class ForwardCostCurve {
- public:
-  void Observe(int n_rows, double ms);
-  // Predicted ms for n rows; a negative number before any measurement.
-  double Predict(int n_rows) const;
-  bool empty() const { return by_rows_.empty(); }
-
- private:
-  struct Average {
-    double ms = 0.0;
-    int count = 0;
-  };
-  std::map<int, Average> by_rows_;
-};
 
 class CostAwareDraftLength {
  public:
@@ -42,45 +46,45 @@ class CostAwareDraftLength {
   // most remaining_tokens left (exploration is not worth it near the end).
   int Next(int n_sequences, int remaining_tokens = 1 << 30);
 
-  // The prompt's forwards: used only until decode steps have been measured (prompt rows
-  // produce no logits, so they are cheaper per row than verification rows).
-  void ObservePrefill(int target_rows, double target_ms, int draft_rows, double draft_ms);
-  // Measurements of the step just taken.
-  void ObserveDraftForward(int n_rows, double ms) { draft_.Observe(n_rows, ms); }
-  void ObserveTargetForward(int n_rows, double ms) { target_.Observe(n_rows, ms); }
   // One sequence's verification: `accepted` of `drafted` tokens (a rejection ends the run).
   void ObserveAcceptance(int drafted, int accepted);
-  // A whole step: its wall time, the part spent in forwards, and the tokens it committed. The
-  // rest of the time (sampling, verification, bookkeeping) is learned per target row; the
-  // tokens per ms actually achieved with this K at this batch size override the model's
-  // prediction once seen twice, so a biased cost model cannot keep a losing K. A step whose
-  // draft first caught up on skipped tokens (`catch_up`) is not typical and only feeds the
-  // overhead estimate.
-  void ObserveStep(int n_sequences, int k, double step_ms, double forward_ms, int tokens,
-                   bool catch_up);
+  // A whole step's wall time. A step whose draft first caught up on tokens skipped by plain
+  // steps (`catch_up`) is not typical and is left out.
+  void ObserveStep(int n_sequences, int k, double step_ms, bool catch_up);
 
   double acceptance() const;
-  // Expected tokens per ms per sequence of a step with draft length k (0 before any data).
+  // Expected tokens per ms per sequence of a step with draft length k over n_sequences, from
+  // the times measured at that batch size (or the nearest one measured); 0 when unmeasured.
   double ExpectedTokensPerMs(int k, int n_sequences) const;
 
  private:
+  // The last few step times of one (batch, K); the estimate is their minimum: the upsets of a
+  // step on a shared machine (a cold start, a neighbour's burst) only ever add time.
+  struct StepTime {
+    static constexpr int kKept = 4;
+    double recent_ms[kKept] = {};
+    int count = 0;
+    double ms() const;
+  };
+  // The batch size whose times decide for n_sequences: itself once it has two K measured,
+  // otherwise the nearest that has if within 25% (else n_sequences itself).
+  int DecidingBatch(int n_sequences) const;
+  const StepTime* Time(int batch, int k) const;
+  // The measured K with the highest expected rate at `batch` (-1 if none).
+  int BestMeasured(int batch, double* rate) const;
+
   int k_max_;
   double prior_acceptance_;
   double accepted_ = 0.0;  // decayed counts of accepted drafts and of rejections
   double rejected_ = 0.0;
-  ForwardCostCurve draft_;
-  ForwardCostCurve target_;
-  ForwardCostCurve prefill_draft_;
-  ForwardCostCurve prefill_target_;
-  int plain_steps_ = 0;  // consecutive steps with K = 0
-  int probe_every_;      // plain steps before K = 1 is tried again; doubles after each probe
-  int decisions_ = 0;
-  double overhead_per_row_ms_[2] = {-1.0, -1.0};  // [plain step, drafting step]
-  struct Rate {
-    double tokens_per_ms = 0.0;  // per sequence
-    int count = 0;
-  };
-  std::map<std::pair<int, int>, Rate> realized_;  // by (n_sequences, k)
+  std::map<std::pair<int, int>, StepTime> times_;  // by (batch, K)
+  int plain_steps_ = 0;                            // consecutive plain steps chosen as the best
+  int probe_after_;         // plain steps before drafting is probed again; doubles after each
+  int probes_ = 0;          // probes since drafting was last the best
+  int drafting_steps_ = 0;  // drafting steps since the last refresh of a neighbour
+  int refresh_after_;       // drafting steps between refreshes: 4, 8, then 16
+  int steps_seen_ = 0;
+  int refresh_side_ = 1;  // which neighbour (+1 / -1) is refreshed next
 };
 
 }  // namespace specd

@@ -26,20 +26,22 @@ void AdaptiveDraftLength::Observe(const StepObservation& step) {
 }
 
 void CostAwarePolicy::Observe(const StepObservation& step) {
-  // The first step reads the prompts: its forwards are the first measurements (many rows, the
-  // far end of the cost curves) until decode steps have been measured.
-  if (!saw_prefill_ && step.prefill_target_rows > 0 && step.k == 0 && step.verified.empty()) {
-    model_.ObservePrefill(step.target_rows, step.target_ms, step.prefill_draft_rows,
-                          step.prefill_draft_ms);
-    saw_prefill_ = true;
-    return;
-  }
-  if (step.prefill_target_rows > 0) return;  // mixed with prompt rows: not a typical step
-  for (const auto& [rows, ms] : step.draft_forwards) model_.ObserveDraftForward(rows, ms);
-  model_.ObserveTargetForward(step.target_rows, step.target_ms);
+  // Steps that read prompts are not typical decode steps.
+  if (step.prefill_target_rows > 0 || step.n_sequences == 0) return;
   for (const auto& [drafted, accepted] : step.verified) model_.ObserveAcceptance(drafted, accepted);
-  model_.ObserveStep(step.n_sequences, step.k, step.step_ms, step.forward_ms, step.tokens,
-                     step.catch_up);
+  // A step whose draft first caught up on tokens written by plain steps: its first draft
+  // forward read more rows than a typical one. Counted as if it had read one per sequence
+  // (forward time taken as proportional to rows), the step still measures its K.
+  double step_ms = step.step_ms;
+  bool typical = !step.catch_up;
+  if (step.catch_up && !step.draft_forwards.empty()) {
+    const auto& [rows, ms] = step.draft_forwards.front();
+    if (rows > step.n_sequences) {
+      step_ms -= ms * (1.0 - double(step.n_sequences) / rows);
+      typical = true;
+    }
+  }
+  model_.ObserveStep(step.n_sequences, step.k, step_ms, !typical);
 }
 
 ScheduledDraftLength::ScheduledDraftLength(std::vector<int> schedule)

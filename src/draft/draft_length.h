@@ -89,7 +89,6 @@ class CostAwarePolicy : public DraftLengthPolicy {
  private:
   int k_max_;
   CostAwareDraftLength model_;
-  bool saw_prefill_ = false;
 };
 
 class ScheduledDraftLength : public DraftLengthPolicy {

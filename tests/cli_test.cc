@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/escapes.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -268,6 +269,47 @@ TEST(Cli, PromptSourcesAndWriteErrorsAreHandledAsLlamaCppUsersExpect) {
   r = testing::RunSpecd(base + " -p hello -t 64");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("warning: -t 64 is more than the"), std::string::npos) << r.out;
+}
+
+TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {
+  const std::string model = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string base = "generate -m " + model + " -n 4 --temp 0 --strategy ar --json";
+  const std::string want = testing::RunSpecd(base + " -p hello -c 64 --seed 5").out;
+  // The first sequence's JSON up to its timing (notes on stderr come before it).
+  auto tokens = [](const std::string& out) {
+    const size_t start = out.find('{');
+    return start == std::string::npos ? out : out.substr(start, out.find("\"elapsed") - start);
+  };
+  // Spellings of the same thing give the same output.
+  for (const std::string& flags :
+       {"--ctx-size 64 -s 5", "-c 64 --seed 5 -ngl 99", "-c 64 -s 5 -fa",
+        "-c 64 -s 5 -fa on --mlock --no-mmap", "-c 64 -s 5 -b 512 -ub 256"}) {
+    const testing::CliRun r = testing::RunSpecd(base + " -p hello " + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.out;
+    EXPECT_EQ(tokens(r.out), tokens(want)) << flags;
+  }
+  // Flags without an effect here say so.
+  testing::CliRun r = testing::RunSpecd(base + " -p hello -ngl 99 -fa");
+  EXPECT_NE(r.out.find("note: -ngl: no GPU offload"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: -fa:"), std::string::npos) << r.out;
+  // An unknown several-letter short flag is named, not read as -n / -c / -f with a value.
+  r = testing::RunSpecd(base + " -p hello -xyz 3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: unknown option -xyz"), std::string::npos) << r.out;
+  // -e turns escapes into characters; --no-display-prompt prints only the generated text.
+  const std::string text_base = "generate -m " + model + " -n 2 --temp 0 --strategy ar";
+  r = testing::RunSpecd(text_base + " -p 'a\\tb' -e");
+  EXPECT_NE(r.out.find("\na\tb"), std::string::npos) << r.out;
+  r = testing::RunSpecd(text_base + " -p 'a\\tb'");
+  EXPECT_NE(r.out.find("\na\\tb"), std::string::npos) << r.out;
+  r = testing::RunSpecd(text_base + " -p 'QQQ' --no-display-prompt");
+  EXPECT_EQ(r.out.find("QQQ"), std::string::npos) << r.out;
+  EXPECT_EQ(ProcessEscapes("x\\n\\x41\\q\\"), "x\nA\\q\\");
+  // Sampler stages in llama.cpp's spelling.
+  r = testing::RunSpecd(base + " -p hello --min-p 0.1 --repeat-penalty 1.3 --repeat-last-n 8");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = testing::RunSpecd(base + " -p hello --repeat-penalty 0");
+  EXPECT_NE(r.exit_code, 0) << r.out;
 }
 
 }  // namespace

@@ -149,6 +149,40 @@ TEST(Engine, CoupledSpeculativeSamplingEqualsPlainSamplingTokenForToken) {
   }
 }
 
+TEST(Engine, RepeatPenaltyAndMinPKeepSpeculationEqualToPlainDecoding) {
+  // The target as its own (unpenalized) draft: long runs get drafted, and its drafts repeat
+  // what the penalty forbids.
+  ModelPair p(DType::kF32, 7);
+  std::vector<SequenceRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Request(Prompt(6 + i, 30 + i), 48, i < 2 ? 0.0f : 0.9f, 200 + i));
+    // Below 1 the "penalty" favours repeats: on this random model that surely changes output.
+    // At 100 over a short window the last few tokens are all but forbidden: a row penalized
+    // without its drafted predecessors would pick differently.
+    requests.back().sampling.repeat_penalty = i == 0 ? 0.3f : i == 1 ? 100.0f : 1.6f;
+    requests.back().sampling.repeat_last_n = i == 1 ? 4 : i == 2 ? -1 : 16;
+    requests.back().sampling.min_p = i == 3 ? 0.05f : 0.0f;
+  }
+  // Not vacuous: the penalty changes what plain decoding writes.
+  SequenceRequest unpenalized = requests[0];
+  unpenalized.sampling.repeat_penalty = 1.0f;
+  EXPECT_NE(Alone(p, unpenalized), Alone(p, requests[0]));
+  std::vector<std::unique_ptr<DraftLengthPolicy>> policies;
+  policies.push_back(std::make_unique<FixedDraftLength>(5));
+  policies.push_back(std::make_unique<ScheduledDraftLength>(std::vector<int>{0, 3, 0, 6, 1}));
+  for (auto& policy : policies) {
+    const std::string name = policy->name();
+    SpecEngine e(p, std::move(policy));
+    std::vector<int> ids;
+    for (const auto& r : requests) ids.push_back(e.engine.Add(r));
+    while (e.engine.HasWork()) e.engine.Step();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(e.engine.sequence(ids[i]).tokens, Alone(p, requests[i])) << name << " " << i;
+    }
+    EXPECT_GT(e.engine.stats().n_accepted, 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace specd
 
@@ -255,6 +289,8 @@ TEST(Engine, TokenTreesKeepGreedyAndCoupledOutputAndSampleByRejection) {
     std::vector<SequenceRequest> requests = {Request(Prompt(5, 1), 24, 0.0f, 0),
                                              Request(Prompt(7, 2), 24, 0.8f, 9),
                                              Request(Prompt(4, 3), 24, 1.0f, 4)};
+    // A repetition penalty on one: each tree row is penalized with its own path as history.
+    requests[1].sampling.repeat_penalty = 1.5f;
     std::vector<int> ids;
     for (const auto& r : requests) ids.push_back(engine.Add(r));
     while (engine.HasWork()) engine.Step();

@@ -88,6 +88,9 @@ std::set<int32_t> KeptByDefinition(const std::vector<float>& logits, const Sampl
     cumulative += w / total;
     if (p.top_p < 1.0f && cumulative >= p.top_p) break;
   }
+  // min-p: at least min_p times the most likely token's weight (1).
+  std::erase_if(
+      kept, [&](int32_t t) { return std::exp(double(logits[t]) / p.temperature - max) < p.min_p; });
   return kept;
 }
 
@@ -102,8 +105,37 @@ TEST(Sampling, KeptSetsMatchTheDefinitionOnALargeVocabulary) {
                              SamplingParams{1.5f, 3000, 0.99f, 0}}) {
       EXPECT_EQ(KeptSet(logits, p), KeptByDefinition(logits, p))
           << "spread " << spread << " t " << p.temperature << " k " << p.top_k << " p " << p.top_p;
+      for (float min_p : {0.001f, 0.05f, 0.3f}) {
+        SamplingParams with_min_p = p;
+        with_min_p.min_p = min_p;
+        EXPECT_EQ(KeptSet(logits, with_min_p), KeptByDefinition(logits, with_min_p))
+            << "spread " << spread << " t " << p.temperature << " k " << p.top_k << " p " << p.top_p
+            << " min-p " << min_p;
+      }
     }
   }
+}
+
+TEST(Sampling, MinPKeepsTokensAtLeastThatShareOfTheMostLikely) {
+  // Probabilities 0.5, 0.25, 0.125, 0.125: min-p 0.25 keeps >= 0.125, 0.3 keeps >= 0.15.
+  const std::vector<float> logits = {std::log(0.125f), std::log(0.5f), std::log(0.25f),
+                                     std::log(0.125f)};
+  SamplingParams p{1.0f, 0, 1.0f, 0};
+  p.min_p = 0.25f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{0, 1, 2, 3}));
+  p.min_p = 0.3f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1, 2}));
+  p.min_p = 1.0f;
+  EXPECT_EQ(KeptSet(logits, p), (std::set<int32_t>{1}));
+}
+
+TEST(Sampling, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogitsOnce) {
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f};
+  const std::vector<int32_t> recent = {0, 1, 0, 0};  // token 0 three times: penalized once
+  PenalizeRepeats(logits, recent, 2.0f);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f}));
+  PenalizeRepeats(logits, recent, 1.0f);  // off
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f}));
 }
 
 TEST(Sampling, ArgmaxIsTheFirstMaximumAtAnyPosition) {

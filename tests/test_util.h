@@ -40,6 +40,9 @@ struct CliRun {
   int exit_code;
   std::string out;
 };
-CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "");
+// Runs the specd binary; without pretrained_default, SPECD_PRETRAINED_DIR points nowhere so
+// that the default model is the shipped 16.5M pair.
+CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "",
+                bool pretrained_default = false);
 
 }  // namespace specd::testing

@@ -23,6 +23,12 @@ struct GenerateOptions {
   float temperature = 0.8f;
   int top_k = 40;
   float top_p = 0.95f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  bool escape = false;             // -e: \n, \t, \\, ... in -p are control characters
+  bool no_display_prompt = false;  // --no-display-prompt: print only the generated text
+  bool color = false;              // --color: the echoed prompt in another colour
   int64_t seed = -1;
   int threads = 2;
   int batch = 1;

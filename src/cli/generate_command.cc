@@ -1,4 +1,7 @@
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +14,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "base/escapes.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
@@ -47,25 +51,38 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 }  // namespace
 
 namespace {
-std::string ShippedModel(const char* file) {
-  const char* env = std::getenv("SPECD_MODELS_DIR");
-  const std::string dir = env != nullptr ? env : SPECD_DEFAULT_MODELS_DIR;
-  const std::string path = dir + "/" + file;
+// `file` in the folder named by the environment variable, or by default; "" if not there.
+std::string ModelIn(const char* env_var, const char* default_dir, const char* file) {
+  const char* env = std::getenv(env_var);
+  const std::string path = std::string(env != nullptr ? env : default_dir) + "/" + file;
   return std::filesystem::exists(path) ? path : "";
+}
+
+// SmolLM2-135M-Instruct (fetched by scripts/get-models.sh) with its shipped draft when both
+// are there, otherwise the shipped 16.5M pair.
+std::pair<std::string, std::string> DefaultPair() {
+  const std::string smol = ModelIn("SPECD_PRETRAINED_DIR", SPECD_DEFAULT_PRETRAINED_DIR,
+                                   "SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::string smol_draft =
+      ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-smollm2-draft-q8_0.gguf");
+  if (!smol.empty() && !smol_draft.empty()) return {smol, smol_draft};
+  return {ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-target-q8_0.gguf"),
+          ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-draft-q8_0.gguf")};
 }
 }  // namespace
 
-std::string DefaultTargetModel() { return ShippedModel("specd-target-q8_0.gguf"); }
-std::string DefaultDraftModel() { return ShippedModel("specd-draft-q8_0.gguf"); }
+std::string DefaultTargetModel() { return DefaultPair().first; }
+std::string DefaultDraftModel() { return DefaultPair().second; }
 
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;
   if (o.model.empty()) {
     o.model = DefaultTargetModel();
     SPECD_CHECK(!o.model.empty(),
-                "no model given (-m MODEL.gguf) and the default model "
-                "models/specd-target-q8_0.gguf is not there (set SPECD_MODELS_DIR)");
-    // The shipped pair decodes speculatively unless asked otherwise.
+                "no model given (-m MODEL.gguf) and neither default model is there: "
+                "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches it) "
+                "or models/specd-target-q8_0.gguf (set SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
+    // The default pair decodes speculatively unless asked otherwise.
     if (o.draft_model.empty() && o.strategy != "ar") o.draft_model = DefaultDraftModel();
   }
   const bool ngram = o.spec_type == "ngram";
@@ -101,6 +118,9 @@ int RunGenerate(const GenerateOptions& options) {
     draft = Model::Load(o.draft_model, &ctx);
     CheckDraftCompatible(*model, *draft);
   }
+  // Cold first forwards would be timed by the cost-aware draft length (and by the user).
+  model->WarmUp(ctx);
+  if (draft != nullptr) draft->WarmUp(ctx);
   // Models without tokenizer metadata still generate from token ids.
   std::unique_ptr<Tokenizer> tokenizer;
   if (model->gguf().Find("tokenizer.ggml.model") != nullptr) {
@@ -143,6 +163,7 @@ int RunGenerate(const GenerateOptions& options) {
   } else {
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata: pass --tokens");
     prompt_text = o.prompt_file.empty() ? o.prompt : ReadTextSource(o.prompt_file);
+    if (o.escape) prompt_text = ProcessEscapes(prompt_text);
     SPECD_CHECK(!prompt_text.empty(), o.prompt_file.empty()
                                           ? "the prompt (-p) is empty"
                                           : "the prompt file '" + o.prompt_file + "' is empty");
@@ -171,6 +192,9 @@ int RunGenerate(const GenerateOptions& options) {
   request.sampling.temperature = o.temperature;
   request.sampling.top_k = o.top_k;
   request.sampling.top_p = o.top_p;
+  request.sampling.min_p = o.min_p;
+  request.sampling.repeat_penalty = o.repeat_penalty;
+  request.sampling.repeat_last_n = o.repeat_last_n;
   request.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   request.attention = o.attention == "pad" ? AttentionMode::kPad : AttentionMode::kSplit;
   request.stop_at_eos = !o.ignore_eos;
@@ -218,13 +242,17 @@ int RunGenerate(const GenerateOptions& options) {
   std::unique_ptr<StreamingDecoder> stream;
   if (!o.json && n_seq == 1 && tokenizer) {
     stream = std::make_unique<StreamingDecoder>(*tokenizer);
-    if (!o.tokens.empty()) {
-      std::cout << tokenizer->Decode(request.prompt, /*strip_space_prefix=*/true);
-    } else if (o.chat) {
+    // llama.cpp's --color: the prompt in yellow, on a terminal only.
+    const bool color = o.color && ::isatty(STDOUT_FILENO);
+    if (color) std::cout << "\033[33m";
+    if (o.no_display_prompt || o.chat) {
       // A chat prints only the assistant's answer.
+    } else if (!o.tokens.empty()) {
+      std::cout << tokenizer->Decode(request.prompt, /*strip_space_prefix=*/true);
     } else {
       std::cout << prompt_text;
     }
+    if (color) std::cout << "\033[0m";
     std::cout << std::flush;
     request.on_token = [&](int, int32_t token) { std::cout << stream->Push(token) << std::flush; };
   }

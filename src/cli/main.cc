@@ -2,10 +2,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -86,7 +89,55 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 30));
   generate->add_option("--top-p", gen.top_p, "nucleus sampling threshold (1: off)")
       ->check(CLI::Range(0.0, 1.0));
-  generate->add_option("--seed", gen.seed, "random seed (default: random)")
+  generate->add_option("--min-p", gen.min_p, "drop tokens below min-p x the most likely (0: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  generate
+      ->add_option("--repeat-penalty", gen.repeat_penalty,
+                   "divide the logits of recent tokens by this (1: off; speculation stays "
+                   "lossless against the penalized distribution)")
+      ->check(CLI::Range(0.01, 100.0));
+  generate
+      ->add_option("--repeat-last-n", gen.repeat_last_n,
+                   "tokens of history the repeat penalty looks at (-1: all, 0: none)")
+      ->check(CLI::Range(-1, 1 << 20));
+  generate->add_flag("-e,--escape", gen.escape, "process escapes (\\n, \\t, ...) in -p");
+  generate->add_flag("--no-display-prompt", gen.no_display_prompt,
+                     "print only the generated text, not the prompt");
+  generate->add_flag("--color", gen.color, "show the prompt in colour (on a terminal)");
+  // llama.cpp flags for features this CPU engine has no use for: accepted, and said so.
+  std::vector<std::string> ignored_flags;
+  auto note_ignored = [&ignored_flags](const std::string& flag, const char* why) {
+    return [&ignored_flags, flag, why](auto&&...) { ignored_flags.push_back(flag + ": " + why); };
+  };
+  generate
+      ->add_option_function<std::string>(
+          "-g,--n-gpu-layers,--gpu-layers",
+          note_ignored("-ngl", "no GPU offload: specd runs on the CPU"),
+          "(llama.cpp; no effect: specd runs on the CPU; also -ngl)")
+      ->type_name("N");
+  generate
+      ->add_option_function<std::string>(
+          "--flash-attn", note_ignored("-fa", "specd's attention kernels are its own"),
+          "(llama.cpp; no effect: specd's attention kernels are its own; also -fa)")
+      ->expected(0, 1)
+      ->type_name("[on|off|auto]");
+  generate->add_flag_function("--mlock",
+                              note_ignored("--mlock", "weights are read in place, not locked"),
+                              "(llama.cpp; no effect)");
+  generate->add_flag_function("--no-mmap",
+                              note_ignored("--no-mmap", "weights are always memory-mapped"),
+                              "(llama.cpp; no effect)");
+  for (const char* names : {"-b,--batch-size", "--ubatch-size"}) {
+    generate
+        ->add_option_function<std::string>(
+            names,
+            note_ignored(names[1] == 'b' ? "-b" : "-ub",
+                         "prompts are read in chunks of specd's own size (--batch is the "
+                         "number of sequences here, not llama.cpp's -b)"),
+            "(llama.cpp's prompt batch; no effect: --batch here counts sequences)")
+        ->type_name("N");
+  }
+  generate->add_option("-s,--seed", gen.seed, "random seed (default: random)")
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
             if (!value.empty() && value[0] == '-') {
@@ -98,7 +149,8 @@ int main(int argc, char** argv) {
   generate->add_option("-t,--threads", gen.threads, "threads")->check(CLI::Range(1, 256));
   generate->add_option("--batch", gen.batch, "sequences decoded together")
       ->check(CLI::Range(1, 4096));
-  generate->add_option("-c,--ctx", gen.ctx, "context positions per sequence (default: fit)")
+  generate
+      ->add_option("-c,--ctx,--ctx-size", gen.ctx, "context positions per sequence (default: fit)")
       ->check(CLI::Range(1, 1 << 20));
   generate->add_option("--attention", gen.attention, "attention over ragged sequences")
       ->check(CLI::IsMember({"pad", "split"}));
@@ -110,10 +162,11 @@ int main(int argc, char** argv) {
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past end-of-sequence");
   generate->add_flag("--special", gen.special,
                      "parse special tokens (<s>, <|im_start|>) in the prompt");
-  generate->add_flag("--chat", gen.chat,
+  generate->add_flag("--chat,--conversation,-i,--interactive", gen.chat,
                      "chat: -p is a user turn in the model's chat format (also -cnv); without a "
                      "prompt, a conversation read from stdin, one turn per line");
-  generate->add_option("--system", gen.system, "system message of a chat");
+  generate->add_option("--system,--system-prompt", gen.system,
+                       "system message of a chat (also -sys)");
   generate
       ->add_option("--spec-sampling", gen.spec_sampling,
                    "sampled speculation: coupled (draft and target share Gumbel noise per "
@@ -257,12 +310,36 @@ int main(int argc, char** argv) {
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
       ->allow_extras();
 
-  // llama.cpp spells the draft model -md and conversation mode -cnv; CLI11 takes one-letter short
-  // options only.
+  // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
+  // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that
+  // says so instead of a misleading one about a different flag.
   std::vector<std::string> args;
+  const std::map<std::string, std::string> llama_cpp_spellings = {
+      {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
+      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
+      {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
+      {"-mu", "--model-url"}};
+  std::string unknown_short;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string arg = argv[i];
-    args.push_back(arg == "-md" ? "--model-draft" : arg == "-cnv" ? "--chat" : arg);
+    if (const auto it = llama_cpp_spellings.find(arg); it != llama_cpp_spellings.end()) {
+      args.push_back(it->second);
+    } else {
+      // -xyz (letters only; -1.5 and -- stay as they are).
+      const bool several_letters =
+          arg.size() > 2 && arg[0] == '-' && arg[1] != '-' &&
+          std::all_of(arg.begin() + 1, arg.end(), [](char c) { return std::isalpha(c) != 0; });
+      if (several_letters) unknown_short = arg;
+      args.push_back(arg);
+    }
+  }
+  if (!unknown_short.empty()) {
+    std::fprintf(stderr,
+                 "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
+                 "-f, -c, -s, -t, -e; of llama.cpp's longer ones it takes -md, -cnv, -sys, -ngl, "
+                 "-fa, -ub; see specd generate --help)\n",
+                 unknown_short.c_str());
+    return 1;
   }
   try {
     app.parse(args);
@@ -275,6 +352,9 @@ int main(int argc, char** argv) {
                   "-m was given an empty path (omit -m for the shipped model)");
       SPECD_CHECK(generate->count("--prompt") == 0 || !gen.prompt.empty(),
                   "the prompt (-p) is empty");
+      for (const std::string& note : ignored_flags) {
+        std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
+      }
       return RunGenerate(gen);
     }
     if (*synth) {

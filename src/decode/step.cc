@@ -75,6 +75,23 @@ void StepDecoder::FirstToken(Sequence& s, std::span<const float> row, double now
   if (proposer_ != nullptr) proposer_->Accept(s.id, 0, token);
 }
 
+void StepDecoder::PenalizeRow(const Sequence& s, std::span<const int32_t> extra, float* row) {
+  const SamplingParams& p = s.request.sampling;
+  if (p.repeat_penalty == 1.0f || p.repeat_last_n == 0) return;
+  // The last repeat_last_n tokens of prompt + generated + extra.
+  const size_t total = s.request.prompt.size() + s.tokens.size() + extra.size();
+  const size_t window = p.repeat_last_n < 0 ? total : std::min<size_t>(total, p.repeat_last_n);
+  history_.clear();
+  size_t skip = total - window;
+  for (auto part :
+       {std::span<const int32_t>(s.request.prompt), std::span<const int32_t>(s.tokens), extra}) {
+    const size_t drop = std::min(skip, part.size());
+    history_.insert(history_.end(), part.begin() + drop, part.end());
+    skip -= drop;
+  }
+  PenalizeRepeats(std::span<float>(row, target_.config().n_vocab), history_, p.repeat_penalty);
+}
+
 void StepDecoder::CountDrafts(int position, bool accepted) {
   if (stats_.drafted_at_position.size() <= static_cast<size_t>(position)) {
     stats_.drafted_at_position.resize(position + 1);
@@ -288,6 +305,34 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   target_.Forward(ctx_, batch, kv_, options_.attention, &logits_);
   const double t_target_ms = verify_timer.ElapsedMs();
   if (!prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&timings);
+
+  // The repetition penalty, row by row with each row's own history, so that every token below
+  // (plain or verified) is drawn from the penalized distribution.
+  {
+    const int64_t n_vocab_rows = target_.config().n_vocab;
+    int64_t row = 0;
+    for (const Chunk& c : prefill) {
+      if (c.end < static_cast<int>(c.s->request.prompt.size())) continue;
+      PenalizeRow(*c.s, {}, logits_.data() + row++ * n_vocab_rows);
+    }
+    for (size_t j = 0; j < decode.size(); ++j) {
+      const Proposal& prop = proposals[j];
+      const int k = static_cast<int>(prop.tokens.size());
+      std::vector<int32_t> path;
+      for (int r = 0; r <= k; ++r) {
+        path.clear();
+        if (!prop.is_tree()) {
+          path.assign(prop.tokens.begin(), prop.tokens.begin() + r);
+        } else if (r > 0) {
+          for (int node = r - 1; node >= 0; node = prop.parents[node])
+            path.push_back(prop.tokens[node]);
+          std::reverse(path.begin(), path.end());
+        }
+        PenalizeRow(*decode[j], path, logits_.data() + (row + r) * n_vocab_rows);
+      }
+      row += k + 1;
+    }
+  }
 
   // Verify and commit, in row order.
   const double now = now_ms();

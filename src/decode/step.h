@@ -116,6 +116,9 @@ class StepDecoder {
                  StepReport* report);
   // Counts drafted / accepted tokens at each draft position (tree nodes by depth).
   void CountDrafts(int position, bool accepted);
+  // The repetition penalty on one output row of `s`: `extra` are the tokens (drafts) between
+  // its committed text and the row's prediction.
+  void PenalizeRow(const Sequence& s, std::span<const int32_t> extra, float* row);
   // Records a generated token; returns true when the sequence finished.
   bool Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
               StepReport* report);
@@ -129,6 +132,7 @@ class StepDecoder {
   SpeculativeStats stats_;
   std::vector<float> logits_;  // [rows, n_vocab]
   std::vector<std::vector<float>> target_probs_;
+  std::vector<int32_t> history_;  // scratch of PenalizeRow
 };
 
 }  // namespace specd

@@ -352,6 +352,20 @@ const char* ForwardProfile::Name(int op) {
   return op >= 0 && op < kCount ? kNames[op] : "?";
 }
 
+void Model::WarmUp(const KernelContext& ctx, int rows) {
+  auto kv = NewKvCache({1, rows});
+  const int seq = kv->Acquire();
+  std::vector<float> logits;
+  for (int n : {1, rows}) {
+    // A one-row forward (the decode shape), then `rows` rows (a verification's shape).
+    kv->Truncate(seq, 0);
+    Batch batch;
+    for (int i = 0; i < n; ++i)
+      batch.Add(config_.bos_token >= 0 ? config_.bos_token : 0, i, seq, true);
+    Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  }
+}
+
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits) {
   Validate(batch, kv);

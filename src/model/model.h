@@ -136,6 +136,11 @@ class Model {
 
   // A KV cache shaped for this model.
   std::unique_ptr<KvCache> NewKvCache(const KvCacheConfig& config) const;
+  // Runs `rows` throwaway rows through the model on a scratch KV cache: the first forwards of
+  // a process are slow (threads starting, weights and code not yet in the caches, scratch
+  // buffers growing), and timing-driven decisions (the cost-aware draft length) should not be
+  // made on them.
+  void WarmUp(const KernelContext& ctx, int rows = 4);
 
   // Runs the batch, appending its keys/values to `kv` and writing logits of the flagged rows, in
   // row order, to `logits` ([n_outputs, n_vocab]). Validates the whole batch first: on an Error,

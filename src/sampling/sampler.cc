@@ -15,6 +15,26 @@ void ValidateSamplingParams(const SamplingParams& p) {
   SPECD_CHECK(p.top_k >= 0, "--top-k must be >= 0 (0 disables it), got ", p.top_k);
   SPECD_CHECK(std::isfinite(p.top_p) && p.top_p > 0.0f && p.top_p <= 1.0f,
               "--top-p must be in (0, 1], got ", p.top_p);
+  SPECD_CHECK(std::isfinite(p.min_p) && p.min_p >= 0.0f && p.min_p <= 1.0f,
+              "--min-p must be in [0, 1] (0 disables it), got ", p.min_p);
+  SPECD_CHECK(
+      std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f && p.repeat_penalty <= 100.0f,
+      "--repeat-penalty must be in (0, 100] (1 disables it), got ", p.repeat_penalty);
+  SPECD_CHECK(p.repeat_last_n >= -1,
+              "--repeat-last-n must be >= -1 (-1: the whole history, 0: none), got ",
+              p.repeat_last_n);
+}
+
+void PenalizeRepeats(std::span<float> logits, std::span<const int32_t> recent, float penalty) {
+  if (penalty == 1.0f || recent.empty()) return;
+  std::vector<int32_t> distinct(recent.begin(), recent.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (int32_t t : distinct) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
+    float& x = logits[t];
+    x = x > 0.0f ? x / penalty : x * penalty;
+  }
 }
 
 namespace {
@@ -116,11 +136,13 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
   };
   const bool top_k = params.top_k > 0 && params.top_k < n;
   const bool top_p = params.top_p < 1.0f;
+  const bool min_p = params.min_p > 0.0f;
   // Candidates: tokens whose weight (relative to the most likely token's 1) reaches a
   // threshold. Every other token weighs strictly less than every candidate, so when the
   // candidates hold k tokens (top-k) and enough mass (top-p), the kept set lies among them and
   // only they need sorting. Otherwise the threshold drops, down to 0 (every token).
-  float threshold = top_k || top_p ? 1e-3f : 0.0f;
+  // With min-p no token below min_p is ever kept: the candidates are complete at that threshold.
+  float threshold = min_p ? params.min_p : top_k || top_p ? 1e-3f : 0.0f;
   std::vector<int32_t> order;
   order.reserve(n);
   int64_t keep = 0;
@@ -135,23 +157,31 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
     keep = count;
     kept_total = total;
     if (top_k) {
-      enough = count >= params.top_k;
-      if (enough) {
+      enough = count >= params.top_k || min_p;
+      if (count >= params.top_k) {
         keep = params.top_k;
         std::nth_element(order.begin(), order.begin() + keep - 1, order.end(), before);
         kept_total = 0.0;
         for (int64_t i = 0; i < keep; ++i) kept_total += weight[order[i]];
       }
     }
-    if (enough && top_p && threshold > 0.0f) {
+    if (enough && top_p && threshold > 0.0f && !min_p) {
       double mass = 0.0;
       for (int64_t i = 0; i < keep; ++i) mass += weight[order[i]];
       enough = mass >= params.top_p * kept_total;
     }
-    if (enough || threshold == 0.0f) break;
+    if (enough || threshold == 0.0f || min_p) break;
     threshold = threshold < 1e-30f ? 0.0f : threshold * 1e-4f;
   }
   std::sort(order.begin(), order.begin() + keep, before);
+  // Top-p's mass is over the top-k set (or everything), candidates below the threshold too.
+  if (top_k && keep < params.top_k) {
+    kept_total = 0.0;
+    std::vector<float> rest;
+    for (int64_t i = 0; i < n; ++i) rest.push_back(weight[i]);
+    std::nth_element(rest.begin(), rest.begin() + params.top_k - 1, rest.end(), std::greater<>());
+    for (int64_t i = 0; i < params.top_k; ++i) kept_total += rest[i];
+  }
   if (top_p) {
     // The shortest sorted prefix whose cumulative probability reaches top_p.
     const double target = params.top_p * kept_total;
@@ -159,6 +189,12 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
     int64_t i = 0;
     while (i < keep && cumulative < target) cumulative += weight[order[i++]];
     keep = std::max<int64_t>(i, 1);
+  }
+  if (params.min_p > 0.0f) {
+    // Weights are relative to the most likely token's (1), which is always kept.
+    int64_t i = 1;
+    while (i < keep && weight[order[i]] >= params.min_p) ++i;
+    keep = i;
   }
   std::vector<TokenProb> kept(keep);
   double norm = 0.0;

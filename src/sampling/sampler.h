@@ -8,6 +8,8 @@
 //   top-p (0 < p < 1): after top-k, tokens sorted by probability (desc, ties by id); keep the
 //     shortest prefix whose cumulative probability reaches p (at least one token). p >= 1 keeps
 //     all.
+//   min-p (0 < m <= 1): after top-p, the tokens whose probability is at least m times the
+//     largest.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,12 @@ struct SamplingParams {
   float top_p = 0.95f;
   uint64_t seed = 0;
   SamplingMethod method = SamplingMethod::kInverseCdf;
+  // After top-p: drop tokens less likely than min_p times the most likely one (0: off).
+  float min_p = 0.0f;
+  // llama.cpp's repetition penalty, applied to the logits before everything else by whoever
+  // holds the history (PenalizeRepeats): 1 is off.
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;  // tokens of history penalized (-1: all of it)
 
   bool greedy() const { return temperature <= 0.0f; }
 };
@@ -51,6 +59,10 @@ std::vector<float> ProcessedProbs(std::span<const float> logits, const SamplingP
 
 // Draws from a kept set with a uniform number u in [0, 1) by inverse CDF.
 int32_t SampleFrom(const std::vector<TokenProb>& kept, double u);
+
+// llama.cpp's repetition penalty on one row of logits: every distinct token of `recent` gets
+// logit / penalty where the logit is positive, logit * penalty otherwise.
+void PenalizeRepeats(std::span<float> logits, std::span<const int32_t> recent, float penalty);
 
 // Argmax with ties to the lowest id.
 int32_t Argmax(std::span<const float> logits);

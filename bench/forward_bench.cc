@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "bench/compute_peak.h"
+#include "bench/machine.h"
 #include "bench/membw.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -24,22 +25,6 @@ namespace {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-std::string Today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 // Decode tokens/s: a short prompt, then n single-row forwards.

@@ -10,8 +10,13 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "bench/machine.h"
+#include "draft/combined_proposer.h"
+#include "draft/draft_model_proposer.h"
+#include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd::bench {
@@ -36,6 +41,26 @@ const char* const kPrompts[] = {
     "def _check_type(value, expected):\n    if not isinstance(value, expected):\n",
     "    @property\n    def name(self):\n",
     "def main():\n    args = parse_args()\n",
+};
+
+// User turns for chat prompts, in the target's own chat template (not from any training set).
+const char* const kChatPrompts[] = {
+    "How do I reverse a list in Python?",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "What is the difference between a list and a tuple?",
+    "Explain what a hash table is.",
+    "Write a shell command that counts the lines of every .txt file in a folder.",
+    "What does the `grep` command do?",
+    "Give me three tips for writing readable code.",
+    "How can I read a CSV file in Python?",
+    "What is recursion? Give an example.",
+    "Write a function that returns the n-th Fibonacci number.",
+    "Summarize what an operating system does.",
+    "How do I find the largest file in a directory on Linux?",
+    "What is the purpose of a virtual environment in Python?",
+    "Explain the difference between `==` and `is` in Python.",
+    "Write a Python class for a simple bank account.",
+    "What is a race condition?",
 };
 
 struct Run {
@@ -122,11 +147,38 @@ void RunSpecBench(const SpecBenchOptions& o) {
   auto draft = Model::Load(o.draft, &ctx);
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
+  SPECD_CHECK(o.prompt_set == "code" || o.prompt_set == "chat", "unknown prompt set '",
+              o.prompt_set, "' (code or chat)");
   std::vector<std::vector<int32_t>> prompts;
-  for (const char* p : kPrompts) prompts.push_back(tokenizer->Encode(p, true, false));
+  if (o.prompt_set == "chat") {
+    const ChatTemplate chat = ChatTemplate::FromGguf(target->gguf(), *tokenizer);
+    for (const char* p : kChatPrompts) {
+      prompts.push_back(EncodeChat(*tokenizer, chat, {{"user", p}}, false));
+    }
+  } else {
+    for (const char* p : kPrompts) prompts.push_back(tokenizer->Encode(p, true, false));
+  }
+  SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
+              "unknown --spec-type '", o.spec_type, "'");
+
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   auto target_kv = target->NewKvCache({max_batch, 512, o.cache_type});
   auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});
+  // One speculative run with the chosen proposer.
+  auto speculative = [&](const GenerateRequest& request, const SpeculativeOptions& options,
+                         SpeculativeStats* stats) {
+    if (o.spec_type == "draft") {
+      return GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, request, options,
+                                 stats);
+    }
+    NgramProposer lookup(1, 3, target->config().n_vocab);
+    if (o.spec_type == "ngram") {
+      return GenerateWithProposer(*target, ctx, *target_kv, lookup, request, options, stats);
+    }
+    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention);
+    CombinedProposer both(lookup, draft_proposer);
+    return GenerateWithProposer(*target, ctx, *target_kv, both, request, options, stats);
+  };
 
   struct Setting {
     std::string name;
@@ -154,9 +206,18 @@ void RunSpecBench(const SpecBenchOptions& o) {
   report["draft"] = o.draft;
   report["cache_type"] = DTypeName(o.cache_type);
   std::ostringstream md;
-  md << "Speculative decoding benchmark, " << date << ", " << o.threads << " threads, "
-     << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
-     << " new tokens per sequence, one Python prompt per sequence, median of " << o.reps
+  report["cpu"] = CpuName();
+  report["kernels"] = ctx.cpu.Name();
+  report["prompt_set"] = o.prompt_set;
+  report["spec_type"] = o.spec_type;
+  md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
+     << " kernels), " << o.threads << " threads, target " << o.target << ", proposer "
+     << (o.spec_type == "draft"   ? o.draft
+         : o.spec_type == "ngram" ? "n-gram lookup"
+                                  : "n-gram lookup, then " + o.draft)
+     << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
+     << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
+     << " prompt per sequence, median of " << o.reps
      << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
      << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
      << "cost-aware policy (chosen online; the default).\n\n"
@@ -209,9 +270,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
             Measure(GenerateAutoregressive(*target, ctx, *target_kv, request), nullptr));
         for (Candidate& c : candidates) {
           SpeculativeStats stats;
-          c.runs.push_back(Measure(GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv,
-                                                       request, c.options, &stats),
-                                   &stats));
+          c.runs.push_back(Measure(speculative(request, c.options, &stats), &stats));
           if (c.options.cost_aware) {
             auto_plain_share.push_back(stats.n_steps ? double(stats.n_plain_steps) / stats.n_steps
                                                      : 0.0);

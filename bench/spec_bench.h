@@ -24,6 +24,11 @@ struct SpecBenchOptions {
   std::vector<float> temperatures = {0.2f};  // sampled settings (top-p 0.95), besides greedy
   // How sampled drafts are verified: rejection sampling and / or coupled (shared Gumbel noise).
   std::vector<std::string> spec_sampling = {"rejection", "coupled"};
+  // Prompts: "code" (Python openings) or "chat" (questions in the target's chat template).
+  std::string prompt_set = "code";
+  // Proposer of every speculative run: draft (the draft model), ngram (prompt lookup) or
+  // draft+ngram (lookup first, the draft where it finds nothing).
+  std::string spec_type = "draft";
 };
 
 void RunSpecBench(const SpecBenchOptions& options);

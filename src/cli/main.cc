@@ -287,6 +287,12 @@ int main(int argc, char** argv) {
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
+  bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
+      ->check(CLI::IsMember({"code", "chat"}));
+  bench_spec
+      ->add_option("--spec-type", sb.spec_type,
+                   "proposer of the speculative runs: draft, ngram or draft+ngram")
+      ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
   bench_spec->add_option("--temps", sb.temperatures, "temperatures of the sampled settings")
       ->delimiter(',')
       ->check(CLI::Range(0.01, 10.0));

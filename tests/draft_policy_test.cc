@@ -124,8 +124,8 @@ double Interpolate(const std::vector<std::pair<int, double>>& curve, int n) {
 
 // Decodes `batch` sequences of n_tokens each, every drafted token accepted with probability
 // `acceptance` until the first rejection, with the policy choosing K; returns tokens per ms.
-// The draft catches up on tokens committed by plain steps in its first forward of the next
-// drafting step, as the draft-model proposer does.
+// The draft catches up on tokens committed by plain steps (at most 32 per sequence) in its first
+// forward of the next drafting step, as the draft-model proposer does.
 double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy, int batch,
                             double acceptance, int n_tokens, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -159,7 +159,8 @@ double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy
     double step_ms = 0.0;
     if (step.k > 0) {
       int catch_up_rows = 0;
-      for (int s : live) catch_up_rows += std::exchange(skipped[s], 0);
+      // The draft-model proposer restarts from the last 32 tokens after longer plain runs.
+      for (int s : live) catch_up_rows += std::min(32, std::exchange(skipped[s], 0));
       step.catch_up = catch_up_rows > 0;
       for (int i = 0; i < step.k; ++i) {
         const int rows = b + (i == 0 ? catch_up_rows : 0);

@@ -8,8 +8,8 @@ namespace specd {
 namespace {
 constexpr double kAcceptanceDecay = 0.98;  // per observed verification
 constexpr double kPriorWeight = 2.0;       // pseudo-observations behind the prior acceptance
-constexpr int kFirstProbe = 16;  // plain steps before drafting is probed; doubles after each
-constexpr int kMaxProbes = 1;    // in a row: each costs the draft a catch-up on the plain steps
+constexpr int kFirstProbe = 16;            // plain steps before drafting is probed again
+constexpr int kMaxProbes = 1;              // in a row (each costs a losing step and a catch-up)
 constexpr int kFirstRefresh = 4;
 constexpr double kProbeWithin = 0.9;    // plain steps win: probe drafting if it is this close
 constexpr double kSwitchMargin = 1.05;  // drafting must beat plain steps by this to resume

@@ -23,13 +23,12 @@
 //    (times drift: memory bandwidth on a shared machine comes and goes);
 //  - after plain steps, drafting resumes only when predicted 5% better (the draft must first
 //    catch up on what they wrote); when plain steps win but drafting is within 10% of them,
-//    drafting is probed again after 8, 16 and 32 plain steps, to follow a changing
-//    acceptance. Probes are not free (the draft first reads every token the plain steps
-//    wrote: on the 16.5M pair at batch 4 that is 12% of a plain step per token), so there are
-//    at most 3 in a row, and none where drafting clearly loses; a probe's step time (inflated
-//    by the catching up) is not used;
+//    drafting is probed once more after 16 plain steps (unless the request is about to end), to
+//    follow a changing acceptance or undo an unlucky measurement. More probes cost more than
+//    they found in simulation: each is a step at a losing K plus the draft's catch-up (up to 32
+//    tokens per sequence); a probe's time is counted without the catch-up's extra rows;
 //  - a batch size within 25% of a measured one (sequences finishing one by one) is decided
-//    with that one's times; others are explored afresh.
+//    with that one's times; another starts from the nearest measured one's best K.
 #pragma once
 
 #include <map>

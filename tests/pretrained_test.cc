@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "base/cpu_features.h"
 #include "base/error.h"
@@ -95,6 +96,58 @@ TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
   r = RunSpecd("generate -m " + kDir + kGemma + " -p 'The capital of France is' -n 8 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("capital"), std::string::npos) << r.out;
+}
+
+// The tokens of the first sequence of a --json run, and of each of its sequences.
+std::vector<std::vector<int32_t>> JsonTokens(const std::string& out) {
+  std::vector<std::vector<int32_t>> tokens;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("tokens")) tokens.push_back(j["tokens"].get<std::vector<int32_t>>());
+  }
+  return tokens;
+}
+
+TEST(Pretrained, SmolLM2WithItsShippedDraftIsTheDefaultAndGreedyLossless) {
+  REQUIRE_MODEL(kSmol);
+  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
+  ASSERT_TRUE(std::filesystem::exists(draft)) << draft << " is shipped in git";
+  // Without -m: SmolLM2 and its draft.
+  CliRun r = RunSpecd("generate -p 'def fibonacci(n):' -n 16 --temp 0", "", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("model: " + kDir + kSmol), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("draft " + draft), std::string::npos) << r.out;
+  // Greedy speculative output is plain greedy output, token for token: a code prompt and a chat
+  // prompt at batch 1, and eight prompts at batch 8.
+  const std::string base =
+      "generate -m " + kDir + kSmol + " -md " + draft + " -n 64 --temp 0 --json";
+  for (const std::string& prompt :
+       {std::string(" -p 'import os\n\ndef walk(root):'"),
+        std::string(" --chat -p 'Write a Python function that reverses a string.'")}) {
+    const CliRun spec = RunSpecd(base + prompt);
+    const CliRun plain = RunSpecd(base + prompt + " --strategy ar");
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    EXPECT_EQ(JsonTokens(spec.out), JsonTokens(plain.out)) << prompt;
+  }
+  const std::string prompts = testing::TempDir() + "/smol-prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    for (const char* p : {"def add(a, b):", "class Queue:", "import sys",
+                          "for i in range(10):", "The capital of France is", "Once upon a time",
+                          "def main():", "# Sort a list"}) {
+      out << nlohmann::json{{"prompt", p}}.dump() << "\n";
+    }
+  }
+  const CliRun spec = RunSpecd(base + " --prompts " + prompts);
+  const CliRun plain = RunSpecd(base + " --prompts " + prompts + " --strategy ar");
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  const auto spec_tokens = JsonTokens(spec.out);
+  EXPECT_EQ(spec_tokens.size(), 8u);
+  EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
 }
 
 TEST(Pretrained, ChatTemplatesRenderExactly) {

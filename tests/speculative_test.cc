@@ -163,14 +163,22 @@ struct DistributionCase {
   const char* name;
   bool should_pass;
   SpecSampling mode = SpecSampling::kRejection;
-  bool ngram = false;  // prompt lookup instead of the draft model (point-mass drafts)
+  bool ngram = false;            // prompt lookup instead of the draft model (point-mass drafts)
+  bool restricted_head = false;  // a draft whose head covers half the vocabulary (FR-Spec)
 };
 
 double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   ThreadPool pool(1);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto target = Model::Load(testing::TinyModel("micro", DType::kF32, 7), &ctx);
-  auto draft = Model::Load(testing::TinyModel("micro", DType::kF32, 8), &ctx);
+  std::string draft_path = testing::TinyModel("micro", DType::kF32, 8);
+  if (c.restricted_head) {
+    // Every other token: the draft can never propose the rest.
+    std::vector<int32_t> head;
+    for (int32_t t = 0; t < 24; t += 2) head.push_back(t);
+    draft_path = testing::WithRestrictedHead(draft_path, head);
+  }
+  auto draft = Model::Load(draft_path, &ctx);
   // A repetitive prompt gives the n-gram lookup something to propose.
   const std::vector<int32_t> prompt = c.ngram ? std::vector<int32_t>{1, 5, 9, 14, 1, 5, 9, 14, 1, 5}
                                               : std::vector<int32_t>{1, 5, 9, 14};
@@ -238,6 +246,20 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        "n-gram lookup, coupled",
        true,
        SpecSampling::kCoupled,
+       true},
+      {{1.0f, 0, 1.0f, 0},
+       VerifySampled,
+       "restricted draft head, rejection",
+       true,
+       SpecSampling::kRejection,
+       false,
+       true},
+      {{0.8f, 0, 1.0f, 0},
+       VerifySampled,
+       "restricted draft head, coupled",
+       true,
+       SpecSampling::kCoupled,
+       false,
        true},
   };
   for (const auto& c : cases) {

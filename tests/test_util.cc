@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "gguf/gguf.h"
+#include "tensor/quantize.h"
 #include "threading/thread_pool.h"
 
 namespace specd::testing {
@@ -78,6 +80,33 @@ double ChiSquarePValue(const std::vector<double>& expected_probs,
     ++cells;
   }
   return GammaQ((cells - 1) / 2.0, chi2 / 2.0);
+}
+
+std::string WithRestrictedHead(const std::string& path, const std::vector<int32_t>& head) {
+  auto file = GgufFile::Open(path);
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) w.Set(key, value);
+  std::vector<GgufValue> ids;
+  for (int32_t id : head) ids.push_back(GgufValue::I32(id));
+  w.Set("specd.head_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
+  for (const GgufTensorInfo& t : file->tensors()) {
+    if (t.name == "output.weight") continue;
+    w.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  }
+  // The head's rows of the output matrix (the embedding where the two are tied).
+  const GgufTensorInfo& embd = file->FindTensor("output.weight") != nullptr
+                                   ? file->GetTensor("output.weight")
+                                   : file->GetTensor("token_embd.weight");
+  const int64_t row_bytes = RowBytes(embd.type, embd.shape[0]);
+  std::vector<uint8_t> rows;
+  for (int32_t id : head) {
+    rows.insert(rows.end(), embd.data + id * row_bytes, embd.data + (id + 1) * row_bytes);
+  }
+  w.AddTensor("output.weight", embd.type, {embd.shape[0], static_cast<int64_t>(head.size())},
+              std::move(rows));
+  const std::string out = path + ".head" + std::to_string(head.size()) + ".gguf";
+  w.Write(out);
+  return out;
 }
 
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text, bool pretrained_default) {

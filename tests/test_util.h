@@ -26,6 +26,10 @@ struct ModelPair {
   std::unique_ptr<Model> target, draft;
 };
 
+// A copy of a model with an FR-Spec restricted head: output.weight holds the output matrix's
+// (or tied embedding's) rows of `head` and specd.head_tokens lists them. Returns the copy's path.
+std::string WithRestrictedHead(const std::string& path, const std::vector<int32_t>& head);
+
 // A deterministic prompt of n tokens below 384 (the tiny vocabulary), varied by salt.
 std::vector<int32_t> Prompt(int n, int salt);
 

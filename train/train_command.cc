@@ -102,7 +102,8 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 24));
 
   struct MeasureState {
-    std::string target, draft, corpus;
+    std::string target, draft, corpus, chat;
+    int max_prompts = 1000000;
     int draft_length = 4;
     int prompts_per_file = 8;
     int threads = 2;
@@ -113,8 +114,13 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       "a draft's greedy acceptance and per-token cost against a target on held-out files");
   measure->add_option("--teacher", measure_state->target, "target model GGUF")->required();
   measure->add_option("--draft", measure_state->draft, "draft model GGUF")->required();
-  measure->add_option("--corpus", measure_state->corpus, "folder of .py files (the held-out ones)")
-      ->required();
+  measure->add_option("--corpus", measure_state->corpus, "folder of .py files (the held-out ones)");
+  measure
+      ->add_option("--chat", measure_state->chat,
+                   "JSONL of user messages: measure on the target's answers to them instead")
+      ->check(CLI::ExistingFile);
+  measure->add_option("--max-prompts", measure_state->max_prompts, "use at most this many")
+      ->check(CLI::Range(1, 1000000));
   measure->add_option("--draft-length", measure_state->draft_length, "tokens drafted per step")
       ->check(CLI::Range(1, 32));
   measure
@@ -145,6 +151,14 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
   return [=]() -> int {
     if (*measure) {
       const MeasureState& m = *measure_state;
+      SPECD_CHECK(m.corpus.empty() != m.chat.empty(), "give --corpus or --chat");
+      if (!m.chat.empty()) {
+        auto prompts = ChatPrompts(m.target, m.chat, 256);
+        if (static_cast<int>(prompts.size()) > m.max_prompts) prompts.resize(m.max_prompts);
+        report_draft(MeasureDraftOnPrompts(m.target, m.draft, prompts, m.threads, m.draft_length),
+                     m.draft_length);
+        return 0;
+      }
       const Corpus corpus = ListCorpus(m.corpus, {".py"}, state->validation_every);
       SPECD_CHECK(!corpus.validation_files.empty(), "no held-out .py files under ", m.corpus);
       report_draft(MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads,

@@ -587,33 +587,48 @@ DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draf
                          const std::vector<std::string>& held_out_files, int threads,
                          int draft_length, int prompts_per_file) {
   SPECD_CHECK(prompts_per_file >= 1, "prompts per file must be at least 1, got ", prompts_per_file);
-  ThreadPool pool(threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto target = Model::Load(target_gguf, &ctx);
-  auto draft = Model::Load(draft_gguf, &ctx);
-  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
-  auto target_kv = target->NewKvCache({1, 512});
-  auto draft_kv = draft->NewKvCache({1, 512});
-  SpeculativeStats stats;
-  std::vector<int64_t> drafted_per_prompt, accepted_per_prompt;
-  constexpr int kPromptTokens = 64, kNewTokens = 96;
+  constexpr int kPromptTokens = 64;
+  auto gguf = GgufFile::Open(target_gguf);
+  const auto tokenizer = Tokenizer::FromGguf(*gguf);
+  std::vector<std::vector<int32_t>> prompts;
   for (const std::string& file : held_out_files) {
     const auto ids = tokenizer->Encode(ReadFileBytes(file), false, false);
     for (int p = 0; p < prompts_per_file; ++p) {
       const size_t start = ids.size() * (2 * p + 1) / (2 * prompts_per_file);
       if (start + kPromptTokens > ids.size()) continue;
-      GenerateRequest request;
-      request.prompt.assign(ids.begin() + start, ids.begin() + start + kPromptTokens);
-      request.n_predict = kNewTokens;
-      request.sampling.temperature = 0.0f;
-      request.stop_at_eos = false;
-      SpeculativeStats prompt_stats;
-      GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request, draft_length,
-                                &prompt_stats);
-      drafted_per_prompt.push_back(prompt_stats.n_drafted);
-      accepted_per_prompt.push_back(prompt_stats.n_accepted);
-      stats.Add(prompt_stats);
+      prompts.emplace_back(ids.begin() + start, ids.begin() + start + kPromptTokens);
     }
+  }
+  return MeasureDraftOnPrompts(target_gguf, draft_gguf, prompts, threads, draft_length);
+}
+
+DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::string& draft_gguf,
+                                  const std::vector<std::vector<int32_t>>& prompts, int threads,
+                                  int draft_length, int n_new) {
+  SPECD_CHECK(!prompts.empty(), "no prompts to measure the draft on");
+  ThreadPool pool(threads);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(target_gguf, &ctx);
+  auto draft = Model::Load(draft_gguf, &ctx);
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int n_ctx = static_cast<int>(longest) + n_new + draft_length + 2;
+  auto target_kv = target->NewKvCache({1, n_ctx});
+  auto draft_kv = draft->NewKvCache({1, n_ctx});
+  SpeculativeStats stats;
+  std::vector<int64_t> drafted_per_prompt, accepted_per_prompt;
+  for (const auto& prompt : prompts) {
+    GenerateRequest request;
+    request.prompt = prompt;
+    request.n_predict = n_new;
+    request.sampling.temperature = 0.0f;
+    request.stop_at_eos = false;
+    SpeculativeStats prompt_stats;
+    GenerateSpeculativeGreedy(*target, *draft, ctx, *target_kv, *draft_kv, request, draft_length,
+                              &prompt_stats);
+    drafted_per_prompt.push_back(prompt_stats.n_drafted);
+    accepted_per_prompt.push_back(prompt_stats.n_accepted);
+    stats.Add(prompt_stats);
   }
   DraftReport report;
   report.acceptance_rate = stats.acceptance_rate();

@@ -107,6 +107,10 @@ struct DraftReport {
 DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draft_gguf,
                          const std::vector<std::string>& held_out_files, int threads,
                          int draft_length = 4, int prompts_per_file = 8);
+// The same on given prompts (token ids), n_new greedy tokens each.
+DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::string& draft_gguf,
+                                  const std::vector<std::vector<int32_t>>& prompts, int threads,
+                                  int draft_length = 4, int n_new = 96);
 
 // Acceptance rate sum(accepted) / sum(drafted) and its standard error with prompts as clusters:
 // sqrt(n / (n - 1) * sum_i (accepted_i - rate * drafted_i)^2) / sum(drafted). Returns {rate, se}.

@@ -271,6 +271,28 @@ TEST(Cli, PromptSourcesAndWriteErrorsAreHandledAsLlamaCppUsersExpect) {
   EXPECT_NE(r.out.find("warning: -t 64 is more than the"), std::string::npos) << r.out;
 }
 
+TEST(Cli, CommandAndFlagErrorsAreErrorLinesWithExitCodeOne) {
+  testing::CliRun r = testing::RunSpecd("generat -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: unknown command 'generat' (did you mean 'generate'?)"),
+            std::string::npos)
+      << r.out;
+  r = testing::RunSpecd("generate -n abc -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out.rfind("error: --n-predict", 0), 0u) << r.out;
+  r = testing::RunSpecd("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bench"), std::string::npos) << r.out;
+  // tokenize and info default to generate's model, as generate does.
+  r = testing::RunSpecd("tokenize -p 'def f' --ids-only");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("[", 0), 0u) << r.out;
+  r = testing::RunSpecd("info");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("general.name (string) = specd-target-16m"), std::string::npos) << r.out;
+}
+
 TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0, 7);
   const std::string base = "generate -m " + model + " -n 4 --temp 0 --strategy ar --json";

@@ -24,6 +24,22 @@
 
 namespace {
 
+// Levenshtein distance, for suggesting the command a typo meant.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 // `specd train ...` runs the `specd-train` executable next to this one: LibTorch takes ~0.4 s
 // to load, which every other command would pay if it were linked in here.
 int RunTrainExecutable(int argc, char** argv) {
@@ -186,7 +202,8 @@ int main(int argc, char** argv) {
 
   TokenizeOptions tok;
   auto* tokenize = app.add_subcommand("tokenize", "print the tokens of a text");
-  tokenize->add_option("-m,--model", tok.model, "model or vocabulary (GGUF)")->required();
+  tokenize->add_option("-m,--model", tok.model,
+                       "model or vocabulary (GGUF; default: generate's default model)");
   tokenize->add_option("-p,--prompt", tok.prompt, "text");
   tokenize->add_option("-f,--file", tok.prompt_file, "file holding the text");
   tokenize->add_flag("--ids-only", tok.ids_only, "print only the ids, as a list");
@@ -213,7 +230,7 @@ int main(int argc, char** argv) {
 
   std::string info_model;
   auto* info = app.add_subcommand("info", "print a GGUF file's metadata and model shape");
-  info->add_option("-m,--model", info_model, "GGUF file")->required();
+  info->add_option("-m,--model", info_model, "GGUF file (default: generate's default model)");
 
   PerplexityOptions ppl;
   auto* perplexity =
@@ -347,10 +364,31 @@ int main(int argc, char** argv) {
                  unknown_short.c_str());
     return 1;
   }
+  // A mistyped command is named, with the nearest real one.
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string command = argv[1];
+    std::string nearest;
+    size_t nearest_distance = 3;  // suggest only within two edits
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == command;
+      const size_t d = EditDistance(command, sub->get_name());
+      if (d < nearest_distance) nearest_distance = d, nearest = sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "error: unknown command '%s'%s (see specd --help)\n", command.c_str(),
+                   nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str());
+      return 1;
+    }
+  }
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0 as CLI11 prints them; every other parse error is an
+    // "error: ..." line and exit code 1, as the rest of specd's errors.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 1;
   }
   try {
     if (*generate) {
@@ -372,10 +410,16 @@ int main(int argc, char** argv) {
                    synth_type.c_str());
       return 0;
     }
-    if (*info) return RunInfo(info_model);
+    if (*info) {
+      if (info_model.empty()) info_model = DefaultTargetModel();
+      SPECD_CHECK(!info_model.empty(), "no model given (-m MODEL.gguf) and no default model");
+      return RunInfo(info_model);
+    }
     if (*perplexity) return RunPerplexity(ppl);
     if (*quantize) return RunQuantize(quant);
     if (*tokenize) {
+      if (tok.model.empty()) tok.model = DefaultTargetModel();
+      SPECD_CHECK(!tok.model.empty(), "no model given (-m MODEL.gguf) and no default model");
       SPECD_CHECK(tokenize->count("--prompt") == 0 || !tok.prompt.empty(),
                   "the text (-p) is empty");
       return RunTokenize(tok);

@@ -293,6 +293,37 @@ TEST(Cli, CommandAndFlagErrorsAreErrorLinesWithExitCodeOne) {
   EXPECT_NE(r.out.find("general.name (string) = specd-target-16m"), std::string::npos) << r.out;
 }
 
+TEST(Cli, PromptsBatchAndMemoryLimitsAreStated) {
+  const std::string model = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string base = "generate -m " + model + " -n 2 --temp 0 --strategy ar";
+  const std::string prompts = testing::TempDir() + "/three.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"a\"}\n{\"prompt\": \"bb\"}\n{\"prompt\": \"c c\"}\n";
+  testing::CliRun r = testing::RunSpecd(base + " --prompts " + prompts);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("KV cache: 3 sequences"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reserved (committed as positions are written)"), std::string::npos);
+  // The summary counts every prompt's tokens, not the first one's.
+  r = testing::RunSpecd(base + " --prompts " + prompts + " --json");
+  const auto summary = nlohmann::json::parse(r.out.substr(r.out.rfind("{\"batch\"")));
+  int64_t total = 0;
+  for (const char* p : {"a", "bb", "c c"}) {
+    const testing::CliRun t =
+        testing::RunSpecd("tokenize --ids-only -m " + model + " -p '" + p + "'");
+    total += nlohmann::json::parse(t.out).size();
+  }
+  EXPECT_EQ(summary["n_prompt_tokens"].get<int64_t>(), total) << r.out;
+  r = testing::RunSpecd(base + " --prompts " + prompts + " --batch 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: --batch 2 with --prompts"), std::string::npos) << r.out;
+  // A KV cache the machine could not hold is refused up front, with its size.
+  r = testing::RunSpecd(base + " -p hi --batch 4096 -c 1000000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("GiB, more than this machine's"), std::string::npos) << r.out;
+  // A context beyond training is said to be so.
+  r = testing::RunSpecd(base + " -p hi -c 100000");
+  EXPECT_NE(r.out.find("warning: -c 100000 is beyond the"), std::string::npos) << r.out;
+}
+
 TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0, 7);
   const std::string base = "generate -m " + model + " -n 4 --temp 0 --strategy ar --json";

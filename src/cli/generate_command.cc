@@ -186,9 +186,18 @@ int RunGenerate(const GenerateOptions& options) {
   request.n_sequences =
       request.prompts.empty() ? o.batch : static_cast<int>(request.prompts.size());
   request.time_budget_ms = o.time_budget_ms;
+  SPECD_CHECK(request.prompts.empty() || o.batch == 1 ||
+                  o.batch == static_cast<int>(request.prompts.size()),
+              "--batch ", o.batch, " with --prompts: the batch is one sequence per prompt (",
+              request.prompts.size(), " in ", o.prompts_file, "); drop --batch");
   const int n_seq = request.n_sequences;
   size_t longest_prompt = request.prompt.size();
-  for (const auto& p : request.prompts) longest_prompt = std::max(longest_prompt, p.size());
+  size_t prompt_tokens = request.prompt.size();  // of all prompts
+  if (!request.prompts.empty()) prompt_tokens = 0;
+  for (const auto& p : request.prompts) {
+    longest_prompt = std::max(longest_prompt, p.size());
+    prompt_tokens += p.size();
+  }
   request.sampling.temperature = o.temperature;
   request.sampling.top_k = o.top_k;
   request.sampling.top_p = o.top_p;
@@ -206,6 +215,12 @@ int RunGenerate(const GenerateOptions& options) {
   const int n_ctx = o.ctx > 0 ? o.ctx
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
+  if (n_ctx > config.n_ctx_train) {
+    std::fprintf(stderr,
+                 "warning: -c %d is beyond the %d positions %s was trained on: past them its "
+                 "output degrades\n",
+                 n_ctx, config.n_ctx_train, o.model.c_str());
+  }
   SpeculativeOptions spec_options;
   SPECD_CHECK(!(o.draft_auto && o.draft_adaptive),
               "--draft-auto and --draft-adaptive are two policies: choose one");
@@ -234,9 +249,10 @@ int RunGenerate(const GenerateOptions& options) {
                  o.model.c_str(), config.arch.c_str(), config.n_layer, config.n_embd,
                  static_cast<long long>(config.n_vocab), o.threads, ctx.cpu.Name());
     std::fprintf(stderr,
-                 "prompt: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB\n",
-                 request.prompt.size(), o.batch, n_ctx, o.cache_type.c_str(),
-                 kv->BytesReserved() / 1048576.0);
+                 "prompt%s: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB "
+                 "reserved (committed as positions are written)\n",
+                 request.prompts.empty() ? "" : "s", prompt_tokens, n_seq, n_ctx,
+                 o.cache_type.c_str(), kv->BytesReserved() / 1048576.0);
   }
   // A single sequence on a terminal-style run streams its text as it is generated.
   std::unique_ptr<StreamingDecoder> stream;
@@ -339,7 +355,7 @@ int RunGenerate(const GenerateOptions& options) {
                               {"ptl_first_ms", ptl_first},
                               {"ptl_last_ms", ptl_last},
                               {"ptl_all_ms", ptl_all},
-                              {"n_prompt_tokens", request.prompt.size()},
+                              {"n_prompt_tokens", prompt_tokens},
                               {"n_tokens", result.n_tokens},
                               {"tokens_per_s", tokens_per_s},
                               {"t_prefill_ms", result.t_prefill_ms},

@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -18,6 +19,16 @@ KvCache::KvCache(const KvCacheConfig& config, int n_layers, int kv_dim)
               "KV cache: type must be f32 or f16, got ", DTypeName(config.type));
   bytes_ = ElementBytes() * 2ull * n_layers * config.n_slots * static_cast<size_t>(config.n_ctx) *
            kv_dim;
+  // Pages are committed only as positions are written, but a cache that could not be filled
+  // without running the machine out of memory is refused up front, with the size it needs.
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_bytes > 0) {
+    const double machine_gib = double(pages) * page_bytes / (1 << 30);
+    SPECD_CHECK(double(bytes_) / (1 << 30) <= machine_gib, "a KV cache of ", config.n_slots,
+                " sequences x ", config.n_ctx, " positions needs ", double(bytes_) / (1 << 30),
+                " GiB, more than this machine's ", machine_gib,
+                " GiB of memory: lower --batch or -c");
+  }
   void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SPECD_CHECK(p != MAP_FAILED, "KV cache: cannot reserve ", bytes_ >> 20, " MiB (", config.n_slots,

@@ -319,6 +319,25 @@ TEST(Cli, PromptsBatchAndMemoryLimitsAreStated) {
   r = testing::RunSpecd(base + " -p hi --batch 4096 -c 1000000");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("GiB, more than this machine's"), std::string::npos) << r.out;
+  // A prompt without room for -n new tokens is named (its --prompts line) before any output;
+  // speculation needs no room beyond that.
+  const std::string uneven = testing::TempDir() + "/uneven.jsonl";
+  std::ofstream(uneven) << "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n"
+                        << "{\"prompt\": \"a longer third prompt\"}\n";
+  const size_t first =
+      nlohmann::json::parse(testing::RunSpecd("tokenize --ids-only -m " + model + " -p a").out)
+          .size();
+  const std::string no_n = "generate -m " + model + " --temp 0 --strategy ar --ignore-eos";
+  const std::string fill = " -n " + std::to_string(256 - first) + " -c 256";
+  r = testing::RunSpecd(no_n + " --prompts " + uneven + fill);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: " + uneven + ":3: the prompt ("), std::string::npos) << r.out;
+  r = testing::RunSpecd(no_n + " -p a" + fill);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  // 9 prompt tokens + 247 = 256: the whole context, drafting 8 at a time.
+  const std::string spec = "generate -m " + model + " -md " + model + " -n 247 -c 256 --temp 0";
+  r = testing::RunSpecd(spec + " -p 'a b' --draft-max 8 --ignore-eos");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   // A context beyond training is said to be so.
   r = testing::RunSpecd(base + " -p hi -c 100000");
   EXPECT_NE(r.out.find("warning: -c 100000 is beyond the"), std::string::npos) << r.out;

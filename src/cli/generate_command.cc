@@ -130,7 +130,8 @@ int RunGenerate(const GenerateOptions& options) {
   }
 
   GenerateRequest request;
-  std::string prompt_text;  // -p or -f (read once: -f - is standard input)
+  std::string prompt_text;        // -p or -f (read once: -f - is standard input)
+  std::vector<int> prompt_lines;  // --prompts: the line of each prompt
   if (!o.tokens.empty()) {
     request.prompt = ParseTokenList(o.tokens);
   } else if (!o.prompts_file.empty()) {
@@ -157,6 +158,7 @@ int RunGenerate(const GenerateOptions& options) {
             tokenizer->Encode(j["prompt"].get<std::string>(), true, o.special));
       }
       SPECD_CHECK(!request.prompts.back().empty(), o.prompts_file, ":", line_no, ": empty prompt");
+      prompt_lines.push_back(line_no);
     }
     SPECD_CHECK(!request.prompts.empty(), o.prompts_file, " has no prompts");
     request.prompt = request.prompts[0];
@@ -215,6 +217,17 @@ int RunGenerate(const GenerateOptions& options) {
   const int n_ctx = o.ctx > 0 ? o.ctx
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
+  // Every prompt must leave room for -n new tokens: said before anything is printed, naming
+  // the --prompts line.
+  for (size_t i = 0; i < std::max<size_t>(1, request.prompts.size()); ++i) {
+    const size_t size = request.prompts.empty() ? request.prompt.size() : request.prompts[i].size();
+    SPECD_CHECK(
+        static_cast<int64_t>(size) + o.n_predict <= n_ctx,
+        request.prompts.empty() ? std::string("the prompt")
+                                : StrCat(o.prompts_file, ":", prompt_lines[i], ": the prompt"),
+        " (", size, " tokens) plus ", o.n_predict, " new tokens exceed the context of ", n_ctx,
+        " positions (raise -c, up to the model's ", config.n_ctx_train, ", or lower -n)");
+  }
   if (n_ctx > config.n_ctx_train) {
     std::fprintf(stderr,
                  "warning: -c %d is beyond the %d positions %s was trained on: past them its "

@@ -24,17 +24,12 @@ int Engine::Add(const SequenceRequest& request) {
     SPECD_CHECK(t >= 0 && t < target_.config().n_vocab, "prompt token ", t,
                 " is outside the vocabulary of ", target_.config().n_vocab);
   }
-  const int64_t room = static_cast<int64_t>(request.prompt.size()) + request.n_predict +
-                       (max_draft() > 0 ? max_draft() + 1 : 0);
-  if (max_draft() > 0) {
-    SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
-                request.n_predict, " new tokens and a draft of up to ", max_draft(),
-                " exceed the context of ", kv_.n_ctx(), " tokens (raise --ctx or lower -n)");
-  } else {
-    SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
-                request.n_predict, " new tokens exceed the context of ", kv_.n_ctx(),
-                " tokens (raise --ctx or lower -n)");
-  }
+  // Drafts never run past the request's last token (a step drafts at most the tokens still to
+  // come, less one), so speculation needs no room beyond the prompt and the new tokens.
+  const int64_t room = static_cast<int64_t>(request.prompt.size()) + request.n_predict;
+  SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
+              request.n_predict, " new tokens exceed the context of ", kv_.n_ctx(),
+              " tokens (raise -c or lower -n)");
   Sequence s;
   s.id = next_id_;
   s.request = request;

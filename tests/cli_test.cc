@@ -338,6 +338,15 @@ TEST(Cli, PromptsBatchAndMemoryLimitsAreStated) {
   const std::string spec = "generate -m " + model + " -md " + model + " -n 247 -c 256 --temp 0";
   r = testing::RunSpecd(spec + " -p 'a b' --draft-max 8 --ignore-eos");
   EXPECT_EQ(r.exit_code, 0) << r.out;
+  // A time budget nothing meets says so (and the JSON summary counts what was left out).
+  r = testing::RunSpecd(no_n + " -p hi --batch 3 -n 200 --time-budget-ms 0.001 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: 3 of 3 sequences did not finish within --time-budget-ms"),
+            std::string::npos)
+      << r.out;
+  const auto budget = nlohmann::json::parse(r.out.substr(r.out.rfind("{\"batch\"")));
+  EXPECT_EQ(budget["n_over_budget"], 3);
+  EXPECT_EQ(budget["n_sequences_returned"], 0);
   // A context beyond training is said to be so.
   r = testing::RunSpecd(base + " -p hi -c 100000");
   EXPECT_NE(r.out.find("warning: -c 100000 is beyond the"), std::string::npos) << r.out;

@@ -323,10 +323,17 @@ int RunGenerate(const GenerateOptions& options) {
     if (seq.elapsed_ms > last_ms) last_ms = seq.elapsed_ms, ptl_last = ptl;
   }
   if (n_ptl > 0) ptl_all /= n_ptl;
+  int n_over_budget = 0;
   if (o.time_budget_ms > 0) {
     // BASS 4.5: only sequences finished within the budget, best mean log-probability first.
-    std::erase_if(result.sequences,
-                  [](const SequenceResult& s) { return s.finish_reason == "budget"; });
+    n_over_budget = static_cast<int>(std::erase_if(
+        result.sequences, [](const SequenceResult& s) { return s.finish_reason == "budget"; }));
+    if (n_over_budget > 0) {
+      std::fprintf(stderr, "%s: %d of %d sequences did not finish within --time-budget-ms %g%s\n",
+                   result.sequences.empty() ? "warning" : "note", n_over_budget, n_seq,
+                   o.time_budget_ms,
+                   result.sequences.empty() ? ": none to print (raise the budget)" : "");
+    }
     std::stable_sort(result.sequences.begin(), result.sequences.end(),
                      [](const SequenceResult& a, const SequenceResult& b) {
                        return a.mean_logprob() > b.mean_logprob();
@@ -369,6 +376,8 @@ int RunGenerate(const GenerateOptions& options) {
                               {"ptl_last_ms", ptl_last},
                               {"ptl_all_ms", ptl_all},
                               {"n_prompt_tokens", prompt_tokens},
+                              {"n_sequences_returned", result.sequences.size()},
+                              {"n_over_budget", n_over_budget},
                               {"n_tokens", result.n_tokens},
                               {"tokens_per_s", tokens_per_s},
                               {"t_prefill_ms", result.t_prefill_ms},

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   generate->add_option("--prompts", gen.prompts_file, "JSON lines, one sequence per prompt");
   generate
       ->add_option("--time-budget-ms", gen.time_budget_ms,
-                   "return the sequences finished within this time, best first")
+                   "return the sequences finished within this time, best first (0: no budget)")
       ->check(CLI::Range(0.0, 1e9));
   generate->add_option("-p,--prompt", gen.prompt, "prompt text");
   generate->add_option("-f,--file", gen.prompt_file, "file holding the prompt text");

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -350,6 +351,16 @@ TEST(Cli, PromptsBatchAndMemoryLimitsAreStated) {
   // A context beyond training is said to be so.
   r = testing::RunSpecd(base + " -p hi -c 100000");
   EXPECT_NE(r.out.find("warning: -c 100000 is beyond the"), std::string::npos) << r.out;
+}
+
+TEST(Cli, SynthIntoAFolderIsAClearErrorAndLeavesNothingBehind) {
+  const std::string dir = testing::TempDir() + "/synth-dir";
+  std::filesystem::create_directories(dir);
+  const testing::CliRun r = testing::RunSpecd("synth --shape tiny --type f32 -o " + dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error: cannot write '" + dir + "': it is a directory"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
 }
 
 TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {

@@ -154,6 +154,8 @@ void GgufWriter::Write(const std::string& path) const {
   std::vector<uint64_t> offsets;
   uint64_t data_start = 0;
   const std::vector<uint8_t> header = SerializeHeader(&offsets, &data_start);
+  SPECD_CHECK(!std::filesystem::is_directory(path), "cannot write '", path,
+              "': it is a directory (give a file name)");
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   SPECD_CHECK(f != nullptr, "cannot write '", tmp, "': ", std::strerror(errno));
@@ -174,7 +176,12 @@ void GgufWriter::Write(const std::string& path) const {
     std::remove(tmp.c_str());
     Fail("failed writing '", path, "' (disk full?)");
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code error;
+  std::filesystem::rename(tmp, path, error);
+  if (error) {
+    std::remove(tmp.c_str());
+    Fail("cannot write '", path, "': ", error.message());
+  }
 }
 
 }  // namespace specd

@@ -96,6 +96,20 @@ TEST(CostAwareDraftLength, AStepTimeIsTheLeastOfTheLastFourAfterTwoColdSteps) {
   EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 4.0, 1e-12);
 }
 
+TEST(CostAwareDraftLength, AProposerThatOftenHasNothingIsJudgedByWhatItDrafts) {
+  // A lookup proposer: K = 4 asked, but on average 0.5 drafts per sequence (and those accepted
+  // at 0.3), while a step with drafts costs 30% more than a plain one: plain steps win.
+  CostAwareDraftLength policy(4);
+  int drafting = 0;
+  for (int i = 0; i < 100; ++i) {
+    const int k = policy.Next(1);
+    if (i >= 10) drafting += k > 0;
+    policy.ObserveStep(1, k, k == 0 ? 1.0 : 1.3, false, k == 0 ? 0.0 : 0.5);
+    if (k > 0) policy.ObserveAcceptance(1, i % 3 == 0 ? 1 : 0);
+  }
+  EXPECT_LE(drafting, 2);
+}
+
 TEST(CostAwareDraftLength, AcceptanceIsTheGeometricEstimate) {
   CostAwareDraftLength policy(8, 0.5);
   for (int i = 0; i < 500; ++i) policy.ObserveAcceptance(4, 3);  // 3 accepted, then a rejection

@@ -30,10 +30,14 @@ void CostAwareDraftLength::ObserveAcceptance(int drafted, int accepted) {
   rejected_ = kAcceptanceDecay * rejected_ + (accepted < drafted ? 1.0 : 0.0);
 }
 
-void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, bool catch_up) {
+void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, bool catch_up,
+                                       double mean_drafted) {
   if (n_sequences <= 0 || step_ms <= 0.0 || catch_up || ++steps_seen_ <= kColdSteps) return;
   StepTime& t = times_[{n_sequences, k}];
   t.recent_ms[t.count++ % StepTime::kKept] = step_ms;
+  if (mean_drafted >= 0.0) {
+    t.drafted = t.drafted < 0.0 ? mean_drafted : 0.8 * t.drafted + 0.2 * mean_drafted;
+  }
 }
 
 double CostAwareDraftLength::StepTime::ms() const {
@@ -70,7 +74,8 @@ double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   const StepTime* t = Time(DecidingBatch(n_sequences), k);
   if (t == nullptr || t->ms() <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
-  return (1.0 - std::pow(a, k + 1)) / (1.0 - a) / t->ms();
+  const double drafts = t->drafted >= 0.0 ? t->drafted : k;
+  return (1.0 - std::pow(a, drafts + 1)) / (1.0 - a) / t->ms();
 }
 
 int CostAwareDraftLength::BestMeasured(int batch, double* rate) const {

@@ -49,7 +49,10 @@ class CostAwareDraftLength {
   void ObserveAcceptance(int drafted, int accepted);
   // A whole step's wall time. A step whose draft first caught up on tokens skipped by plain
   // steps (`catch_up`) is not typical and is left out.
-  void ObserveStep(int n_sequences, int k, double step_ms, bool catch_up);
+  // `mean_drafted`: the drafts a sequence actually got (a lookup proposer often has fewer than K,
+  // or none); the expected tokens of a K are those of that many drafts. Negative: K.
+  void ObserveStep(int n_sequences, int k, double step_ms, bool catch_up,
+                   double mean_drafted = -1.0);
 
   double acceptance() const;
   // Expected tokens per ms per sequence of a step with draft length k over n_sequences, from
@@ -63,6 +66,7 @@ class CostAwareDraftLength {
     static constexpr int kKept = 4;
     double recent_ms[kKept] = {};
     int count = 0;
+    double drafted = -1.0;  // mean drafts per sequence at this K (moving average), -1: unknown
     double ms() const;
   };
   // The batch size whose times decide for n_sequences: itself once it has two K measured,

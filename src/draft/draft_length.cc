@@ -41,7 +41,10 @@ void CostAwarePolicy::Observe(const StepObservation& step) {
       typical = true;
     }
   }
-  model_.ObserveStep(step.n_sequences, step.k, step_ms, !typical);
+  double drafted = 0.0;
+  for (const auto& [n, accepted] : step.verified) drafted += n;
+  model_.ObserveStep(step.n_sequences, step.k, step_ms, !typical,
+                     step.verified.empty() ? -1.0 : drafted / step.verified.size());
 }
 
 ScheduledDraftLength::ScheduledDraftLength(std::vector<int> schedule)

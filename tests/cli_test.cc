@@ -373,7 +373,7 @@ TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {
     return start == std::string::npos ? out : out.substr(start, out.find("\"elapsed") - start);
   };
   // Spellings of the same thing give the same output.
-  for (const std::string& flags :
+  for (const std::string flags :
        {"--ctx-size 64 -s 5", "-c 64 --seed 5 -ngl 99", "-c 64 -s 5 -fa",
         "-c 64 -s 5 -fa on --mlock --no-mmap", "-c 64 -s 5 -b 512 -ub 256"}) {
     const testing::CliRun r = testing::RunSpecd(base + " -p hello " + flags);

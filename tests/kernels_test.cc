@@ -89,6 +89,20 @@ double Tolerance(DType t) {
   }
 }
 
+// The int8 kernels against a reference that quantizes activations the same way: integer sums
+// are exact, so only float rounding of the scales and the accumulation remains (~1e-7). A
+// reference quantizing with amax / 128 instead (a plausible bug) is far outside that.
+void ExpectInt8ActivationsExact(const std::vector<float>& x, int64_t m, const WeightView& w,
+                                const std::vector<float>& got) {
+  constexpr double kTolerance = 2e-6;
+  std::vector<float> want(m * w.rows), off_by_one(m * w.rows);
+  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols).data(), m, w, want.data());
+  EXPECT_LT(RelativeError(got, want), kTolerance) << DTypeName(w.type) << " cols=" << w.cols;
+  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols, 128.0f).data(), m, w,
+                    off_by_one.data());
+  EXPECT_GT(RelativeError(got, off_by_one), 10 * kTolerance) << DTypeName(w.type);
+}
+
 class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 
 TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
@@ -125,6 +139,7 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
       Matmul(ctx, x.data(), max_m, w.view, all.data(), &scratch);
       EXPECT_LT(RelativeError(all, expected), Tolerance(type))
           << DTypeName(type) << " cols=" << cols << " avx512=" << avx512 << " packed=" << packed;
+      if (avx512 && IsPackable(type)) ExpectInt8ActivationsExact(x, max_m, w.view, all);
       // Each row computed alone, or in any smaller batch, gives bit-identical results.
       for (int64_t m = 1; m <= max_m; ++m) {
         std::vector<float> part(m * rows);

@@ -91,9 +91,8 @@ TEST_P(RaggedTest, RaggedBatchEqualsEachSequenceAlone) {
       for (size_t i = 0; i < alone.size(); ++i) {
         max_diff = std::max(max_diff, std::fabs(double(alone[i]) - got[s][i]));
       }
-      // Matmul is batch invariant and attention sums keys in the same order, so equality is
-      // exact; the tolerance only documents that nothing looser is needed.
-      EXPECT_LE(max_diff, 1e-5) << "sequence " << s;
+      // Matmul is batch invariant and attention sums keys in the same order: bit-identical.
+      EXPECT_EQ(max_diff, 0.0) << "sequence " << s;
     }
   }
 }

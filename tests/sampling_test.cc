@@ -206,6 +206,18 @@ TEST(Sampling, InvalidParametersAreRejected) {
 }
 
 TEST(Rng, PhiloxKnownAnswer) {
+  // Random123's published known-answer vectors for Philox4x32-10 (its tests/kat_vectors).
+  EXPECT_EQ(Philox4x32Block({0, 0, 0, 0}, {0, 0}),
+            (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(
+      Philox4x32Block({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}),
+      (std::array<uint32_t, 4>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(
+      Philox4x32Block({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+      (std::array<uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(Rng, PhiloxDrawsAreKeyedAndUniform) {
   // Same key and counter always give the same words; a different index changes all four.
   const RngKey key{12345, 6, 7, RngPurpose::kSample};
   const auto a = Philox4x32(key, 0), b = Philox4x32(key, 0), c = Philox4x32(key, 1);

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "tokenizer/prompt_file.h"
 #include "tokenizer/utf8.h"
 
 namespace specd {
@@ -163,6 +164,57 @@ TEST(Tokenizer, NonTokenizerFilesAreRejected) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no-such-pre"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+std::string PromptFileError(const std::string& text, bool allow_tokens = true) {
+  try {
+    ParsePromptLines(text, "p.jsonl", allow_tokens);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PromptFile, ReadsPromptsAndTokensWithTheirLines) {
+  const auto lines = ParsePromptLines(
+      "{\"prompt\": \"caf\\u00e9\"}\n\n  \r\n{\"tokens\": [1, 2, 2147483647]}\n{\"prompt\":\"x\"}",
+      "p.jsonl", true);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].line_no, 1);
+  EXPECT_EQ(lines[0].text, "caf\xc3\xa9");
+  EXPECT_EQ(lines[1].line_no, 4);
+  EXPECT_TRUE(lines[1].has_tokens);
+  EXPECT_EQ(lines[1].tokens, (std::vector<int32_t>{1, 2, 2147483647}));
+  EXPECT_EQ(lines[2].line_no, 5);
+}
+
+TEST(PromptFile, EveryBadLineIsAnErrorNamingItsLine) {
+  EXPECT_EQ(PromptFileError("{\"prompt\": \"a\"}\n{\"prompt\": 5}"),
+            "p.jsonl:2: needs a \"prompt\" string (or a \"tokens\" array)");
+  EXPECT_EQ(PromptFileError("[1, 2]"), "p.jsonl:1: needs a JSON object like {\"prompt\": \"...\"}");
+  EXPECT_EQ(PromptFileError("{\"prompt\": "),
+            "p.jsonl:1: not a JSON value (each line is one JSON object)");
+  EXPECT_EQ(PromptFileError("{\"prompt\": \"\"}"), "p.jsonl:1: empty prompt");
+  EXPECT_EQ(PromptFileError("{\"tokens\": []}"), "p.jsonl:1: empty prompt");
+  EXPECT_EQ(PromptFileError("{\"tokens\": \"1 2\"}"),
+            "p.jsonl:1: \"tokens\" must be an array of token ids");
+  EXPECT_EQ(PromptFileError("{\"tokens\": [1, -2]}"),
+            "p.jsonl:1: token ids must be integers in [0, 2^31), got -2");
+  EXPECT_EQ(PromptFileError("{\"tokens\": [1.5]}"),
+            "p.jsonl:1: token ids must be integers in [0, 2^31), got 1.5");
+  EXPECT_EQ(PromptFileError("{\"tokens\": [4294967296]}"),
+            "p.jsonl:1: token ids must be integers in [0, 2^31), got 4294967296");
+  // Invalid UTF-8 inside a JSON string is not JSON: never passed on to the tokenizer.
+  EXPECT_EQ(PromptFileError("{\"prompt\": \"\xff\"}"),
+            "p.jsonl:1: not a JSON value (each line is one JSON object)");
+  EXPECT_EQ(PromptFileError("{\"tokens\": [1]}", /*allow_tokens=*/false),
+            "p.jsonl:1: needs a \"prompt\" string");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/prompt_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/corpus.h"
 
@@ -283,23 +284,11 @@ std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
   auto gguf = GgufFile::Open(teacher_gguf);
   const auto tokenizer = Tokenizer::FromGguf(*gguf);
   const ChatTemplate chat = ChatTemplate::FromGguf(*gguf, *tokenizer);
-  std::istringstream lines(ReadFileBytes(jsonl_path));
   std::vector<std::vector<int32_t>> prompts;
-  std::string line;
-  int line_no = 0;
   int64_t too_long = 0;
-  while (std::getline(lines, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw Error(StrCat(jsonl_path, ":", line_no, ": not JSON: ", e.what()));
-    }
-    SPECD_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(), jsonl_path, ":",
-                line_no, ": needs a \"prompt\" string");
-    auto ids = EncodeChat(*tokenizer, chat, {{"user", j["prompt"].get<std::string>()}}, false);
+  for (const PromptLine& line :
+       ParsePromptLines(ReadFileBytes(jsonl_path), jsonl_path, /*allow_tokens=*/false)) {
+    auto ids = EncodeChat(*tokenizer, chat, {{"user", line.text}}, false);
     if (static_cast<int64_t>(ids.size()) > max_tokens) {
       ++too_long;
       continue;

@@ -25,6 +25,9 @@ struct RngKey {
   RngPurpose purpose = RngPurpose::kSample;
 };
 
+// The Philox4x32-10 block function itself (counter, key) -> four words, as Random123 defines it.
+std::array<uint32_t, 4> Philox4x32Block(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key);
+
 // Four 32-bit random words for `key` and draw `index`.
 std::array<uint32_t, 4> Philox4x32(const RngKey& key, uint32_t index);
 

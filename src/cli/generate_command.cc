@@ -23,6 +23,7 @@
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/prompt_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd::cli {
@@ -137,28 +138,12 @@ int RunGenerate(const GenerateOptions& options) {
   } else if (!o.prompts_file.empty()) {
     // One sequence per line: {"prompt": "..."} (or {"tokens": [..]}).
     SPECD_CHECK(tokenizer != nullptr, o.model, " has no tokenizer metadata for --prompts");
-    std::istringstream lines(ReadFileBytes(o.prompts_file));
-    std::string line;
-    int line_no = 0;
-    while (std::getline(lines, line)) {
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
-        Fail(o.prompts_file, ":", line_no, ": not JSON: ", e.what());
-      }
-      if (j.contains("tokens")) {
-        request.prompts.push_back(j["tokens"].get<std::vector<int32_t>>());
-      } else {
-        SPECD_CHECK(j.contains("prompt") && j["prompt"].is_string(), o.prompts_file, ":", line_no,
-                    ": needs a \"prompt\" string");
-        request.prompts.push_back(
-            tokenizer->Encode(j["prompt"].get<std::string>(), true, o.special));
-      }
-      SPECD_CHECK(!request.prompts.back().empty(), o.prompts_file, ":", line_no, ": empty prompt");
-      prompt_lines.push_back(line_no);
+    for (const PromptLine& line :
+         ParsePromptLines(ReadFileBytes(o.prompts_file), o.prompts_file, /*allow_tokens=*/true)) {
+      request.prompts.push_back(
+          line.has_tokens ? line.tokens
+                          : tokenizer->Encode(line.text, /*add_special=*/true, o.special));
+      prompt_lines.push_back(line.line_no);
     }
     SPECD_CHECK(!request.prompts.empty(), o.prompts_file, " has no prompts");
     request.prompt = request.prompts[0];

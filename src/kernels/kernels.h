@@ -168,6 +168,12 @@ void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type,
 // Scalar references (single-threaded, double accumulation where it matters): the test oracle.
 namespace reference {
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y);
+// The activations as the int8 kernels see them (every quantized weight type on AVX-512): per
+// block of 32, d = amax / divisor (127), q = x * (1 / d) rounded half to even and saturated to
+// int8; returns d * q exactly (in double). [m, k]
+std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor = 127.0f);
+// Matmul on such activations, in double: the int8 kernels' result up to float rounding.
+void Matmul(const double* x, int64_t m, const WeightView& w, float* y);
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
 void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
 void Softmax(float* x, int64_t n);

@@ -37,6 +37,10 @@ struct Prepared {
   int64_t k = 0;
 };
 
+inline __m512i ClampToInt8(__m512i v) {
+  return _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+}
+
 // Quantizes one activation row to int8 blocks of 32 with a float scale per block.
 void QuantizeActivationRow(const float* x, int64_t k, bool offset_128, uint8_t* q, float* dexp,
                            int32_t* corr) {
@@ -604,8 +608,10 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+      // Clamped as the int8 store saturates, so the sums below are of the values the kernel
+      // multiplies (they differ only for non-finite activations, which would overflow them).
+      const __m512i i0 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
+      const __m512i i1 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32), _mm512_cvtsepi32_epi8(i0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32 + 16),
                        _mm512_cvtsepi32_epi8(i1));

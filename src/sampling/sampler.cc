@@ -43,7 +43,9 @@ namespace {
 // + r, a degree-6 polynomial for exp(r), 2^n built in the exponent bits. Relative error ~2e-7;
 // below -87 the result is exactly 0.
 inline float FastExp(float x) {
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+  // Written so that NaN clamps to -87 (a float-to-int conversion of NaN is undefined).
+  const float low_clamped = x > -87.0f ? x : -87.0f;
+  const float clamped = low_clamped < 88.0f ? low_clamped : 88.0f;
   const float t = clamped * 1.44269504088896341f;
   const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
   float r = clamped - n * 0.693359375f;
@@ -129,8 +131,11 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
   const int64_t n = static_cast<int64_t>(logits.size());
   const float inv_t = 1.0f / params.temperature;
   std::vector<float> weight(n);
-  const double total =
-      ExpWeights(logits.data(), n, inv_t, MaxScaled(logits.data(), n, inv_t), weight.data());
+  const float max = MaxScaled(logits.data(), n, inv_t);
+  const double total = ExpWeights(logits.data(), n, inv_t, max, weight.data());
+  SPECD_CHECK(std::isfinite(max) && std::isfinite(total) && total > 0.0,
+              "the model's logits are not finite numbers (NaN or infinity): the model file is "
+              "probably damaged");
   const auto before = [&](int32_t a, int32_t b) {
     return weight[a] != weight[b] ? weight[a] > weight[b] : a < b;
   };

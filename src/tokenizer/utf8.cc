@@ -52,6 +52,17 @@ std::string Sanitize(std::string_view text) {
   return out;
 }
 
+bool IsValid(std::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  size_t i = 0;
+  while (i < text.size()) {
+    const int len = ValidSequenceAt(s + i, text.size() - i);
+    if (len <= 0) return false;
+    i += len;
+  }
+  return true;
+}
+
 void Append(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
     out->push_back(static_cast<char>(cp));

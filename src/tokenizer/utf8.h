@@ -24,6 +24,9 @@ int ValidSequenceAt(const uint8_t* s, size_t n);
 // Replaces every byte that is not part of a valid UTF-8 sequence with U+FFFD.
 std::string Sanitize(std::string_view text);
 
+// Whether the whole text is valid, complete UTF-8.
+bool IsValid(std::string_view text);
+
 // Appends the UTF-8 encoding of a code point.
 void Append(uint32_t cp, std::string* out);
 

@@ -23,6 +23,35 @@ void Matmul(const float* x, int64_t m, const WeightView& w, float* y) {
   }
 }
 
+std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor) {
+  std::vector<double> out(m * k);
+  for (int64_t b = 0; b < m * k / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / divisor;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int e = 0; e < 32; ++e) {
+      const float q = std::clamp(std::nearbyint(xb[e] * id), -128.0f, 127.0f);
+      out[b * 32 + e] = static_cast<double>(d) * q;
+    }
+  }
+  return out;
+}
+
+void Matmul(const double* x, int64_t m, const WeightView& w, float* y) {
+  std::vector<float> row(w.cols);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
+    for (int64_t i = 0; i < m; ++i) {
+      double sum = 0.0;
+      const double* xi = x + i * w.cols;
+      for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
+      y[i * w.rows + n] = static_cast<float>(sum);
+    }
+  }
+}
+
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;

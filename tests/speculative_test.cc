@@ -2,6 +2,7 @@
 // for token, for any draft; a draft identical to the target is accepted 100%.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -433,7 +434,7 @@ TEST(Bass, SampledBatchReproducesAndSequencesDiffer) {
   EXPECT_NE(a.sequences[0].tokens, a.sequences[1].tokens);
 }
 
-TEST(Bass, TimeBudgetStopsUnfinishedSequences) {
+TEST(Bass, TinyTimeBudgetStopsEverySequence) {
   Pair p(DType::kF32, /*draft_seed=*/99);
   auto target_kv = p.target->NewKvCache({2, 256});
   auto draft_kv = p.draft->NewKvCache({2, 256});
@@ -445,6 +446,34 @@ TEST(Bass, TimeBudgetStopsUnfinishedSequences) {
   for (const auto& s : out.sequences) {
     EXPECT_EQ(s.finish_reason, "budget");
     EXPECT_LT(s.tokens.size(), 200u);
+  }
+}
+
+// What a budget returns: only finished sequences, best mean log-probability first, on real
+// generations of different lengths (sampled, so their log-probabilities differ) with some
+// marked as stopped by the budget.
+TEST(Bass, TimeBudgetKeepsFinishedSequencesRankedByMeanLogProbability) {
+  Pair p(DType::kF32, /*draft_seed=*/99);
+  auto target_kv = p.target->NewKvCache({6, 256});
+  auto draft_kv = p.draft->NewKvCache({6, 256});
+  GenerateRequest r = Greedy(Prompt(4, 1), 24);
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_k = 0;
+  r.n_sequences = 6;
+  auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, 4, nullptr);
+  ASSERT_EQ(out.sequences.size(), 6u);
+  out.sequences[1].finish_reason = "budget";
+  out.sequences[4].finish_reason = "budget";
+  std::vector<double> kept_logprobs;
+  for (int i : {0, 2, 3, 5}) kept_logprobs.push_back(out.sequences[i].mean_logprob());
+  std::sort(kept_logprobs.rbegin(), kept_logprobs.rend());
+  ASSERT_NE(kept_logprobs.front(), kept_logprobs.back()) << "sampled sequences should differ";
+  EXPECT_EQ(KeepFinishedRankedByLogProb(&out), 2);
+  ASSERT_EQ(out.sequences.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NE(out.sequences[i].index, 1);
+    EXPECT_NE(out.sequences[i].index, 4);
+    EXPECT_EQ(out.sequences[i].mean_logprob(), kept_logprobs[i]) << "rank " << i;
   }
 }
 

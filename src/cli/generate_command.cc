@@ -311,18 +311,13 @@ int RunGenerate(const GenerateOptions& options) {
   int n_over_budget = 0;
   if (o.time_budget_ms > 0) {
     // BASS 4.5: only sequences finished within the budget, best mean log-probability first.
-    n_over_budget = static_cast<int>(std::erase_if(
-        result.sequences, [](const SequenceResult& s) { return s.finish_reason == "budget"; }));
+    n_over_budget = KeepFinishedRankedByLogProb(&result);
     if (n_over_budget > 0) {
       std::fprintf(stderr, "%s: %d of %d sequences did not finish within --time-budget-ms %g%s\n",
                    result.sequences.empty() ? "warning" : "note", n_over_budget, n_seq,
                    o.time_budget_ms,
                    result.sequences.empty() ? ": none to print (raise the budget)" : "");
     }
-    std::stable_sort(result.sequences.begin(), result.sequences.end(),
-                     [](const SequenceResult& a, const SequenceResult& b) {
-                       return a.mean_logprob() > b.mean_logprob();
-                     });
   }
   if (stream) std::cout << stream->Finish() << "\n";
 

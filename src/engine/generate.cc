@@ -109,6 +109,16 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
   return result;
 }
 
+int KeepFinishedRankedByLogProb(GenerateResult* result) {
+  const auto n_dropped = std::erase_if(
+      result->sequences, [](const SequenceResult& s) { return s.finish_reason == "budget"; });
+  std::stable_sort(result->sequences.begin(), result->sequences.end(),
+                   [](const SequenceResult& a, const SequenceResult& b) {
+                     return a.mean_logprob() > b.mean_logprob();
+                   });
+  return static_cast<int>(n_dropped);
+}
+
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
                                       const GenerateRequest& request) {
   const int n = static_cast<int>(SequencePrompts(request).size());

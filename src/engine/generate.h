@@ -37,6 +37,11 @@ void CheckDraftCompatible(const Model& target, const Model& draft);
 // sharing it), steps until all finish or the time budget passes.
 GenerateResult RunRequest(Engine& engine, const GenerateRequest& request);
 
+// BASS 4.5's answer to a time budget: drops the sequences that did not finish within it and
+// orders the rest by mean log-probability, best first (ties keep their order). Returns how
+// many were dropped.
+int KeepFinishedRankedByLogProb(GenerateResult* result);
+
 // Plain decoding (the engine without a proposer).
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
                                       const GenerateRequest& request);

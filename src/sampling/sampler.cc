@@ -39,6 +39,14 @@ void PenalizeRepeats(std::span<float> logits, std::span<const int32_t> recent, f
 
 namespace {
 
+// One clone per ISA, chosen at load by an ifunc resolver. ThreadSanitizer's runtime is not up
+// when resolvers run (they crash), so its build uses the default clone only.
+#ifdef SPECD_NO_TARGET_CLONES
+#define SPECD_VECTOR_CLONES
+#else
+#define SPECD_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 // exp(x) in float, branch-free so that the loops below vectorize (one clone per ISA): x = n ln2
 // + r, a degree-6 polynomial for exp(r), 2^n built in the exponent bits. Relative error ~2e-7;
 // below -87 the result is exactly 0.
@@ -63,8 +71,8 @@ inline float FastExp(float x) {
 }
 
 // weights[i] = exp(logits[i] * inv_t - max); returns their sum.
-__attribute__((target_clones("avx512f", "avx2", "default"))) double ExpWeights(
-    const float* logits, int64_t n, float inv_t, float max, float* weights) {
+SPECD_VECTOR_CLONES double ExpWeights(const float* logits, int64_t n, float inv_t, float max,
+                                      float* weights) {
   float partial[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -79,9 +87,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double ExpWeights(
   return total;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) float MaxScaled(const float* logits,
-                                                                             int64_t n,
-                                                                             float inv_t) {
+SPECD_VECTOR_CLONES float MaxScaled(const float* logits, int64_t n, float inv_t) {
   // 16 running maxima written as (v > m ? v : m), the form that compiles to vector max.
   float lane[16];
   for (float& m : lane) m = -std::numeric_limits<float>::infinity();
@@ -99,9 +105,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float MaxScaled(con
 }
 
 // Index of the first element equal to `value`, or -1.
-__attribute__((target_clones("avx512f", "avx2", "default"))) int64_t FindFirst(const float* x,
-                                                                               int64_t n,
-                                                                               float value) {
+SPECD_VECTOR_CLONES int64_t FindFirst(const float* x, int64_t n, float value) {
   // Blocks of 64 compare without branches (vectorized); the block holding it is then scanned.
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "sampling/sampler.h"
@@ -26,22 +27,48 @@ GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
   return r;
 }
 
+// Every draft-length policy at batch 1: fixed lengths, BASS Algorithm 1, cost-aware, and a
+// schedule with plain steps between drafts.
+std::vector<std::pair<std::string, SpeculativeOptions>> EveryPolicy() {
+  std::vector<std::pair<std::string, SpeculativeOptions>> policies;
+  for (int k : {1, 3, 5, 8}) {
+    SpeculativeOptions o;
+    o.draft_max = k;
+    policies.emplace_back("fixed " + std::to_string(k), o);
+  }
+  SpeculativeOptions adaptive;
+  adaptive.adaptive = true;
+  policies.emplace_back("BASS Algorithm 1", adaptive);
+  SpeculativeOptions cost_aware;
+  cost_aware.cost_aware = true;
+  cost_aware.draft_max = 8;
+  policies.emplace_back("cost-aware", cost_aware);
+  SpeculativeOptions schedule;
+  schedule.schedule = {0, 3, 0, 0, 6, 1};
+  policies.emplace_back("schedule 0,3,0,0,6,1", schedule);
+  return policies;
+}
+
 TEST(SpeculativeGreedy, EqualsPlainGreedyTokenForToken) {
   for (DType type : {DType::kF32, DType::kQ8_0}) {
     Pair p(type, /*draft_seed=*/99);  // an unrelated draft: acceptance is partial
     auto target_kv = p.target->NewKvCache({1, 256});
     auto draft_kv = p.draft->NewKvCache({1, 256});
-    for (int salt = 0; salt < 3; ++salt) {
-      const auto request = Greedy(Prompt(5 + salt * 4, salt), 40);
-      const auto plain = GenerateAutoregressive(*p.target, p.ctx, *target_kv, request);
-      for (int k : {1, 3, 5, 8}) {
-        SpeculativeStats stats;
-        const auto spec = GenerateSpeculativeGreedy(*p.target, *p.draft, p.ctx, *target_kv,
-                                                    *draft_kv, request, k, &stats);
-        EXPECT_EQ(spec.sequences[0].tokens, plain.sequences[0].tokens)
-            << DTypeName(type) << " k=" << k << " prompt " << salt;
-        EXPECT_GT(stats.n_steps, 0);
-        EXPECT_LE(stats.n_accepted, stats.n_drafted);
+    for (AttentionMode attention : {AttentionMode::kPad, AttentionMode::kSplit}) {
+      for (int salt = 0; salt < 3; ++salt) {
+        auto request = Greedy(Prompt(5 + salt * 4, salt), 40);
+        request.attention = attention;
+        const auto plain = GenerateAutoregressive(*p.target, p.ctx, *target_kv, request);
+        for (const auto& [name, options] : EveryPolicy()) {
+          SpeculativeStats stats;
+          const auto spec = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
+                                                request, options, &stats);
+          EXPECT_EQ(spec.sequences[0].tokens, plain.sequences[0].tokens)
+              << DTypeName(type) << " " << name << " prompt " << salt << " attention "
+              << (attention == AttentionMode::kPad ? "PAD" : "SPLIT");
+          EXPECT_GT(stats.n_steps, 0);
+          EXPECT_LE(stats.n_accepted, stats.n_drafted);
+        }
       }
     }
   }
@@ -166,6 +193,13 @@ struct DistributionCase {
   SpecSampling mode = SpecSampling::kRejection;
   bool ngram = false;            // prompt lookup instead of the draft model (point-mass drafts)
   bool restricted_head = false;  // a draft whose head covers half the vocabulary (FR-Spec)
+  // Draft lengths: fixed 1 or 2 alternating by run (the default), a schedule (0 = a plain
+  // sampled step), BASS Algorithm 1 or the cost-aware policy.
+  std::vector<int> schedule = {};
+  bool adaptive = false;
+  bool cost_aware = false;
+  int n_sequences = 1;  // completions of the prompt per run, each counted
+  int catch_up_limit = DraftModelProposer::kDefaultCatchUpLimit;  // 1: restarts after plain steps
 };
 
 double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
@@ -184,15 +218,17 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   const std::vector<int32_t> prompt = c.ngram ? std::vector<int32_t>{1, 5, 9, 14, 1, 5, 9, 14, 1, 5}
                                               : std::vector<int32_t>{1, 5, 9, 14};
   const auto exact = ExactTwoTokenDistribution(*target, ctx, prompt, c.params);
-  auto target_kv = target->NewKvCache({1, 64});
-  auto draft_kv = draft->NewKvCache({1, 64});
+  auto target_kv = target->NewKvCache({c.n_sequences, 64});
+  auto draft_kv = draft->NewKvCache({c.n_sequences, 64});
   const int64_t v = target->config().n_vocab;
   std::vector<int64_t> counts(v * v, 0);
   SpeculativeStats stats;
-  for (int s = 0; s < n_samples; ++s) {
+  const int n_runs = n_samples / c.n_sequences;
+  for (int s = 0; s < n_runs; ++s) {
     GenerateRequest r;
     r.prompt = prompt;
     r.n_predict = 4;
+    r.n_sequences = c.n_sequences;
     r.stop_at_eos = false;
     r.sampling = c.params;
     r.sampling.seed = 1000003ull * s + 17;
@@ -201,16 +237,23 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     // second verification, so every path is exercised.
     SpeculativeOptions o;
     o.draft_max = 1 + s % 2;
+    o.schedule = c.schedule;
+    o.adaptive = c.adaptive;
+    o.cost_aware = c.cost_aware;
     o.spec_sampling = c.mode;
     NgramProposer lookup(1, 3, target->config().n_vocab);
+    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit,
+                                      c.catch_up_limit);
+    Proposer& proposer = c.ngram ? static_cast<Proposer&>(lookup) : draft_proposer;
     const auto out =
-        c.ngram ? GenerateWithProposer(*target, ctx, *target_kv, lookup, r, o, &stats, c.verify)
-                : GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, r, o, &stats,
-                                      c.verify);
-    const auto& t = out.sequences[0].tokens;
-    EXPECT_EQ(t.size(), 4u);
-    if (t.size() == 4) ++counts[t[1] * v + t[2]];
+        GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);
+    for (const auto& seq : out.sequences) {
+      const auto& t = seq.tokens;
+      EXPECT_EQ(t.size(), 4u);
+      if (t.size() == 4) ++counts[t[1] * v + t[2]];
+    }
   }
+  n_samples = n_runs * c.n_sequences;
   // The draft must be neither always accepted nor always rejected, or the test proves little
   // (point-mass n-gram drafts on this near-uniform micro model are accepted less often).
   EXPECT_GT(stats.acceptance_rate(), c.ngram ? 0.02 : 0.05) << c.name;
@@ -262,6 +305,40 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        SpecSampling::kCoupled,
        false,
        true},
+      {.params = {1.0f, 8, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "3 completions of a prompt, top-k 8",
+       .should_pass = true,
+       .n_sequences = 3},
+      {.params = {0.9f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "schedule 0,2: a plain sampled step, then drafts after catching up",
+       .should_pass = true,
+       .schedule = {0, 2}},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "schedule 0,0,2 with the draft restarting (catch-up limit 1)",
+       .should_pass = true,
+       .schedule = {0, 0, 2},
+       .catch_up_limit = 1},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "BASS Algorithm 1, 2 completions",
+       .should_pass = true,
+       .adaptive = true,
+       .n_sequences = 2},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "cost-aware lengths, 2 completions, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .cost_aware = true,
+       .n_sequences = 2},
+      {.params = {1.0f, 8, 1.0f, 0},
+       .verify = WrongResidual,
+       .name = "3 completions, top-k 8, residual drawn from p (a bug)",
+       .should_pass = false,
+       .n_sequences = 3},
   };
   for (const auto& c : cases) {
     const double p = SpeculativeTwoTokenPValue(c, 30000);

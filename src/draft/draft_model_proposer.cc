@@ -7,18 +7,12 @@
 #include "verify/verify.h"
 
 namespace specd {
-namespace {
-// Most tokens a draft reads to catch up after plain steps: after a long run of steps without
-// drafting it would have to read every skipped token, which costs about as much as having drafted
-// all along. It restarts instead from the last kCatchUpLimit tokens: a proposer needs no more
-// context to be useful, and RoPE makes its fresh positions equivalent. Output is unaffected (the
-// target decides).
-constexpr int kCatchUpLimit = 32;
-}  // namespace
 
 DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx,
-                                       AttentionMode attention)
-    : model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {}
+                                       AttentionMode attention, int catch_up_limit)
+    : catch_up_limit_(catch_up_limit), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {
+  SPECD_CHECK(catch_up_limit >= 1, "draft: the catch-up limit must be at least 1");
+}
 
 DraftModelProposer::~DraftModelProposer() {
   for (auto& [seq, s] : seqs_) kv_.Release(s.slot);
@@ -100,9 +94,9 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
     if (in.k <= 0) continue;
     k_max = std::max(k_max, in.k);
     if (timings != nullptr && s.pending.size() > 2) timings->caught_up = true;
-    if (static_cast<int>(s.pending.size()) > kCatchUpLimit) {
+    if (static_cast<int>(s.pending.size()) > catch_up_limit_) {
       kv_.Truncate(s.slot, 0);
-      s.pending.erase(s.pending.begin(), s.pending.end() - kCatchUpLimit);
+      s.pending.erase(s.pending.begin(), s.pending.end() - catch_up_limit_);
     }
     s.kv_before = kv_.Length(s.slot);
     s.pending_before = static_cast<int>(s.pending.size());

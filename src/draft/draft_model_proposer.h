@@ -14,8 +14,16 @@ namespace specd {
 
 class DraftModelProposer : public Proposer {
  public:
+  // Most tokens the draft reads to catch up after plain steps: after a long run of steps without
+  // drafting it would have to read every skipped token, which costs about as much as having
+  // drafted all along. It restarts instead from the last this-many tokens: a proposer needs no
+  // more context to be useful, and RoPE makes its fresh positions equivalent. Output is
+  // unaffected (the target decides).
+  static constexpr int kDefaultCatchUpLimit = 32;
+
   // `kv` needs a slot per live sequence with room for its tokens plus the longest draft.
-  DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx, AttentionMode attention);
+  DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx, AttentionMode attention,
+                     int catch_up_limit = kDefaultCatchUpLimit);
   ~DraftModelProposer() override;
 
   void AddSequence(int seq, std::span<const int32_t> prompt) override;
@@ -28,6 +36,7 @@ class DraftModelProposer : public Proposer {
   void Append(int seq, std::span<const int32_t> tokens) override;
 
  private:
+  const int catch_up_limit_;
   struct State {
     int slot = -1;
     std::vector<int32_t> prefill;  // prompt tokens not read yet (all but the last)

@@ -14,6 +14,13 @@
 namespace specd {
 namespace {
 
+// "f32, f16, ..., q6_K": every type specd reads, for error messages.
+std::string SupportedTypeNames() {
+  std::string names;
+  for (DType t : kAllDTypes) names += (names.empty() ? "" : ", ") + std::string(DTypeName(t));
+  return names;
+}
+
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxDims = 4;
 // Arrays nest in principle; real files use one level. A bound keeps a hostile file from
@@ -297,7 +304,7 @@ void GgufFile::Parse() {
     const uint32_t type_id = in.Read<uint32_t>("a tensor type");
     const auto type = DTypeFromId(type_id);
     SPECD_CHECK(type.has_value(), file, ": tensor '", t.name, "' has type ", GgmlTypeName(type_id),
-                ", which specd does not support (f32, f16, bf16, q8_0, q4_0)");
+                ", which specd does not support (it reads ", SupportedTypeNames(), ")");
     t.type = *type;
     SPECD_CHECK(t.shape[0] % BlockElements(t.type) == 0, file, ": tensor '", t.name,
                 "' has rows of ", t.shape[0], " elements, not a multiple of the ",

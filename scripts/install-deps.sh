@@ -5,7 +5,8 @@ set -euo pipefail
 # python3-pip and unzip are for scripts/get-models.sh (the pretrained models come from PyPI);
 # clang and its runtime libraries are for the libFuzzer targets (scripts/fuzz.sh).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  libpcre2-dev libtorch-dev sentencepiece python3-pip unzip clang libclang-rt-14-dev)
+  libpcre2-dev libcpp-httplib-dev libtorch-dev sentencepiece python3-pip python3-venv unzip clang
+  libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

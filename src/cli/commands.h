@@ -89,6 +89,26 @@ struct QuantizeOptions {
 };
 int RunQuantize(const QuantizeOptions& options);
 
+struct ServeOptions {
+  std::string model;
+  std::string draft_model;
+  std::string spec_type = "draft";  // none | draft | ngram | draft+ngram
+  int draft_max = 0;                // > 0: fixed draft length; else cost-aware 0..8
+  int ngram_min = 1;
+  int ngram_max = 3;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 4;    // sequences decoded at once (KV slots)
+  int max_queue = 64;  // requests waiting for slots beyond those; more get 503
+  int ctx = 0;         // positions per slot (0: the model's, at most 4096)
+  std::string api_key;
+  std::string alias;  // the model id clients send (default: the file name without .gguf)
+  size_t max_body_bytes = 1 << 20;
+  int max_prefill_rows = 512;  // prompt rows per step: a long prompt delays others less
+  int threads = 2;
+};
+int RunServe(const ServeOptions& options);
+
 // The default model shipped in models/ (SPECD_MODELS_DIR overrides the folder), or "" if absent.
 std::string DefaultTargetModel();
 std::string DefaultDraftModel();

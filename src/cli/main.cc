@@ -329,6 +329,33 @@ int main(int argc, char** argv) {
   bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
       ->check(CLI::Range(1, 100));
 
+  ServeOptions srv;
+  auto* serve = app.add_subcommand(
+      "serve", "an OpenAI-compatible HTTP server with continuous batching and speculation");
+  serve->add_option("-m,--model", srv.model, "target model (GGUF; default: generate's)");
+  serve->add_option("--model-draft", srv.draft_model, "draft model (also -md)");
+  serve
+      ->add_option("--spec-type", srv.spec_type,
+                   "proposer: draft (the default), ngram, draft+ngram, none (no speculation)")
+      ->check(CLI::IsMember({"none", "draft", "ngram", "draft+ngram"}));
+  serve
+      ->add_option("--draft-max", srv.draft_max,
+                   "fixed draft length (default: cost-aware, 0..8 per step from measured costs)")
+      ->check(CLI::Range(1, 32));
+  serve->add_option("--host", srv.host, "address to listen on");
+  serve->add_option("--port", srv.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  serve->add_option("--parallel", srv.parallel, "sequences decoded at once (KV slots)")
+      ->check(CLI::Range(1, 256));
+  serve->add_option("--max-queue", srv.max_queue, "requests waiting beyond those (then 503)")
+      ->check(CLI::Range(0, 100000));
+  serve->add_option("-c,--ctx-size", srv.ctx, "positions per slot (0: the model's, <= 4096)")
+      ->check(CLI::Range(0, 1 << 20));
+  serve->add_option("--api-key", srv.api_key, "require 'Authorization: Bearer KEY'");
+  serve->add_option("-a,--alias", srv.alias, "model id (default: the file name)");
+  serve->add_option("--max-body-bytes", srv.max_body_bytes, "largest request body")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));
+
   // Listed for --help; handled before parsing by RunTrainExecutable.
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
       ->allow_extras();
@@ -341,7 +368,7 @@ int main(int argc, char** argv) {
       {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
       {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
-      {"-mu", "--model-url"}};
+      {"-mu", "--model-url"},     {"-np", "--parallel"}};
   std::string unknown_short;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string arg = argv[i];
@@ -416,6 +443,7 @@ int main(int argc, char** argv) {
       return RunInfo(info_model);
     }
     if (*perplexity) return RunPerplexity(ppl);
+    if (*serve) return RunServe(srv);
     if (*quantize) return RunQuantize(quant);
     if (*tokenize) {
       if (tok.model.empty()) tok.model = DefaultTargetModel();

@@ -14,6 +14,7 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   n_steps += o.n_steps;
   n_plain_steps += o.n_plain_steps;
   n_verified += o.n_verified;
+  n_drafts += o.n_drafts;
   if (accepted_at_position.size() < o.accepted_at_position.size()) {
     accepted_at_position.resize(o.accepted_at_position.size());
     drafted_at_position.resize(o.drafted_at_position.size());
@@ -56,6 +57,10 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row,
     return true;
   }
   s.tokens.push_back(token);
+  if (s.request.logprobs >= 0) {
+    s.token_logprobs.push_back(
+        {static_cast<float>(LogProb(row, token)), TopLogProbs(row, s.request.logprobs)});
+  }
   report->tokens.emplace_back(s.id, token);
   if (static_cast<int>(s.tokens.size()) >= s.request.n_predict) {
     s.finish_reason = "length";
@@ -366,6 +371,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
         Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now, &report);
     out_row += drafted + 1;
     observe.verified.emplace_back(drafted, accepted);
+    if (drafted > 0) ++stats_.n_drafts;
     if (s.finished()) report.finished.push_back(s.id);
   }
   if (!decode.empty()) {

@@ -38,6 +38,15 @@ struct SequenceRequest {
   bool stop_at_eos = true;
   std::vector<int32_t> stop_tokens;  // end the sequence like EOS
   uint64_t rng_sequence = 0;         // sequence component of its RNG keys
+  // -1: no per-token log-probabilities; n >= 0: record each generated token's and the n most
+  // likely alternatives' (OpenAI's logprobs / top_logprobs).
+  int logprobs = -1;
+};
+
+// A generated token's log-probability under the raw model, with the most likely alternatives.
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // best first
 };
 
 // A sequence's persistent state.
@@ -52,9 +61,10 @@ struct Sequence {
   std::string finish_reason;    // "stop", "length", "cancelled", "budget"; "" while running
   double sum_logprob = 0.0;     // of the generated tokens under the raw model
   int n_logprob = 0;
-  double t_added_ms = 0.0;                // on the engine's clock
-  double elapsed_ms = 0.0;                // from its addition to its last token
-  int64_t n_drafted = 0, n_accepted = 0;  // speculation: drafted for it, and kept
+  std::vector<TokenLogprobs> token_logprobs;  // one per generated token, when asked for
+  double t_added_ms = 0.0;                    // on the engine's clock
+  double elapsed_ms = 0.0;                    // from its addition to its last token
+  int64_t n_drafted = 0, n_accepted = 0;      // speculation: drafted for it, and kept
 
   bool finished() const { return !finish_reason.empty(); }
   bool prefilling() const { return n_read < static_cast<int>(request.prompt.size()); }
@@ -68,6 +78,8 @@ struct SpeculativeStats {
   int64_t n_steps = 0;                        // verification forwards with decoding rows
   int64_t n_plain_steps = 0;                  // of which without drafts
   int64_t n_verified = 0;                     // sequences verified, summed over steps
+  int64_t n_drafts = 0;                       // of which with at least one draft (vLLM's
+                                              // num_drafts)
   std::vector<int64_t> accepted_at_position;  // [K]: drafts accepted at position i
   std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
   double t_draft_ms = 0.0;

@@ -263,4 +263,27 @@ double LogProb(std::span<const float> logits, int32_t token) {
   return static_cast<double>(logits[token]) - max - std::log(total);
 }
 
+std::vector<std::pair<int32_t, float>> TopLogProbs(std::span<const float> logits, int n) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  n = static_cast<int>(std::min<int64_t>(std::max(n, 0), v));
+  if (n == 0) return {};
+  const float max = MaxScaled(logits.data(), v, 1.0f);
+  std::vector<float> weight(v);
+  const double log_total = std::log(ExpWeights(logits.data(), v, 1.0f, max, weight.data()));
+  std::vector<int32_t> ids(v);
+  for (int64_t i = 0; i < v; ++i) ids[i] = static_cast<int32_t>(i);
+  // NaN ranks last, so the order stays strict.
+  const auto key = [&](int32_t i) {
+    return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+  };
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return key(a) != key(b) ? key(a) > key(b) : a < b;
+  });
+  std::vector<std::pair<int32_t, float>> top;
+  for (int i = 0; i < n; ++i) {
+    top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - max - log_total));
+  }
+  return top;
+}
+
 }  // namespace specd

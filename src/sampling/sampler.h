@@ -76,5 +76,8 @@ int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,
 
 // log softmax(logits)[token] of the raw model distribution (temperature 1, no truncation).
 double LogProb(std::span<const float> logits, int32_t token);
+// The n tokens of highest log-probability with their log-probabilities, best first (ties: lower
+// id first).
+std::vector<std::pair<int32_t, float>> TopLogProbs(std::span<const float> logits, int n);
 
 }  // namespace specd

@@ -1,0 +1,270 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "base/error.h"
+#include "base/timer.h"
+
+namespace specd::server {
+namespace {
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string NewId(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s-%llx%06llx", prefix, static_cast<long long>(UnixSeconds()),
+                static_cast<unsigned long long>(counter++ & 0xffffff));
+  return buf;
+}
+
+void ReplyError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(Dump(ErrorBody(e)), "application/json");
+}
+
+// A request's choices as they are collected (whole responses) or streamed.
+class ChoiceCollector {
+ public:
+  ChoiceCollector(const CompletionRequest& r, const Tokenizer& tokenizer, Job& job) : job_(job) {
+    for (int c = 0; c < r.n; ++c) {
+      texts_.emplace_back(tokenizer, r.stop);
+      outputs_.push_back({c, "", "", {}, {}});
+    }
+  }
+  // Takes one event; returns the index of the choice it touched.
+  int Take(const ChoiceEvent& e) {
+    ChoiceOutput& out = outputs_[e.choice];
+    if (e.finished) {
+      if (out.finish_reason.empty()) out.finish_reason = e.finish_reason;
+      done_[e.choice] = true;
+      return e.choice;
+    }
+    if (texts_[e.choice].stopped()) return e.choice;  // past a stop string: dropped
+    out.tokens.push_back(e.token);
+    out.logprobs.push_back(e.logprobs);
+    if (texts_[e.choice].Push(e.token)) {
+      out.finish_reason = "stop";
+      job_.Cancel(e.choice, "stop");
+    }
+    return e.choice;
+  }
+  bool done(int c) const { return done_.count(c) > 0; }
+  ChoiceText& text(int c) { return texts_[c]; }
+  std::vector<ChoiceOutput>& outputs() { return outputs_; }
+  int64_t completion_tokens() const {
+    int64_t n = 0;
+    for (const auto& o : outputs_) n += static_cast<int64_t>(o.tokens.size());
+    return n;
+  }
+
+ private:
+  Job& job_;
+  std::vector<ChoiceText> texts_;
+  std::vector<ChoiceOutput> outputs_;
+  std::map<int, bool> done_;
+};
+
+}  // namespace
+
+HttpServer::HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics& metrics,
+                       const Tokenizer& tokenizer, const ChatTemplate* chat_template,
+                       const ApiLimits& limits)
+    : options_(options),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      limits_(limits),
+      http_(std::make_unique<httplib::Server>()),
+      created_(UnixSeconds()) {
+  Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::Bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    SPECD_CHECK(port_ > 0, "cannot listen on ", options_.host, " (any port)");
+  } else {
+    SPECD_CHECK(http_->bind_to_port(options_.host, options_.port), "cannot listen on ",
+                options_.host, ":", options_.port, " (in use, or not an address of this machine)");
+    port_ = options_.port;
+  }
+}
+
+void HttpServer::Serve() { http_->listen_after_bind(); }
+
+void HttpServer::Stop() { http_->stop(); }
+
+void HttpServer::Routes() {
+  const int n_threads = options_.n_http_threads;
+  http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(60, 0);
+  http_->set_write_timeout(60, 0);
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || req.path == "/health") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    ReplyError(res, ApiError(401, "authentication_error",
+                             "Incorrect API key provided (send 'Authorization: Bearer KEY')", "",
+                             "invalid_api_key"));
+    metrics_.OnRequest(401, 0, 0, 0);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      ReplyError(res, ApiError(413, "invalid_request_error",
+                               "the request body is larger than " +
+                                   std::to_string(options_.max_body_bytes) + " bytes"));
+    } else if (res.status == 404) {
+      ReplyError(res,
+                 ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path));
+    } else {
+      ReplyError(res, ApiError(res.status, "invalid_request_error",
+                               "HTTP error " + std::to_string(res.status)));
+    }
+  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        ReplyError(res, ApiError(500, "server_error", what));
+      });
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const nlohmann::json models = {{"object", "list"},
+                                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
+                                                                    {"object", "model"},
+                                                                    {"created", created_},
+                                                                    {"owned_by", "specd"}}})}};
+    res.set_content(Dump(models), "application/json");
+  });
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req.body, /*chat=*/false, &res);
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req.body, /*chat=*/true, &res);
+  });
+}
+
+void HttpServer::HandleCompletion(const std::string& body, bool chat, void* response) {
+  httplib::Response& res = *static_cast<httplib::Response*>(response);
+  Timer timer;
+  CompletionRequest r;
+  try {
+    r = ParseCompletionRequest(body, chat, tokenizer_, chat_template_, limits_);
+  } catch (const ApiError& e) {
+    ReplyError(res, e);
+    metrics_.OnRequest(e.status, 0, 0, 0);
+    return;
+  }
+  SequenceRequest s;
+  s.prompt = r.prompt;
+  s.n_predict = r.max_tokens;
+  s.sampling = r.sampling;
+  // Coupled sampling: the output of a seeded request is the same with speculation on or off.
+  s.sampling.method = SamplingMethod::kGumbel;
+  s.stop_tokens = r.stop_tokens;
+  s.logprobs = r.logprobs;
+  std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);
+  if (job == nullptr) {
+    res.set_header("Retry-After", "1");
+    ReplyError(res, ApiError(503, "server_overloaded",
+                             "every slot is busy and the queue is full: retry shortly"));
+    metrics_.OnRequest(503, 0, 0, 0);
+    return;
+  }
+  const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
+                          r.logprobs};
+  const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  if (!r.stream) {
+    ChoiceCollector choices(r, tokenizer_, *job);
+    std::vector<ChoiceEvent> events;
+    while (job->Wait(&events, 100)) {
+      for (const auto& e : events) choices.Take(e);
+      events.clear();
+    }
+    for (auto& out : choices.outputs()) out.text = choices.text(out.index).TakeDelta(true);
+    res.set_content(Dump(CompletionResponse(info, choices.outputs(), prompt_tokens, tokenizer_,
+                                            job->n_drafted(), job->n_accepted())),
+                    "application/json");
+    metrics_.OnRequest(200, prompt_tokens, choices.completion_tokens(), timer.ElapsedMs());
+    return;
+  }
+  auto collector = std::make_shared<ChoiceCollector>(r, tokenizer_, *job);
+  const bool include_usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, collector, info, include_usage, prompt_tokens, timer](size_t,
+                                                                        httplib::DataSink& sink) {
+        const auto send = [&](const nlohmann::json& chunk) {
+          const std::string line = "data: " + Dump(chunk) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        std::vector<bool> first(collector->outputs().size(), true);
+        std::vector<ChoiceEvent> events;
+        while (job->Wait(&events, 50)) {
+          std::map<int, ChoiceOutput> deltas;
+          for (const auto& e : events) {
+            const int c = collector->Take(e);
+            ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{c, "", "", {}, {}}).first->second;
+            if (!e.finished && !collector->text(c).stopped()) {
+              d.tokens.push_back(e.token);
+              d.logprobs.push_back(e.logprobs);
+            }
+          }
+          events.clear();
+          for (auto& [c, d] : deltas) {
+            const bool finished = collector->done(c);
+            d.text = collector->text(c).TakeDelta(finished);
+            if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
+            if (d.text.empty() && d.tokens.empty() && !finished) continue;
+            if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
+              job->CancelAll("cancelled");  // the client went away: free its slots now
+              return false;
+            }
+            first[c] = false;
+          }
+          if (!sink.is_writable()) {
+            job->CancelAll("cancelled");
+            return false;
+          }
+        }
+        if (include_usage) send(UsageChunk(info, prompt_tokens, collector->completion_tokens()));
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        metrics_.OnRequest(200, prompt_tokens, collector->completion_tokens(), timer.ElapsedMs());
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->CancelAll("cancelled");
+      });
+}
+
+}  // namespace specd::server

@@ -1,0 +1,56 @@
+// specd serve's HTTP side (cpp-httplib): OpenAI's /v1/completions, /v1/chat/completions (JSON or
+// server-sent events), /v1/models, plus /health and /metrics; an optional API key; errors as
+// OpenAI error objects with the right status.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "server/metrics.h"
+#include "server/openai_api.h"
+#include "server/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace specd::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (see HttpServer::port)
+  std::string api_key;              // "" : none
+  size_t max_body_bytes = 1 << 20;  // larger request bodies get 413
+  int n_http_threads = 64;          // concurrent connections served
+};
+
+class HttpServer {
+ public:
+  HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics& metrics,
+             const Tokenizer& tokenizer, const ChatTemplate* chat_template,
+             const ApiLimits& limits);
+  ~HttpServer();
+  // Binds; throws Error if the address cannot be bound.
+  void Bind();
+  int port() const { return port_; }
+  // Serves until Stop (from another thread or a signal handler's thread).
+  void Serve();
+  void Stop();
+
+ private:
+  void Routes();
+  void HandleCompletion(const std::string& body, bool chat, void* response);
+
+  HttpOptions options_;
+  Scheduler& scheduler_;
+  Metrics& metrics_;
+  const Tokenizer& tokenizer_;
+  const ChatTemplate* chat_template_;
+  ApiLimits limits_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  int64_t created_ = 0;
+};
+
+}  // namespace specd::server

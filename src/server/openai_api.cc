@@ -1,0 +1,420 @@
+#include "server/openai_api.h"
+
+#include <limits>
+#include <random>
+
+#include "base/error.h"
+#include "tokenizer/utf8.h"
+
+namespace specd::server {
+namespace {
+
+using nlohmann::json;
+
+ApiError BadRequest(const std::string& message, const std::string& param = "") {
+  return ApiError(400, "invalid_request_error", message, param);
+}
+
+// An optional number in [lo, hi]; `fallback` when absent or null.
+double Number(const json& j, const std::string& key, double lo, double hi, double fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw BadRequest("'" + key + "' must be a number", key);
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    throw BadRequest(
+        "'" + key + "' must be between " + Dump(lo) + " and " + Dump(hi) + ", got " + it->dump(),
+        key);
+  }
+  return v;
+}
+
+int64_t Integer(const json& j, const std::string& key, int64_t lo, int64_t hi, int64_t fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) throw BadRequest("'" + key + "' must be an integer", key);
+  const int64_t v =
+      it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX ? INT64_MAX : it->get<int64_t>();
+  if (v < lo || v > hi) {
+    throw BadRequest("'" + key + "' must be between " + std::to_string(lo) + " and " +
+                         std::to_string(hi) + ", got " + it->dump(),
+                     key);
+  }
+  return v;
+}
+
+bool Boolean(const json& j, const std::string& key, bool fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw BadRequest("'" + key + "' must be true or false", key);
+  return it->get<bool>();
+}
+
+std::vector<int32_t> TokenIds(const json& ids, const Tokenizer& tokenizer) {
+  std::vector<int32_t> out;
+  for (const auto& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= tokenizer.n_vocab()) {
+      throw BadRequest("prompt token ids must be integers in [0, " +
+                           std::to_string(tokenizer.n_vocab()) + "), got " + id.dump(),
+                       "prompt");
+    }
+    out.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return out;
+}
+
+std::vector<int32_t> CompletionPrompt(const json& j, const Tokenizer& tokenizer) {
+  const auto it = j.find("prompt");
+  if (it == j.end() || it->is_null()) throw BadRequest("'prompt' is required", "prompt");
+  json prompt = *it;
+  // One prompt per request: a list of one string or one token list is that prompt.
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
+    prompt = json(prompt[0]);
+  }
+  std::vector<int32_t> tokens;
+  if (prompt.is_string()) {
+    const std::string text = prompt.get<std::string>();
+    if (text.empty()) throw BadRequest("'prompt' is empty", "prompt");
+    tokens = tokenizer.Encode(text, /*add_special=*/true, /*parse_special=*/false);
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
+    tokens = TokenIds(prompt, tokenizer);
+  } else {
+    throw BadRequest(
+        "'prompt' must be a string or a list of token ids (one prompt per request; use n for "
+        "several completions)",
+        "prompt");
+  }
+  if (tokens.empty()) throw BadRequest("'prompt' is empty", "prompt");
+  return tokens;
+}
+
+std::string MessageContent(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    throw BadRequest("a message's 'content' must be a string or a list of text parts", "messages");
+  }
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      throw BadRequest(
+          "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+          "messages");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<int32_t> ChatPrompt(const json& j, const Tokenizer& tokenizer,
+                                const ChatTemplate* chat_template) {
+  if (chat_template == nullptr) {
+    throw BadRequest("this model has no chat template: use /v1/completions");
+  }
+  const auto it = j.find("messages");
+  if (it == j.end() || !it->is_array()) {
+    throw BadRequest("'messages' must be a list of messages", "messages");
+  }
+  if (it->empty()) throw BadRequest("'messages' is empty", "messages");
+  std::vector<ChatMessage> messages;
+  for (const auto& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      throw BadRequest("each message needs a 'role' string", "messages");
+    }
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      throw BadRequest("unknown role '" + role + "' (system, user, assistant)", "messages");
+    }
+    if (!m.contains("content")) throw BadRequest("each message needs 'content'", "messages");
+    messages.push_back({role, MessageContent(m["content"])});
+  }
+  return EncodeChat(tokenizer, *chat_template, messages, /*parse_special_content=*/false);
+}
+
+std::vector<std::string> StopStrings(const json& j) {
+  const auto it = j.find("stop");
+  if (it == j.end() || it->is_null()) return {};
+  std::vector<std::string> stop;
+  if (it->is_string()) {
+    stop.push_back(it->get<std::string>());
+  } else if (it->is_array() && it->size() <= 4) {
+    for (const auto& s : *it) {
+      if (!s.is_string()) throw BadRequest("'stop' must be a string or up to 4 strings", "stop");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw BadRequest("'stop' must be a string or up to 4 strings", "stop");
+  }
+  for (const auto& s : stop) {
+    if (s.empty()) throw BadRequest("'stop' strings must not be empty", "stop");
+  }
+  return stop;
+}
+
+int Logprobs(const json& j, bool chat) {
+  if (!chat) return static_cast<int>(Integer(j, "logprobs", 0, 5, -1));
+  if (!Boolean(j, "logprobs", false)) {
+    if (j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
+      throw BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    }
+    return -1;
+  }
+  return static_cast<int>(Integer(j, "top_logprobs", 0, 20, 0));
+}
+
+void RefuseUnsupported(const json& j) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (Number(j, key, -2.0, 2.0, 0.0) != 0.0) {
+      throw BadRequest(std::string("'") + key + "' is not supported (use repeat_penalty)", key);
+    }
+  }
+  if (j.contains("tools") || j.contains("functions")) {
+    throw BadRequest("tools / function calling are not supported", "tools");
+  }
+}
+
+}  // namespace
+
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json ErrorBody(const ApiError& e) {
+  return {{"error",
+           {{"message", e.what()},
+            {"type", e.type},
+            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
+                                         const Tokenizer& tokenizer,
+                                         const ChatTemplate* chat_template,
+                                         const ApiLimits& limits) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    throw BadRequest("the request body is not valid JSON (in UTF-8)");
+  }
+  if (!j.is_object()) throw BadRequest("the request body must be a JSON object");
+  if (j.contains("model")) {
+    if (!j["model"].is_string()) throw BadRequest("'model' must be a string", "model");
+    const std::string model = j["model"].get<std::string>();
+    if (model != limits.model_id) {
+      throw ApiError(
+          404, "invalid_request_error",
+          "The model '" + model + "' does not exist (this server serves '" + limits.model_id + "')",
+          "model", "model_not_found");
+    }
+  }
+  RefuseUnsupported(j);
+  CompletionRequest r;
+  r.chat = chat;
+  r.prompt = chat ? ChatPrompt(j, tokenizer, chat_template) : CompletionPrompt(j, tokenizer);
+  if (chat) r.stop_tokens = chat_template->stop_tokens();
+  const int64_t room = limits.n_ctx - static_cast<int64_t>(r.prompt.size());
+  const int64_t asked = Integer(
+      j, chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", 1,
+      INT32_MAX, chat ? std::max<int64_t>(room, 1) : limits.default_max_tokens_completion);
+  if (asked > room) {
+    throw ApiError(400, "invalid_request_error",
+                   "This model's maximum context length is " + std::to_string(limits.n_ctx) +
+                       " tokens. However, you requested " +
+                       std::to_string(r.prompt.size() + asked) + " tokens (" +
+                       std::to_string(r.prompt.size()) + " in the prompt, " +
+                       std::to_string(asked) + " for the completion).",
+                   "max_tokens", "context_length_exceeded");
+  }
+  r.max_tokens = static_cast<int>(asked);
+  r.sampling.temperature = static_cast<float>(Number(j, "temperature", 0.0, 2.0, 1.0));
+  r.sampling.top_p = static_cast<float>(Number(j, "top_p", 1e-9, 1.0, 1.0));
+  r.sampling.top_k = static_cast<int>(Integer(j, "top_k", 0, INT32_MAX, 0));
+  r.sampling.min_p = static_cast<float>(Number(j, "min_p", 0.0, 1.0, 0.0));
+  r.sampling.repeat_penalty = static_cast<float>(Number(j, "repeat_penalty", 0.01, 100.0, 1.0));
+  const int64_t seed = Integer(j, "seed", INT64_MIN, INT64_MAX, -1);
+  r.sampling.seed = j.contains("seed") && !j["seed"].is_null() ? static_cast<uint64_t>(seed)
+                                                               : std::random_device{}();
+  r.n = static_cast<int>(Integer(j, "n", 1, limits.max_n, 1));
+  r.stream = Boolean(j, "stream", false);
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object()) {
+      throw BadRequest("'stream_options' must be an object", "stream_options");
+    }
+    r.include_usage = Boolean(j["stream_options"], "include_usage", false);
+  }
+  r.stop = StopStrings(j);
+  r.logprobs = Logprobs(j, chat);
+  r.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
+  return r;
+}
+
+ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop)
+    : tokenizer_(tokenizer), decoder_(tokenizer), stop_(std::move(stop)) {}
+
+bool ChoiceText::Push(int32_t token) {
+  if (stopped_) return true;
+  const size_t before = text_.size();
+  text_ += decoder_.Push(token);
+  for (const auto& s : stop_) {
+    // A stop string can only newly appear where the new text is.
+    const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+    const size_t at = text_.find(s, from);
+    if (at != std::string::npos) {
+      text_.resize(at);
+      stopped_ = true;
+    }
+  }
+  return stopped_;
+}
+
+std::string ChoiceText::TakeDelta(bool final) {
+  if (final && !stopped_) text_ += decoder_.Finish();
+  size_t end = text_.size();
+  if (!final) {
+    // Hold back the longest tail that could still grow into a stop string.
+    size_t hold = 0;
+    for (const auto& s : stop_) {
+      for (size_t k = std::min(s.size() - 1, text_.size()); k > hold; --k) {
+        if (text_.compare(text_.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    end = text_.size() - hold;
+  }
+  if (end <= sent_) return "";
+  std::string delta = text_.substr(sent_, end - sent_);
+  sent_ = end;
+  return delta;
+}
+
+std::string OpenAiFinishReason(const std::string& engine_reason) {
+  if (engine_reason == "budget") return "length";
+  return engine_reason;
+}
+
+namespace {
+
+json Bytes(const std::string& piece) {
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+json ChatLogprobs(const std::vector<int32_t>& tokens, const std::vector<TokenLogprobs>& lps,
+                  const Tokenizer& tokenizer) {
+  json content = json::array();
+  for (size_t i = 0; i < tokens.size() && i < lps.size(); ++i) {
+    const std::string piece = tokenizer.Piece(tokens[i]);
+    json top = json::array();
+    for (const auto& [id, lp] : lps[i].top) {
+      const std::string p = tokenizer.Piece(id);
+      top.push_back({{"token", utf8::Sanitize(p)}, {"logprob", lp}, {"bytes", Bytes(p)}});
+    }
+    content.push_back({{"token", utf8::Sanitize(piece)},
+                       {"logprob", lps[i].logprob},
+                       {"bytes", Bytes(piece)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json CompletionLogprobs(const std::vector<int32_t>& tokens, const std::vector<TokenLogprobs>& lps,
+                        const Tokenizer& tokenizer, int64_t text_offset) {
+  json pieces = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (size_t i = 0; i < tokens.size() && i < lps.size(); ++i) {
+    const std::string piece = utf8::Sanitize(tokenizer.Piece(tokens[i]));
+    pieces.push_back(piece);
+    values.push_back(lps[i].logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : lps[i].top) top[utf8::Sanitize(tokenizer.Piece(id))] = lp;
+    tops.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(piece.size());
+  }
+  return {{"tokens", pieces},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+json ChoiceLogprobs(const ResponseInfo& info, const ChoiceOutput& c, const Tokenizer& tokenizer) {
+  if (info.logprobs < 0) return nullptr;
+  return info.chat ? ChatLogprobs(c.tokens, c.logprobs, tokenizer)
+                   : CompletionLogprobs(c.tokens, c.logprobs, tokenizer, 0);
+}
+
+}  // namespace
+
+nlohmann::json CompletionResponse(const ResponseInfo& info,
+                                  const std::vector<ChoiceOutput>& choices, int64_t prompt_tokens,
+                                  const Tokenizer& tokenizer, int64_t n_drafted,
+                                  int64_t n_accepted) {
+  json out_choices = json::array();
+  int64_t completion_tokens = 0;
+  for (const auto& c : choices) {
+    completion_tokens += static_cast<int64_t>(c.tokens.size());
+    json choice = {{"index", c.index},
+                   {"logprobs", ChoiceLogprobs(info, c, tokenizer)},
+                   {"finish_reason", OpenAiFinishReason(c.finish_reason)}};
+    if (info.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    out_choices.push_back(choice);
+  }
+  return {{"id", info.id},
+          {"object", info.chat ? "chat.completion" : "text_completion"},
+          {"created", info.created},
+          {"model", info.model},
+          {"choices", out_choices},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}},
+          {"specd",
+           {{"n_drafted", n_drafted},
+            {"n_accepted", n_accepted},
+            {"acceptance_rate", n_drafted > 0 ? double(n_accepted) / n_drafted : 0.0}}}};
+}
+
+nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
+                           const Tokenizer& tokenizer) {
+  json choice = {{"index", delta.index},
+                 {"logprobs", ChoiceLogprobs(info, delta, tokenizer)},
+                 {"finish_reason", delta.finish_reason.empty()
+                                       ? json(nullptr)
+                                       : json(OpenAiFinishReason(delta.finish_reason))}};
+  if (info.chat) {
+    json d = json::object();
+    if (first) d["role"] = "assistant";
+    if (!delta.text.empty() || (first && delta.finish_reason.empty())) d["content"] = delta.text;
+    choice["delta"] = d;
+  } else {
+    choice["text"] = delta.text;
+  }
+  return {{"id", info.id},
+          {"object", info.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", info.created},
+          {"model", info.model},
+          {"choices", json::array({choice})}};
+}
+
+nlohmann::json UsageChunk(const ResponseInfo& info, int64_t prompt_tokens,
+                          int64_t completion_tokens) {
+  return {{"id", info.id},
+          {"object", info.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", info.created},
+          {"model", info.model},
+          {"choices", json::array()},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+}  // namespace specd::server

@@ -1,0 +1,117 @@
+// OpenAI's completions and chat completions API as specd serves it: request bodies parsed and
+// checked (every problem an ApiError with the HTTP status and error object OpenAI would give),
+// and the response and stream-chunk JSON built from generated choices.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "decode/step.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specd::server {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string type, const std::string& message, std::string param = "",
+           std::string code = "")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type;  // invalid_request_error, authentication_error, ...
+  std::string param;
+  std::string code;
+};
+
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json ErrorBody(const ApiError& e);
+// Serializes a response: invalid UTF-8 (a token's partial character) becomes U+FFFD.
+std::string Dump(const nlohmann::json& j);
+
+// What the server needs to know to check a request.
+struct ApiLimits {
+  std::string model_id;                    // the one model served
+  int n_ctx = 0;                           // positions per sequence
+  int max_n = 1;                           // completions per request (the server's slots)
+  int default_max_tokens_completion = 16;  // OpenAI's default for /v1/completions
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::vector<int32_t> prompt;  // tokens, BOS / chat template applied
+  int max_tokens = 16;
+  SamplingParams sampling;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;        // stream_options.include_usage
+  std::vector<std::string> stop;     // at most 4
+  int logprobs = -1;                 // -1: none, else top alternatives per token (0..20)
+  double time_budget_ms = 0.0;       // specd's extension: unfinished choices end at this time
+  std::vector<int32_t> stop_tokens;  // chat: the template's end-of-turn tokens
+};
+
+// Parses and checks a body; throws ApiError. `chat` selects /v1/chat/completions.
+CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
+                                         const Tokenizer& tokenizer,
+                                         const ChatTemplate* chat_template,
+                                         const ApiLimits& limits);
+
+// One choice's text as tokens arrive: UTF-8 whole characters only, cut before the first stop
+// string, and (for streaming) text that might still become a stop string held back.
+class ChoiceText {
+ public:
+  ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // Adds a token; returns true when a stop string appeared (the text now ends before it).
+  bool Push(int32_t token);
+  // Text not yet taken that is safe to send; all of it when `final`.
+  std::string TakeDelta(bool final);
+  const std::string& text() const { return text_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  StreamingDecoder decoder_;
+  std::vector<std::string> stop_;
+  std::string text_;
+  size_t sent_ = 0;
+  bool stopped_ = false;
+};
+
+// A finished (or, streaming, progressing) choice.
+struct ChoiceOutput {
+  int index = 0;
+  std::string text;
+  std::string finish_reason;  // "" while streaming
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+};
+
+struct ResponseInfo {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  bool chat = false;
+  int logprobs = -1;
+};
+
+// The whole response of a non-streaming request, with usage and specd's acceptance figures.
+nlohmann::json CompletionResponse(const ResponseInfo& info,
+                                  const std::vector<ChoiceOutput>& choices, int64_t prompt_tokens,
+                                  const Tokenizer& tokenizer, int64_t n_drafted,
+                                  int64_t n_accepted);
+// One `data:` chunk of a stream for one choice (`first`: chat's role delta).
+nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
+                           const Tokenizer& tokenizer);
+// The usage chunk sent last when stream_options.include_usage.
+nlohmann::json UsageChunk(const ResponseInfo& info, int64_t prompt_tokens,
+                          int64_t completion_tokens);
+// OpenAI's finish reasons: a time budget counts as "length"; "cancelled" stays.
+std::string OpenAiFinishReason(const std::string& engine_reason);
+
+}  // namespace specd::server

@@ -1,0 +1,291 @@
+"""specd serve over loopback, driven by the official openai client and by raw HTTP.
+
+Usage: server_test.py SPECD_BINARY [unittest args]. Uses the default model (SmolLM2 with its
+draft when fetched, else the shipped 16.5M pair: chat tests then need a chat template and skip).
+"""
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import openai
+
+SPECD = sys.argv.pop(1)
+
+
+class Server:
+    """A `specd serve --port 0` process; its port is read from its log."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([SPECD, "serve", "--port", "0", *args],
+                                     stderr=subprocess.PIPE, text=True)
+        self.log = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(model id '([^']+)'\)", line)
+            if m:
+                self.port, self.model = int(m.group(1)), m.group(2)
+                self.has_chat = not any("no chat template" in l for l in self.log)
+                return
+        self.stop()
+        raise RuntimeError("server did not start: " + "".join(self.log))
+
+    def client(self, api_key="none"):
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
+                             max_retries=0, timeout=300)
+
+    def raw(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), data
+
+    def metrics(self):
+        status, _, data = self.raw("GET", "/metrics")
+        assert status == 200
+        values = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stderr.close()
+
+
+def generate_json(*args):
+    """`specd generate ... --json`: the first sequence's record."""
+    out = subprocess.run([SPECD, "generate", "--json", *args], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.splitlines()[0])
+
+
+PROMPTS = ["def fibonacci(n):", "import os\n\ndef list_files(path):", "class Stack:",
+           "The three primary colours are", "# Sort a list of numbers\n", "for i in range(10):"]
+
+
+class ServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--parallel", "8", "--max-queue", "64")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def complete(self, prompt, n_tokens, **kw):
+        return self.client.completions.create(model=self.server.model, prompt=prompt,
+                                              max_tokens=n_tokens, temperature=0, **kw)
+
+    def test_models_health_and_metrics(self):
+        models = self.client.models.list()
+        self.assertEqual([m.id for m in models.data], [self.server.model])
+        self.assertEqual(self.server.raw("GET", "/health")[0], 200)
+        self.complete(PROMPTS[0], 8)
+        m = self.server.metrics()
+        for name in ["specd:spec_decode_num_draft_tokens_total",
+                     "specd:spec_decode_num_accepted_tokens_total",
+                     "specd:spec_decode_num_drafts_total", "specd:kv_slots_in_use",
+                     'specd:request_success_total{status="200"}',
+                     "specd:time_to_first_token_seconds_count",
+                     "specd:time_per_output_token_seconds_count",
+                     "specd:e2e_request_latency_seconds_count", "specd:generation_tokens_total"]:
+            self.assertIn(name, m)
+        self.assertGreaterEqual(m["specd:generation_tokens_total"], 8)
+
+    def test_greedy_completion_equals_generate(self):
+        for prompt in PROMPTS[:3]:
+            got = self.complete(prompt, 24)
+            want = generate_json("-p", prompt, "-n", "24", "--temp", "0")
+            self.assertEqual(got.choices[0].text, want["text"], prompt)
+            self.assertEqual(got.usage.completion_tokens, len(want["tokens"]))
+            self.assertIn(got.choices[0].finish_reason, ("length", "stop"))
+
+    def test_greedy_chat_equals_generate(self):
+        if not self.server.has_chat:
+            self.skipTest("the model has no chat template")
+        question = "What is the capital of France?"
+        got = self.client.chat.completions.create(
+            model=self.server.model, messages=[{"role": "user", "content": question}],
+            max_tokens=30, temperature=0)
+        want = generate_json("--chat", "-p", question, "-n", "30", "--temp", "0")
+        self.assertEqual(got.choices[0].message.content, want["text"])
+        self.assertEqual(got.choices[0].message.role, "assistant")
+
+    def test_streaming_equals_whole_response(self):
+        whole = self.complete(PROMPTS[1], 32).choices[0].text
+        stream = self.client.completions.create(model=self.server.model, prompt=PROMPTS[1],
+                                                max_tokens=32, temperature=0, stream=True,
+                                                stream_options={"include_usage": True})
+        pieces, usage, reasons = [], None, []
+        for chunk in stream:
+            if chunk.usage:
+                usage = chunk.usage
+            for c in chunk.choices:
+                pieces.append(c.text)
+                if c.finish_reason:
+                    reasons.append(c.finish_reason)
+        self.assertEqual("".join(pieces), whole)
+        self.assertEqual(len(reasons), 1)
+        self.assertIsNotNone(usage)
+        if self.server.has_chat:
+            msgs = [{"role": "user", "content": "Name three fruits."}]
+            whole = self.client.chat.completions.create(
+                model=self.server.model, messages=msgs, max_tokens=24, temperature=0)
+            text = "".join(c.choices[0].delta.content or "" for c in
+                           self.client.chat.completions.create(
+                               model=self.server.model, messages=msgs, max_tokens=24,
+                               temperature=0, stream=True) if c.choices)
+            self.assertEqual(text, whole.choices[0].message.content)
+
+    def test_n_completions_seeded_and_reproducible(self):
+        kw = dict(model=self.server.model, prompt=PROMPTS[3], max_tokens=16, temperature=1.0,
+                  n=3, seed=1234)
+        a = self.client.completions.create(**kw)
+        b = self.client.completions.create(**kw)
+        self.assertEqual(sorted(c.index for c in a.choices), [0, 1, 2])
+        self.assertEqual([c.text for c in a.choices], [c.text for c in b.choices])
+        self.assertGreater(len({c.text for c in a.choices}), 1, "completions should differ")
+        # Streaming n: every choice streams and finishes once.
+        finished = {}
+        for chunk in self.client.completions.create(**kw, stream=True):
+            for c in chunk.choices:
+                if c.finish_reason:
+                    finished[c.index] = finished.get(c.index, 0) + 1
+        self.assertEqual(finished, {0: 1, 1: 1, 2: 1})
+
+    def test_stop_strings_and_logprobs(self):
+        full = self.complete(PROMPTS[0], 24).choices[0].text
+        self.assertIn("return", full)
+        cut = self.complete(PROMPTS[0], 24, stop=["return"]).choices[0]
+        self.assertEqual(cut.text, full[:full.index("return")])
+        self.assertEqual(cut.finish_reason, "stop")
+        lp = self.complete(PROMPTS[0], 6, logprobs=3).choices[0].logprobs
+        self.assertEqual(len(lp.token_logprobs), 6)
+        self.assertTrue(all(x <= 0 for x in lp.token_logprobs))
+        self.assertTrue(all(len(t) == 3 for t in lp.top_logprobs))
+        # Greedy: the chosen token is the most likely one.
+        for value, top in zip(lp.token_logprobs, lp.top_logprobs):
+            self.assertAlmostEqual(value, max(top.values()), places=5)
+
+    def test_32_concurrent_clients_get_their_own_outputs(self):
+        prompts = [f"{PROMPTS[i % len(PROMPTS)]} # variant {i}" for i in range(32)]
+        alone = {p: self.complete(p, 12).choices[0].text for p in prompts[:6]}
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(lambda p: self.complete(p, 12), prompts))
+        for p, r in zip(prompts, results):
+            self.assertEqual(len(r.choices), 1)
+            self.assertEqual(r.usage.completion_tokens > 0, True)
+            if p in alone:  # greedy and batch-invariant: the same text alone or in a crowd
+                self.assertEqual(r.choices[0].text, alone[p], p)
+        texts = [r.choices[0].text for r in results]
+        self.assertGreater(len(set(texts)), 6, "distinct prompts should give distinct outputs")
+
+    def test_client_disconnect_frees_its_slot(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=60)
+        conn.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": PROMPTS[2], "max_tokens": 3000, "temperature": 0, "stream": True,
+             "time_budget_ms": 60000}))
+        resp = conn.getresponse()
+        resp.readline()  # the first chunk: generation is under way
+        sock = conn.sock
+        sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        deadline = time.time() + 20
+        while time.time() < deadline and self.server.metrics()["specd:kv_slots_in_use"] > 0:
+            time.sleep(0.1)
+        self.assertEqual(self.server.metrics()["specd:kv_slots_in_use"], 0)
+
+    def test_bad_input_gets_openai_errors(self):
+        post = lambda body, path="/v1/completions": self.server.raw(
+            "POST", path, body, {"Content-Type": "application/json"})
+        cases = [
+            ("{not json", 400, None),
+            ('{"prompt": "a", "max_tokens": "ten"}', 400, "max_tokens"),
+            ('{"prompt": 5}', 400, "prompt"),
+            ('{"prompt": "a", "model": "gpt-4"}', 404, "model"),
+            ('{"prompt": "a", "n": 1000}', 400, "n"),
+            ('{"prompt": "a", "max_tokens": 100000000}', 400, "max_tokens"),
+            ('{"prompt": "a", "temperature": -1}', 400, "temperature"),
+            ('{"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}', 400, "stop"),
+            ('{"prompt": ""}', 400, "prompt"),
+            (b'{"prompt": "\xff\xfe"}', 400, None),
+            ('{"prompt": [1, -5]}', 400, "prompt"),
+        ]
+        for body, status, param in cases:
+            got, _, data = post(body)
+            self.assertEqual(got, status, body)
+            err = json.loads(data)["error"]
+            self.assertTrue(err["message"])
+            self.assertEqual(err["param"], param, body)
+        if self.server.has_chat:
+            for body in ['{"messages": []}', '{"messages": [{"role": "robot", "content": "x"}]}',
+                         '{"messages": "hi"}']:
+                self.assertEqual(post(body, "/v1/chat/completions")[0], 400, body)
+        status, _, data = post("x" * (2 << 20))
+        self.assertEqual(status, 413)
+        self.assertIn("larger than", json.loads(data)["error"]["message"])
+        self.assertEqual(self.server.raw("GET", "/v1/nothing")[0], 404)
+        with self.assertRaises(openai.NotFoundError):
+            self.client.completions.create(model="gpt-4", prompt="a", max_tokens=1)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model=self.server.model, prompt="a", max_tokens=0)
+        # The server is still fine.
+        self.assertEqual(self.complete(PROMPTS[0], 4).usage.completion_tokens, 4)
+
+
+class LimitsTest(unittest.TestCase):
+    def test_api_key(self):
+        server = Server("--api-key", "sesame", "--parallel", "1")
+        try:
+            with self.assertRaises(openai.AuthenticationError):
+                server.client("wrong").completions.create(model=server.model, prompt="a",
+                                                          max_tokens=1)
+            ok = server.client("sesame").completions.create(model=server.model, prompt="a",
+                                                            max_tokens=2)
+            self.assertEqual(ok.usage.completion_tokens, 2)
+            self.assertEqual(server.raw("GET", "/health")[0], 200)  # health needs no key
+            self.assertEqual(server.raw("GET", "/v1/models")[0], 401)
+        finally:
+            server.stop()
+
+    def test_full_server_answers_503_with_retry_after(self):
+        server = Server("--parallel", "1", "--max-queue", "0")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            conn.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": PROMPTS[0], "max_tokens": 400, "temperature": 0, "stream": True}))
+            resp = conn.getresponse()
+            resp.readline()  # generating: the one slot is busy
+            status, headers, data = server.raw("POST", "/v1/completions",
+                                               json.dumps({"prompt": "a", "max_tokens": 1}))
+            self.assertEqual(status, 503)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertEqual(json.loads(data)["error"]["type"], "server_overloaded")
+            conn.close()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan) and runs each for
 # SECONDS (default 60) on its seed corpus in fuzz/corpus/. New inputs go to build/fuzz/work/,
 # findings to build/fuzz/findings/; exits non-zero if any target found something.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: gguf_load tokenizer prompt_file
+#   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: gguf_load tokenizer prompt_file openai_request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(gguf_load tokenizer prompt_file)
+[ ${#targets[@]} -eq 0 ] && targets=(gguf_load tokenizer prompt_file openai_request)
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --target "${targets[@]/#/fuzz_}"
 status=0

@@ -168,7 +168,8 @@ void Scheduler::ApplyCancellations() {
 void Scheduler::Dispatch(const StepReport& report) {
   const double now = clock_.ElapsedMs();
   std::map<int, int> emitted;  // tokens of each sequence seen so far in this report
-  for (const auto& [id, token] : report.tokens) {
+  for (const auto& [seq_id, token] : report.tokens) {
+    const int id = seq_id;  // a plain variable: lambdas may not capture structured bindings
     auto it = running_.find(id);
     if (it == running_.end()) continue;
     Running& r = it->second;

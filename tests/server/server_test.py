@@ -16,60 +16,20 @@ import unittest
 
 import openai
 
+from specd_server import Server as BaseServer
+
 SPECD = sys.argv.pop(1)
 
 
-class Server:
-    """A `specd serve --port 0` process; its port is read from its log."""
-
+class Server(BaseServer):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([SPECD, "serve", "--port", "0", *args],
-                                     stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(model id '([^']+)'\)", line)
-            if m:
-                self.port, self.model = int(m.group(1)), m.group(2)
-                self.has_chat = not any("no chat template" in l for l in self.log)
-                return
-        self.stop()
-        raise RuntimeError("server did not start: " + "".join(self.log))
+        super().__init__(SPECD, *args)
 
     def client(self, api_key="none"):
         return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
                              max_retries=0, timeout=300)
 
-    def raw(self, method, path, body=None, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        data = resp.read()
-        conn.close()
-        return resp.status, dict(resp.getheaders()), data
 
-    def metrics(self):
-        status, _, data = self.raw("GET", "/metrics")
-        assert status == 200
-        values = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                values[name] = float(value)
-        return values
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stderr.close()
 
 
 def generate_json(*args):

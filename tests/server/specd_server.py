@@ -1,0 +1,57 @@
+"""A `specd serve --port 0` process for tests: started, its port read from its log, stopped."""
+import http.client
+import re
+import subprocess
+import threading
+import time
+
+
+class Server:
+    """A `specd serve --port 0` process; its port is read from its log."""
+
+    def __init__(self, specd, *args):
+        self.proc = subprocess.Popen([specd, "serve", "--port", "0", *args],
+                                     stderr=subprocess.PIPE, text=True)
+        self.log = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(model id '([^']+)'\)", line)
+            if m:
+                self.port, self.model = int(m.group(1)), m.group(2)
+                self.has_chat = not any("no chat template" in l for l in self.log)
+                # Keep reading its log, or a full pipe would block the server.
+                threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr],
+                                 daemon=True).start()
+                return
+        self.stop()
+        raise RuntimeError("server did not start: " + "".join(self.log))
+
+    def raw(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), data
+
+    def metrics(self):
+        status, _, data = self.raw("GET", "/metrics")
+        assert status == 200
+        values = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -4,9 +4,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -35,15 +37,16 @@ class SignalStopper {
     sigaddset(&signals_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
   }
-  // Calls stop() on the first signal (or when Release is called).
+  // Calls stop() on the first signal.
   void Start(std::function<void()> stop) {
     thread_ = std::thread([this, stop] {
       int signal = 0;
       sigwait(&signals_, &signal);
-      stop();
+      if (armed_) stop();
     });
   }
   ~SignalStopper() {
+    armed_ = false;  // what stop() would act on may be gone already
     if (thread_.joinable()) {
       pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait if no signal came
       thread_.join();
@@ -52,6 +55,7 @@ class SignalStopper {
 
  private:
   sigset_t signals_;
+  std::atomic<bool> armed_{true};
   std::thread thread_;
 };
 

@@ -109,6 +109,12 @@ void HttpServer::Routes() {
   const int n_threads = options_.n_http_threads;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server on a
+  // busy port starts without a word and the kernel splits connections between the two.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {

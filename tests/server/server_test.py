@@ -51,7 +51,7 @@ class ServerTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop()
+        assert cls.server.stop() == 0, "the server did not exit cleanly"
 
     def complete(self, prompt, n_tokens, **kw):
         return self.client.completions.create(model=self.server.model, prompt=prompt,
@@ -227,7 +227,17 @@ class LimitsTest(unittest.TestCase):
             self.assertEqual(server.raw("GET", "/health")[0], 200)  # health needs no key
             self.assertEqual(server.raw("GET", "/v1/models")[0], 401)
         finally:
-            server.stop()
+            self.assertEqual(server.stop(), 0)
+
+    def test_busy_port_is_an_error(self):
+        server = Server("--parallel", "1")
+        try:
+            second = subprocess.run([SPECD, "serve", "--port", str(server.port)],
+                                    capture_output=True, text=True, timeout=120)
+            self.assertEqual(second.returncode, 1)
+            self.assertIn(f"cannot listen on 127.0.0.1:{server.port}", second.stderr)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
     def test_full_server_answers_503_with_retry_after(self):
         server = Server("--parallel", "1", "--max-queue", "0")
@@ -244,7 +254,7 @@ class LimitsTest(unittest.TestCase):
             self.assertEqual(json.loads(data)["error"]["type"], "server_overloaded")
             conn.close()
         finally:
-            server.stop()
+            self.assertEqual(server.stop(), 0)
 
 
 if __name__ == "__main__":

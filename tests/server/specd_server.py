@@ -49,9 +49,15 @@ class Server:
         return values
 
     def stop(self):
+        """Stops it (SIGTERM) and returns its exit code: 0 unless something went wrong, such as
+        a sanitizer report (its log is printed then)."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        time.sleep(0.2)  # the log reader's last lines
+        if self.proc.returncode != 0:
+            print("".join(self.log[-60:]))
+        return self.proc.returncode

@@ -115,21 +115,8 @@ void HttpServer::Routes() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  http_->set_read_timeout(60, 0);
+  http_->set_read_timeout(10, 0);
   http_->set_write_timeout(60, 0);
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    ReplyError(res, ApiError(401, "authentication_error",
-                             "Incorrect API key provided (send 'Authorization: Bearer KEY')", "",
-                             "invalid_api_key"));
-    metrics_.OnRequest(401, 0, 0, 0);
-    return httplib::Server::HandlerResponse::Handled;
-  });
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
@@ -158,23 +145,40 @@ void HttpServer::Routes() {
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
-  });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const nlohmann::json models = {{"object", "list"},
-                                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
-                                                                    {"object", "model"},
-                                                                    {"created", created_},
-                                                                    {"owned_by", "specd"}}})}};
-    res.set_content(Dump(models), "application/json");
-  });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req.body, /*chat=*/false, &res);
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req.body, /*chat=*/true, &res);
-  });
+  // The API key is checked in the handlers, not before routing: a request refused there would
+  // leave its unread body on the connection, parsed as the next request (and block shutdown).
+  const auto keyed = [this](httplib::Server::Handler handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      if (!options_.api_key.empty() &&
+          req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+        ReplyError(res, ApiError(401, "authentication_error",
+                                 "Incorrect API key provided (send 'Authorization: Bearer KEY')",
+                                 "", "invalid_api_key"));
+        metrics_.OnRequest(401, 0, 0, 0);
+        return;
+      }
+      handler(req, res);
+    };
+  };
+  http_->Get("/metrics", keyed([this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+             }));
+  http_->Get("/v1/models", keyed([this](const httplib::Request&, httplib::Response& res) {
+               const nlohmann::json models = {
+                   {"object", "list"},
+                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
+                                                    {"object", "model"},
+                                                    {"created", created_},
+                                                    {"owned_by", "specd"}}})}};
+               res.set_content(Dump(models), "application/json");
+             }));
+  http_->Post("/v1/completions", keyed([this](const httplib::Request& req, httplib::Response& res) {
+                HandleCompletion(req.body, /*chat=*/false, &res);
+              }));
+  http_->Post("/v1/chat/completions",
+              keyed([this](const httplib::Request& req, httplib::Response& res) {
+                HandleCompletion(req.body, /*chat=*/true, &res);
+              }));
 }
 
 void HttpServer::HandleCompletion(const std::string& body, bool chat, void* response) {

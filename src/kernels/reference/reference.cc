@@ -11,16 +11,8 @@
 namespace specd::reference {
 
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y) {
-  std::vector<float> row(w.cols);
-  for (int64_t n = 0; n < w.rows; ++n) {
-    DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
-    for (int64_t i = 0; i < m; ++i) {
-      double sum = 0.0;
-      const float* xi = x + i * w.cols;
-      for (int64_t k = 0; k < w.cols; ++k) sum += static_cast<double>(xi[k]) * row[k];
-      y[i * w.rows + n] = static_cast<float>(sum);
-    }
-  }
+  const std::vector<double> exact(x, x + m * w.cols);  // float -> double is exact
+  Matmul(exact.data(), m, w, y);
 }
 
 std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor) {

@@ -250,7 +250,7 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
 }
 
 ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : tokenizer_(tokenizer), decoder_(tokenizer), stop_(std::move(stop)) {}
+    : decoder_(tokenizer), stop_(std::move(stop)) {}
 
 bool ChoiceText::Push(int32_t token) {
   if (stopped_) return true;

@@ -75,7 +75,6 @@ class ChoiceText {
   bool stopped() const { return stopped_; }
 
  private:
-  const Tokenizer& tokenizer_;
   StreamingDecoder decoder_;
   std::vector<std::string> stop_;
   std::string text_;

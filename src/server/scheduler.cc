@@ -167,21 +167,17 @@ void Scheduler::ApplyCancellations() {
 
 void Scheduler::Dispatch(const StepReport& report) {
   const double now = clock_.ElapsedMs();
-  std::map<int, int> emitted;  // tokens of each sequence seen so far in this report
-  for (const auto& [seq_id, token] : report.tokens) {
-    const int id = seq_id;  // a plain variable: lambdas may not capture structured bindings
+  // A token's index among its sequence's: those before this step, plus this step's earlier ones.
+  std::map<int, int> new_in_step, emitted;
+  for (const auto& [id, token] : report.tokens) ++new_in_step[id];
+  for (const auto& [id, token] : report.tokens) {
     auto it = running_.find(id);
     if (it == running_.end()) continue;
     Running& r = it->second;
     const Sequence& s = engine_.sequence(id);
     ChoiceEvent event{r.choice, false, token, {}, ""};
     if (s.request.logprobs >= 0) {
-      // This token's index among the sequence's: the ones before this step, plus those of
-      // this step already dispatched.
-      const int new_in_step =
-          static_cast<int>(std::count_if(report.tokens.begin(), report.tokens.end(),
-                                         [&](const auto& t) { return t.first == id; }));
-      const size_t index = s.tokens.size() - new_in_step + emitted[id]++;
+      const size_t index = s.tokens.size() - new_in_step[id] + emitted[id]++;
       if (index < s.token_logprobs.size()) event.logprobs = s.token_logprobs[index];
     }
     if (observer_ != nullptr) {

@@ -348,7 +348,8 @@ const char* ForwardProfile::Name(int op) {
                                                  "gate/up matmul + swiglu",
                                                  "down matmul",
                                                  "residual adds",
-                                                 "output norm + logits matmul"};
+                                                 "output norm + logits matmul",
+                                                 "layer-parallel attention"};
   return op >= 0 && op < kCount ? kNames[op] : "?";
 }
 
@@ -367,26 +368,22 @@ void Model::WarmUp(const KernelContext& ctx, int rows) {
 }
 
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
-                    AttentionMode attention, std::vector<float>* logits) {
+                    AttentionMode attention, std::vector<float>* logits,
+                    const LayerGroups* fuzzy) {
   Validate(batch, kv);
+  if (fuzzy != nullptr) fuzzy->Validate(config_.n_layer);
   ProfileMarks marks(profile_);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   if (profile_ != nullptr) ++profile_->n_forwards;
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
-  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_dim = c.kv_dim();
   const int half = c.rope.rotary_dim / 2;
   logits->resize(batch.n_outputs() * c.n_vocab);  // fully written by the output matmul
   if (m == 0) return;
 
   x_.Resize(m * d);            // [m, n_embd] residual stream
   xb_.Resize(m * d);           // [m, n_embd] normalized
-  q_.Resize(m * q_dim);        // [m, n_head * head_dim]
-  k_.Resize(m * kv_dim);       // [m, kv_dim]
-  v_.Resize(m * kv_dim);       // [m, kv_dim]
-  att_.Resize(m * q_dim);      // [m, n_head * head_dim]
   gate_.Resize(m * c.n_ff);    // [m, n_ff]
   up_.Resize(m * c.n_ff);      // [m, n_ff]
   ffn_.Resize(m * d);          // [m, n_embd]
@@ -415,22 +412,37 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   }
   mark(ForwardProfile::kEmbed);
 
-  AttentionRows rows;
+  AttentionRows& rows = attn_.rows;
+  rows = AttentionRows{};
   rows.n_rows = m;
   rows.n_head = c.n_head;
   rows.n_head_kv = c.n_head_kv;
   rows.head_dim = c.head_dim;
   rows.scale = c.attn_scale;
-  rows.q = q_.data();
-  rows.out = att_.data();
   rows.kv_type = kv.type();
   rows.k.resize(m);
   rows.v.resize(m);
   SetUpAttention(batch, kv, &rows);
+  if (trace_ != nullptr) {
+    for (auto* t : {&trace_->hidden, &trace_->attn_input, &trace_->q, &trace_->k, &trace_->v})
+      t->assign(c.n_layer, {});
+  }
 
-  for (int il = 0; il < c.n_layer; ++il) {
-    AttentionBlock(ctx, il, batch, kv, rows, attention);
+  size_t next_group = 0;
+  for (int il = 0; il < c.n_layer;) {
+    if (fuzzy != nullptr && next_group < fuzzy->groups.size() &&
+        fuzzy->groups[next_group].first == il) {
+      const int count = fuzzy->groups[next_group++].second;
+      FuzzyGroup(ctx, il, count, batch, kv, attention);
+      il += count;
+      continue;
+    }
+    if (trace_ != nullptr) trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
+    AttentionBlock(ctx, il, batch, kv, x_.data(), attn_, attention, profile_);
+    TraceLayer(il, attn_, m);
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += attn_.out[i];
     FfnBlock(ctx, il, m);
+    ++il;
   }
   marks.Skip();  // the blocks charged their own time
 
@@ -470,9 +482,54 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   }
 }
 
-void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
-                           AttentionRows& rows, AttentionMode attention) {
+void Model::FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
+                       KvCache& kv, AttentionMode attention) {
   ProfileMarks marks(profile_);
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
+  const int n_threads = ctx.pool->size();
+  while (static_cast<int>(lanes_.size()) < count) {
+    lanes_.push_back(std::make_unique<AttentionScratch>());
+  }
+  while (static_cast<int>(lane_pools_.size()) < n_threads) {
+    lane_pools_.push_back(std::make_unique<ThreadPool>(1));
+  }
+  for (int j = 0; j < count; ++j) lanes_[j]->rows = attn_.rows;  // the same rows, own buffers
+  ctx.pool->RunOnAll([&](int t) {
+    const KernelContext lane_ctx{lane_pools_[t].get(), ctx.cpu};
+    for (int j = t; j < count; j += n_threads) {
+      AttentionBlock(lane_ctx, first + j, batch, kv, x_.data(), *lanes_[j], attention, nullptr);
+    }
+  });
+  marks.Mark(ForwardProfile::kParallelAttention);
+  for (int j = 0; j < count; ++j) {
+    const int il = first + j;
+    if (trace_ != nullptr) {
+      trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
+      TraceLayer(il, *lanes_[j], m);
+    }
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += lanes_[j]->out[i];
+    marks.Mark(ForwardProfile::kResidual);
+    FfnBlock(ctx, il, m);
+    marks.Skip();
+  }
+}
+
+void Model::TraceLayer(int il, const AttentionScratch& s, int64_t m) {
+  if (trace_ == nullptr) return;
+  const int64_t d = config_.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(config_.n_head) * config_.head_dim;
+  const int64_t kv_dim = config_.kv_dim();
+  trace_->attn_input[il].assign(s.xb.data(), s.xb.data() + m * d);
+  trace_->q[il].assign(s.q.data(), s.q.data() + m * q_dim);
+  trace_->k[il].assign(s.k.data(), s.k.data() + m * kv_dim);
+  trace_->v[il].assign(s.v.data(), s.v.data() + m * kv_dim);
+}
+
+void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
+                           const float* x, AttentionScratch& s, AttentionMode attention,
+                           ForwardProfile* profile) {
+  ProfileMarks marks(profile);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   const ModelConfig& c = config_;
   const Layer& l = layers_[il];
@@ -482,35 +539,44 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   const int64_t kv_dim = c.kv_dim();
   const int half = c.rope.rotary_dim / 2;
   const bool local = c.IsLocalLayer(il);
-  RmsNorm(x_.data(), l.attn_norm.data(), xb_.data(), m, d, c.rms_eps);
+  s.xb.Resize(m * d);        // [m, n_embd] normalized
+  s.q.Resize(m * q_dim);     // [m, n_head * head_dim]
+  s.k.Resize(m * kv_dim);    // [m, kv_dim]
+  s.v.Resize(m * kv_dim);    // [m, kv_dim]
+  s.att.Resize(m * q_dim);   // [m, n_head * head_dim]
+  s.out.Resize(m * d);       // [m, n_embd]
+  AttentionRows& rows = s.rows;
+  rows.q = s.q.data();
+  rows.out = s.att.data();
+  RmsNorm(x, l.attn_norm.data(), s.xb.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kNorm);
   if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
     const int64_t width = q_dim + 2 * kv_dim;
-    stacked_.Resize(m * width);  // [m, q_dim + 2 kv_dim]
-    Matmul(ctx, xb_.data(), m, l.wqkv, stacked_.data(), &matmul_scratch_);
+    s.stacked.Resize(m * width);  // [m, q_dim + 2 kv_dim]
+    Matmul(ctx, s.xb.data(), m, l.wqkv, s.stacked.data(), &s.matmul);
     for (int64_t r = 0; r < m; ++r) {
-      const float* row = stacked_.data() + r * width;
-      std::copy(row, row + q_dim, q_.data() + r * q_dim);
-      std::copy(row + q_dim, row + q_dim + kv_dim, k_.data() + r * kv_dim);
-      std::copy(row + q_dim + kv_dim, row + width, v_.data() + r * kv_dim);
+      const float* row = s.stacked.data() + r * width;
+      std::copy(row, row + q_dim, s.q.data() + r * q_dim);
+      std::copy(row + q_dim, row + q_dim + kv_dim, s.k.data() + r * kv_dim);
+      std::copy(row + q_dim + kv_dim, row + width, s.v.data() + r * kv_dim);
     }
   } else {
-    Matmul(ctx, xb_.data(), m, l.wq, q_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.wk, k_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.wv, v_.data(), &matmul_scratch_);
+    Matmul(ctx, s.xb.data(), m, l.wq, s.q.data(), &s.matmul);
+    Matmul(ctx, s.xb.data(), m, l.wk, s.k.data(), &s.matmul);
+    Matmul(ctx, s.xb.data(), m, l.wv, s.v.data(), &s.matmul);
   }
   mark(ForwardProfile::kQkv);
   if (c.qk_norm) {  // per head: rows of head_dim values
-    RmsNorm(q_.data(), l.q_norm.data(), q_.data(), m * c.n_head, c.head_dim, c.rms_eps);
-    RmsNorm(k_.data(), l.k_norm.data(), k_.data(), m * c.n_head_kv, c.head_dim, c.rms_eps);
+    RmsNorm(s.q.data(), l.q_norm.data(), s.q.data(), m * c.n_head, c.head_dim, c.rms_eps);
+    RmsNorm(s.k.data(), l.k_norm.data(), s.k.data(), m * c.n_head_kv, c.head_dim, c.rms_eps);
   }
   const RopeConfig& rope = local ? c.rope_local : c.rope;
   const float* cos_all = local ? rope_local_cos_.data() : rope_cos_.data();
   const float* sin_all = local ? rope_local_sin_.data() : rope_sin_.data();
   for (int64_t r = 0; r < m; ++r) {
-    float* qr = q_.data() + r * q_dim;
-    float* kr = k_.data() + r * kv_dim;
-    float* vr = v_.data() + r * kv_dim;
+    float* qr = s.q.data() + r * q_dim;
+    float* kr = s.k.data() + r * kv_dim;
+    float* vr = s.v.data() + r * kv_dim;
     if (c.qkv_bias) {
       for (int64_t i = 0; i < q_dim; ++i) qr[i] += l.bq[i];
       for (int64_t i = 0; i < kv_dim; ++i) kr[i] += l.bk[i];
@@ -533,10 +599,9 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   mark(ForwardProfile::kRopeKvWrite);
   Attention(ctx, rows, attention);
   mark(ForwardProfile::kAttention);
-  Matmul(ctx, att_.data(), m, l.wo, ffn_.data(), &matmul_scratch_);
+  Matmul(ctx, s.att.data(), m, l.wo, s.out.data(), &s.matmul);
   mark(ForwardProfile::kAttnOut);
-  if (c.post_norms) RmsNorm(ffn_.data(), l.post_attn_norm.data(), ffn_.data(), m, d, c.rms_eps);
-  for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  if (c.post_norms) RmsNorm(s.out.data(), l.post_attn_norm.data(), s.out.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kResidual);
 }
 

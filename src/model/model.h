@@ -10,6 +10,8 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
+#include "model/layer_groups.h"
+#include "threading/thread_pool.h"
 
 namespace specd {
 
@@ -109,11 +111,20 @@ struct ForwardProfile {
     kDown,
     kResidual,
     kLogits,
+    kParallelAttention,  // a layer group's attention blocks, run at once (fuzzy forwards)
     kCount
   };
   static const char* Name(int op);
   double ms[kCount] = {};
   int64_t n_forwards = 0;
+};
+
+// Per-layer activations of the last forward, for comparing fuzzy and exact forwards (EasySpec's
+// table 4). Each entry is [n_rows, width] of the named quantity.
+struct ForwardTrace {
+  std::vector<std::vector<float>> hidden;  // [n_layer] the residual stream entering the layer
+  std::vector<std::vector<float>> attn_input;  // [n_layer] what the attention block read
+  std::vector<std::vector<float>> q, k, v;     // [n_layer] after bias and RoPE
 };
 
 class Model {
@@ -145,10 +156,14 @@ class Model {
   // Runs the batch, appending its keys/values to `kv` and writing logits of the flagged rows, in
   // row order, to `logits` ([n_outputs, n_vocab]). Validates the whole batch first: on an Error,
   // the cache is unchanged.
+  // With `fuzzy` (non-empty), the layers of each group run layer-parallel (see LayerGroups):
+  // an approximation for drafting, whose keys / values differ from the exact forward's.
   void Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
-               std::vector<float>* logits);
+               std::vector<float>* logits, const LayerGroups* fuzzy = nullptr);
   // Attaches (or with nullptr detaches) a profile that later forwards add their times to.
   void SetProfile(ForwardProfile* profile) { profile_ = profile; }
+  // Attaches (or detaches) a trace that the next forwards fill with per-layer activations.
+  void SetTrace(ForwardTrace* trace) { trace_ = trace; }
 
  private:
   struct Layer {
@@ -160,14 +175,28 @@ class Model {
     WeightView wqkv, w_gate_up;
     std::vector<float> bq, bk, bv;  // qwen2 only
   };
+  // Buffers of one attention block; one per concurrently running layer in fuzzy forwards.
+  struct AttentionScratch {
+    AlignedBuffer<float> xb, q, k, v, att, stacked;
+    AlignedBuffer<float> out;  // [m, n_embd] the block's output, before the residual add
+    MatmulScratch matmul;
+    AttentionRows rows;
+  };
   Model() = default;
   void Validate(const Batch& batch, const KvCache& kv) const;
   // Reads the hyper-parameters of config_.arch from the file's metadata.
   void ReadConfig(const GgufFile& f);
-  // Parts of Forward over the m rows in x_ (ctx, the layer, the rows' attention setup).
+  // Parts of Forward over m rows. The attention block reads x ([m, n_embd]) and leaves its
+  // output in s.out; s.rows holds the rows' attention setup.
   void AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
-                      AttentionRows& rows, AttentionMode attention);
+                      const float* x, AttentionScratch& s, AttentionMode attention,
+                      ForwardProfile* profile);
   void FfnBlock(const KernelContext& ctx, int il, int64_t m);
+  // A group's attention blocks, all reading x_, at once over the pool's threads (one thread
+  // each, round robin); then each layer's residual add and feed-forward block in order.
+  void FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
+                  KvCache& kv, AttentionMode attention);
+  void TraceLayer(int il, const AttentionScratch& s, int64_t m);
   // Fills kv_index_ and the attention rows' visibility (n_visible; a key mask for token trees).
   void SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows);
 
@@ -180,15 +209,19 @@ class Model {
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
 
   // Scratch reused across calls.
-  AlignedBuffer<float> x_, xb_, q_, k_, v_, att_, gate_, up_, ffn_, out_rows_;
+  AlignedBuffer<float> x_, xb_, gate_, up_, ffn_, out_rows_;
+  AttentionScratch attn_;                               // sequential layers
+  std::vector<std::unique_ptr<AttentionScratch>> lanes_;  // a group's layers
+  std::vector<std::unique_ptr<ThreadPool>> lane_pools_;   // one-thread pools, one per thread
   AlignedBuffer<float> head_logits_;                      // [n_out, head_tokens.size()]
   AlignedBuffer<float> rope_cos_, rope_sin_;              // [m, rotary_dim / 2]
   AlignedBuffer<float> rope_local_cos_, rope_local_sin_;  // the same for local layers
   std::vector<int32_t> window_first_;                     // [m] first key of local layers
   std::vector<int32_t> kv_index_;                         // [m] where each row's K / V go
-  AlignedBuffer<float> stacked_;  // [m, q_dim + 2 kv_dim] or [m, 2 n_ff] from a stacked matmul
+  AlignedBuffer<float> stacked_;  // [m, 2 n_ff] from the stacked gate / up matmul
   MatmulScratch matmul_scratch_;
   ForwardProfile* profile_ = nullptr;
+  ForwardTrace* trace_ = nullptr;
 };
 
 }  // namespace specd

@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "base/error.h"
 #include "engine/generate.h"
+#include "gguf/gguf.h"
+#include "model/synth.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -248,6 +251,173 @@ TEST(Generate, RejectsRequestsThatDoNotFit) {
   req.prompt.clear();
   EXPECT_THROW(GenerateAutoregressive(*f.model, f.ctx, *kv, req), Error);
 }
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+// A 4-layer tiny model (the tiny shape has 2; layer groups exclude the first and last layer).
+std::string DeepTinyModel(DType type) {
+  const std::string path =
+      testing::TempDir() + "/deep-tiny-" + std::string(DTypeName(type)) + ".gguf";
+  ModelShape shape = ShapeByName("tiny");
+  shape.n_layer = 4;
+  ThreadPool pool(2);
+  WriteSyntheticModel(shape, type, 11, path, &pool);
+  return path;
+}
+
+// A copy of a model with the named tensors' bytes set to zero (a zero matrix in any type).
+std::string WithZeroedTensors(const std::string& path, const std::vector<std::string>& names) {
+  auto file = GgufFile::Open(path);
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) w.Set(key, value);
+  for (const GgufTensorInfo& t : file->tensors()) {
+    std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+    if (std::find(names.begin(), names.end(), t.name) != names.end()) {
+      std::fill(bytes.begin(), bytes.end(), 0);
+    }
+    w.AddTensor(t.name, t.type, t.shape, std::move(bytes));
+  }
+  const std::string out = path + ".zeroed.gguf";
+  w.Write(out);
+  return out;
+}
+
+struct FuzzyRun {
+  std::vector<float> logits;
+  std::vector<uint8_t> kv;  // every layer's K and V bytes of the sequence
+};
+
+// Prefill of 9 tokens, then a 3-row chunk, each forward with `groups` (nullptr: exact).
+FuzzyRun RunWithGroups(Model& model, const KernelContext& ctx, const LayerGroups* groups) {
+  auto kv = model.NewKvCache({1, 32});
+  const int seq = kv->Acquire();
+  const std::vector<int32_t> tokens = testing::Prompt(12, 5);
+  FuzzyRun run;
+  std::vector<float> logits;
+  for (auto [begin, end] : {std::pair{0, 9}, std::pair{9, 12}}) {
+    Batch b;
+    for (int i = begin; i < end; ++i) b.Add(tokens[i], i, seq, true);
+    model.Forward(ctx, b, *kv, AttentionMode::kSplit, &logits, groups);
+    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
+  }
+  const int64_t bytes = RowBytes(kv->type(), kv->kv_dim()) * kv->Length(seq);
+  for (int il = 0; il < model.config().n_layer; ++il) {
+    for (const void* p : {kv->K(il, seq), kv->V(il, seq)}) {
+      const auto* b = static_cast<const uint8_t*>(p);
+      run.kv.insert(run.kv.end(), b, b + bytes);
+    }
+  }
+  return run;
+}
+
+double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += double{a[i]} * b[i];
+    aa += double{a[i]} * a[i];
+    bb += double{b[i]} * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+TEST(LayerGroups, PackedAndAlignedFollowSection311) {
+  // The paper's example: 32 layers, N = 4 -> 1-3, 4-7, ..., 24-27, 28-30.
+  const LayerGroups aligned = LayerGroups::Make(32, 4, LayerGroups::Strategy::kAligned);
+  EXPECT_EQ(aligned.ToString(), "1-3,4-7,8-11,12-15,16-19,20-23,24-27,28-30");
+  EXPECT_EQ(LayerGroups::Make(6, 2, LayerGroups::Strategy::kPacked).ToString(), "1-2,3-4");
+  EXPECT_EQ(LayerGroups::Make(6, 2, LayerGroups::Strategy::kAligned).ToString(), "1-1,2-3,4-4");
+  EXPECT_EQ(LayerGroups::Make(6, 3, LayerGroups::Strategy::kPacked).ToString(), "1-3,4-4");
+  EXPECT_EQ(LayerGroups::Make(6, 3, LayerGroups::Strategy::kPacked).FuzzyLayers(), 3);
+  EXPECT_TRUE(LayerGroups::Make(6, 1, LayerGroups::Strategy::kPacked).empty());
+  EXPECT_TRUE(LayerGroups::Make(2, 2, LayerGroups::Strategy::kPacked).empty());
+  EXPECT_EQ(LayerGroups::Parse("0-1,3-5", 6, 2).ToString(), "0-1,3-5");
+  EXPECT_EQ(LayerGroups::Parse("aligned", 6, 2).ToString(), "1-1,2-3,4-4");
+  for (const char* bad : {"1-2,2-3", "3-1", "0-6", "a-b", "1-", "-1", "1,,2"}) {
+    EXPECT_THROW(LayerGroups::Parse(bad, 6, 2), Error) << bad;
+  }
+}
+
+class FuzzyForwardTest : public ::testing::TestWithParam<DType> {};
+
+// LP = 1: every layer its own group runs the group machinery (one-thread lanes) and must give
+// the exact forward's bits, logits and KV alike.
+TEST_P(FuzzyForwardTest, GroupsOfOneAreTheExactForward) {
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(DeepTinyModel(GetParam()), &ctx);
+  const LayerGroups singles = LayerGroups::Parse("0-0,1-1,2-2,3-3", 4, 1);
+  const FuzzyRun exact = RunWithGroups(*model, ctx, nullptr);
+  const FuzzyRun lanes = RunWithGroups(*model, ctx, &singles);
+  ASSERT_EQ(exact.logits.size(), lanes.logits.size());
+  EXPECT_EQ(std::memcmp(exact.logits.data(), lanes.logits.data(), exact.logits.size() * 4), 0);
+  EXPECT_EQ(exact.kv, lanes.kv);
+}
+
+// Algorithm 2: in group 1-2, layer 2's attention reads layer 1's input. With layer 1 an identity
+// (its attention and MLP outputs zero) that is the exact input, so the fuzzy forward is exact;
+// on the unmodified model it is not, but stays close.
+TEST_P(FuzzyForwardTest, GroupedAttentionReadsTheGroupInput) {
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  const LayerGroups group = LayerGroups::Parse("1-2", 4, 2);
+  const std::string path = DeepTinyModel(GetParam());
+  auto identity = Model::Load(
+      WithZeroedTensors(path, {"blk.1.attn_output.weight", "blk.1.ffn_down.weight"}), &ctx);
+  const FuzzyRun exact_identity = RunWithGroups(*identity, ctx, nullptr);
+  const FuzzyRun fuzzy_identity = RunWithGroups(*identity, ctx, &group);
+  EXPECT_EQ(exact_identity.logits, fuzzy_identity.logits);
+  EXPECT_EQ(exact_identity.kv, fuzzy_identity.kv);
+
+  auto model = Model::Load(path, &ctx);
+  const FuzzyRun exact = RunWithGroups(*model, ctx, nullptr);
+  const FuzzyRun fuzzy = RunWithGroups(*model, ctx, &group);
+  EXPECT_NE(exact.logits, fuzzy.logits);
+  EXPECT_GT(Cosine(exact.logits, fuzzy.logits), 0.5);
+  // Layers before the group are untouched: layer 0's keys and values are exact.
+  const size_t layer_bytes = exact.kv.size() / 8;
+  EXPECT_TRUE(std::equal(exact.kv.begin(), exact.kv.begin() + 2 * layer_bytes, fuzzy.kv.begin()));
+}
+
+// Whether two layers' normalized attention inputs ([rows, 64]) come from one hidden state: then
+// they differ only by the layers' norm weights, a per-column ratio the same in every row.
+bool SameNormalizedInput(const std::vector<float>& a, const std::vector<float>& b) {
+  const size_t d = 64;
+  for (size_t r = 1; r < a.size() / d; ++r) {
+    for (size_t i = 0; i < d; ++i) {
+      const double first = double{b[i]} / a[i];
+      const double here = double{b[r * d + i]} / a[r * d + i];
+      if (std::abs(here - first) > 1e-5 * std::abs(first)) return false;
+    }
+  }
+  return true;
+}
+
+// The trace records what each attention block read: in a fuzzy group, the group's input.
+TEST(FuzzyForward, TraceShowsTheGroupInput) {
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(DeepTinyModel(DType::kF32), &ctx);
+  const LayerGroups group = LayerGroups::Parse("1-2", 4, 2);
+  ForwardTrace exact, fuzzy;
+  model->SetTrace(&exact);
+  RunWithGroups(*model, ctx, nullptr);
+  model->SetTrace(&fuzzy);
+  RunWithGroups(*model, ctx, &group);
+  model->SetTrace(nullptr);
+  ASSERT_EQ(fuzzy.hidden.size(), 4u);
+  EXPECT_FALSE(SameNormalizedInput(exact.attn_input[1], exact.attn_input[2]));
+  EXPECT_TRUE(SameNormalizedInput(fuzzy.attn_input[1], fuzzy.attn_input[2]));
+  EXPECT_FALSE(SameNormalizedInput(fuzzy.attn_input[2], fuzzy.attn_input[3]));
+  EXPECT_NE(fuzzy.hidden[1], fuzzy.hidden[2]);  // the residual stream still moved on
+  EXPECT_EQ(fuzzy.q[2].size(), 3u * 64);        // the last forward's 3 rows
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, FuzzyForwardTest, ::testing::Values(DType::kF32, DType::kQ8_0),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
 }  // namespace specd

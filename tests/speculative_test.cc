@@ -243,7 +243,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     o.spec_sampling = c.mode;
     NgramProposer lookup(1, 3, target->config().n_vocab);
     DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit,
-                                      c.catch_up_limit);
+                                      DraftModelOptions{.catch_up_limit = c.catch_up_limit});
     Proposer& proposer = c.ngram ? static_cast<Proposer&>(lookup) : draft_proposer;
     const auto out =
         GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);

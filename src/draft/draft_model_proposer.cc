@@ -9,9 +9,12 @@
 namespace specd {
 
 DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx,
-                                       AttentionMode attention, int catch_up_limit)
-    : catch_up_limit_(catch_up_limit), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {
-  SPECD_CHECK(catch_up_limit >= 1, "draft: the catch-up limit must be at least 1");
+                                       AttentionMode attention, DraftModelOptions options)
+    : options_(std::move(options)), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {
+  SPECD_CHECK(options_.catch_up_limit >= 1, "draft: the catch-up limit must be at least 1");
+  SPECD_CHECK(options_.tree_width >= 0 && options_.tree_depth >= 0,
+              "draft: tree width and depth must not be negative");
+  options_.fuzzy.Validate(draft.config().n_layer);
 }
 
 DraftModelProposer::~DraftModelProposer() {
@@ -81,26 +84,41 @@ int32_t DraftModelProposer::Draw(const DraftInput& in, int i, std::span<const fl
   return DrawFrom(out->probs.back(), UniformDouble(key));
 }
 
-void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
-                                 ProposerTimings* timings) {
-  RunPrefill(timings);
-  out->assign(inputs.size(), Proposal{});
-  const int64_t n_vocab = model_.config().n_vocab;
+int DraftModelProposer::BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings) {
   int k_max = 0;
   for (const DraftInput& in : inputs) {
     State& s = seqs_.at(in.seq);
     s.drafted.clear();
+    s.parents.clear();
     s.pending_before = 0;
     if (in.k <= 0) continue;
     k_max = std::max(k_max, in.k);
     if (timings != nullptr && s.pending.size() > 2) timings->caught_up = true;
-    if (static_cast<int>(s.pending.size()) > catch_up_limit_) {
+    if (static_cast<int>(s.pending.size()) > options_.catch_up_limit) {
       kv_.Truncate(s.slot, 0);
-      s.pending.erase(s.pending.begin(), s.pending.end() - catch_up_limit_);
+      s.pending.erase(s.pending.begin(), s.pending.end() - options_.catch_up_limit);
     }
     s.kv_before = kv_.Length(s.slot);
     s.pending_before = static_cast<int>(s.pending.size());
   }
+  return k_max;
+}
+
+void DraftModelProposer::DraftForward(const Batch& batch, bool first, ProposerTimings* timings) {
+  const bool fuzzy = !options_.fuzzy.empty() && !(first && options_.calibrate);
+  Timer timer;
+  model_.Forward(ctx_, batch, kv_, attention_, &logits_, fuzzy ? &options_.fuzzy : nullptr);
+  if (timings != nullptr)
+    timings->forwards.emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
+}
+
+void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+                                 ProposerTimings* timings) {
+  RunPrefill(timings);
+  out->assign(inputs.size(), Proposal{});
+  if (options_.tree_width > 1) return ProposeTrees(inputs, out, timings);
+  const int64_t n_vocab = model_.config().n_vocab;
+  const int k_max = BeginStep(inputs, timings);
   Batch batch;
   std::vector<size_t> rows_of;  // input index of each output row
   for (int i = 0; i < k_max; ++i) {
@@ -117,10 +135,7 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
       }
       rows_of.push_back(j);
     }
-    Timer timer;
-    model_.Forward(ctx_, batch, kv_, attention_, &logits_);
-    if (timings != nullptr)
-      timings->forwards.emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
+    DraftForward(batch, i == 0, timings);
     for (size_t r = 0; r < rows_of.size(); ++r) {
       const DraftInput& in = inputs[rows_of[r]];
       State& s = seqs_.at(in.seq);
@@ -131,12 +146,25 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
   for (size_t j = 0; j < inputs.size(); ++j) (*out)[j].tokens = seqs_.at(inputs[j].seq).drafted;
 }
 
+void DraftModelProposer::KeepDrafts(State& s, std::span<const int32_t> kept, int32_t next) {
+  kv_.Truncate(s.slot, s.kv_before + s.pending_before);
+  s.pending.assign(kept.begin(), kept.end());
+  s.pending.push_back(next);
+  s.drafted.clear();
+  s.parents.clear();
+}
+
 void DraftModelProposer::Accept(int seq, int n_accepted, int32_t next) {
   State& s = seqs_.at(seq);
   const int k = static_cast<int>(s.drafted.size());
   if (k == 0) {
     s.pending.push_back(next);  // the draft did not run for this sequence this step
     return;
+  }
+  if (!options_.fuzzy.empty() && options_.calibrate) {
+    // Bonus calibration: the drafts' fuzzy entries go; the next step re-reads the accepted
+    // drafts and the bonus token exactly, in its first forward.
+    return KeepDrafts(s, std::span(s.drafted).first(n_accepted), next);
   }
   // The cache now holds the step's pending inputs and d_1..d_{k-1}; keep the inputs and the
   // accepted drafts among those. After full acceptance d_k is still to be read.
@@ -145,6 +173,15 @@ void DraftModelProposer::Accept(int seq, int n_accepted, int32_t next) {
   if (n_accepted == k) s.pending.push_back(s.drafted.back());
   s.pending.push_back(next);
   s.drafted.clear();
+}
+
+void DraftModelProposer::AcceptPath(int seq, std::span<const int> path, int32_t next) {
+  State& s = seqs_.at(seq);
+  if (s.parents.empty()) return Accept(seq, static_cast<int>(path.size()), next);
+  // A tree's nodes were read in tree order; the accepted path is re-read as a chain.
+  std::vector<int32_t> kept;
+  for (int node : path) kept.push_back(s.drafted.at(node));
+  KeepDrafts(s, kept, next);
 }
 
 void DraftModelProposer::Append(int seq, std::span<const int32_t> tokens) {

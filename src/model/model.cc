@@ -294,11 +294,13 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
       SPECD_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < config_.n_vocab, "batch row ", r,
                   ": token ", batch.tokens[r], " is outside the vocabulary of ", config_.n_vocab);
       const int32_t parent = batch.parents.empty() ? -1 : batch.parents[r];
-      SPECD_CHECK(parent == -1 || (parent >= first_row && parent < r), "batch row ", r,
-                  ": parent row ", parent, " is not an earlier row of sequence ", seq);
-      const int32_t expected = parent >= 0      ? batch.positions[parent] + 1
-                               : r == first_row ? kv_length
-                                                : batch.positions[r - 1] + 1;
+      SPECD_CHECK(
+          parent == -1 || parent == Batch::kCommittedParent || (parent >= first_row && parent < r),
+          "batch row ", r, ": parent row ", parent, " is not an earlier row of sequence ", seq);
+      const int32_t expected = parent >= 0 ? batch.positions[parent] + 1
+                               : r == first_row || parent == Batch::kCommittedParent
+                                   ? kv_length
+                                   : batch.positions[r - 1] + 1;
       SPECD_CHECK(batch.positions[r] == expected, "batch row ", r, ": sequence ", seq,
                   " expects position ", expected, ", got ", batch.positions[r]);
       SPECD_CHECK(kv_length + (r - first_row) < kv.n_ctx(), "sequence ", seq,
@@ -314,7 +316,7 @@ void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows*
   rows->key_mask.clear();
   rows->key_mask_offset.clear();
   bool tree = false;
-  for (int32_t p : batch.parents) tree = tree || p >= 0;
+  for (int32_t p : batch.parents) tree = tree || p != -1;
   int64_t first_row = 0;
   for (int64_t r = 0; r < m; ++r) {
     if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) {
@@ -332,7 +334,8 @@ void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows*
     std::fill(mask, mask + committed, 1);
     for (int64_t a = r; a >= first_row;) {
       mask[committed + (a - first_row)] = 1;
-      a = batch.parents[a] >= 0 ? batch.parents[a] : a - 1;
+      const int32_t parent = batch.parents[a];
+      a = parent >= 0 ? parent : parent == Batch::kCommittedParent ? first_row - 1 : a - 1;
     }
   }
   rows->seq_row_begin.push_back(m);
@@ -368,8 +371,7 @@ void Model::WarmUp(const KernelContext& ctx, int rows) {
 }
 
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
-                    AttentionMode attention, std::vector<float>* logits,
-                    const LayerGroups* fuzzy) {
+                    AttentionMode attention, std::vector<float>* logits, const LayerGroups* fuzzy) {
   Validate(batch, kv);
   if (fuzzy != nullptr) fuzzy->Validate(config_.n_layer);
   ProfileMarks marks(profile_);
@@ -539,12 +541,12 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   const int64_t kv_dim = c.kv_dim();
   const int half = c.rope.rotary_dim / 2;
   const bool local = c.IsLocalLayer(il);
-  s.xb.Resize(m * d);        // [m, n_embd] normalized
-  s.q.Resize(m * q_dim);     // [m, n_head * head_dim]
-  s.k.Resize(m * kv_dim);    // [m, kv_dim]
-  s.v.Resize(m * kv_dim);    // [m, kv_dim]
-  s.att.Resize(m * q_dim);   // [m, n_head * head_dim]
-  s.out.Resize(m * d);       // [m, n_embd]
+  s.xb.Resize(m * d);       // [m, n_embd] normalized
+  s.q.Resize(m * q_dim);    // [m, n_head * head_dim]
+  s.k.Resize(m * kv_dim);   // [m, kv_dim]
+  s.v.Resize(m * kv_dim);   // [m, kv_dim]
+  s.att.Resize(m * q_dim);  // [m, n_head * head_dim]
+  s.out.Resize(m * d);      // [m, n_embd]
   AttentionRows& rows = s.rows;
   rows.q = s.q.data();
   rows.out = s.att.data();

@@ -68,7 +68,7 @@ struct Batch {
   std::vector<int32_t> seq_ids;
   std::vector<uint8_t> output;   // 1: return logits for this row
   std::vector<int32_t> parents;  // batch row of each row's parent, -1: the previous row (a
-                                 // chain); empty: every row is a chain row
+                                 // chain), kCommittedParent; empty: every row is a chain row
 
   void Add(int32_t token, int32_t position, int32_t seq_id, bool want_logits) {
     tokens.push_back(token);
@@ -77,7 +77,10 @@ struct Batch {
     output.push_back(want_logits ? 1 : 0);
     if (!parents.empty()) parents.push_back(-1);
   }
-  // A token-tree node whose parent is batch row `parent` (of the same sequence, earlier).
+  // A token-tree node whose parent is batch row `parent` (of the same sequence, earlier), or
+  // kCommittedParent: a child of the sequence's last committed token (the root of a tree whose
+  // root is already in the cache), seeing the committed keys and itself only.
+  static constexpr int32_t kCommittedParent = -2;
   void AddNode(int32_t token, int32_t position, int32_t seq_id, bool want_logits, int32_t parent) {
     if (parents.empty()) parents.assign(tokens.size(), -1);
     tokens.push_back(token);
@@ -122,7 +125,7 @@ struct ForwardProfile {
 // Per-layer activations of the last forward, for comparing fuzzy and exact forwards (EasySpec's
 // table 4). Each entry is [n_rows, width] of the named quantity.
 struct ForwardTrace {
-  std::vector<std::vector<float>> hidden;  // [n_layer] the residual stream entering the layer
+  std::vector<std::vector<float>> hidden;      // [n_layer] the residual stream entering the layer
   std::vector<std::vector<float>> attn_input;  // [n_layer] what the attention block read
   std::vector<std::vector<float>> q, k, v;     // [n_layer] after bias and RoPE
 };
@@ -194,8 +197,8 @@ class Model {
   void FfnBlock(const KernelContext& ctx, int il, int64_t m);
   // A group's attention blocks, all reading x_, at once over the pool's threads (one thread
   // each, round robin); then each layer's residual add and feed-forward block in order.
-  void FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
-                  KvCache& kv, AttentionMode attention);
+  void FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch, KvCache& kv,
+                  AttentionMode attention);
   void TraceLayer(int il, const AttentionScratch& s, int64_t m);
   // Fills kv_index_ and the attention rows' visibility (n_visible; a key mask for token trees).
   void SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows);
@@ -210,7 +213,7 @@ class Model {
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, gate_, up_, ffn_, out_rows_;
-  AttentionScratch attn_;                               // sequential layers
+  AttentionScratch attn_;                                 // sequential layers
   std::vector<std::unique_ptr<AttentionScratch>> lanes_;  // a group's layers
   std::vector<std::unique_ptr<ThreadPool>> lane_pools_;   // one-thread pools, one per thread
   AlignedBuffer<float> head_logits_;                      // [n_out, head_tokens.size()]

@@ -230,21 +230,45 @@ int32_t SampleFrom(const std::vector<TokenProb>& kept, double u) {
   return kept.back().token;  // rounding: u fell past the last cumulative sum
 }
 
+namespace {
+
+// log(p) + G(key, token): the score Gumbel-max ranks tokens by.
+double GumbelScore(const TokenProb& tp, const RngKey& key) {
+  const uint32_t word = Philox4x32(key, static_cast<uint32_t>(tp.token) / 4)[tp.token % 4];
+  const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;  // in (0, 1)
+  return std::log(static_cast<double>(tp.prob)) - std::log(-std::log(u));
+}
+
+}  // namespace
+
 int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
   SPECD_CHECK(!kept.empty(), "cannot sample from an empty set");
   int32_t best_token = -1;
   double best = -std::numeric_limits<double>::infinity();
   for (const auto& tp : kept) {
     if (tp.prob <= 0.0f) continue;
-    const uint32_t word = Philox4x32(key, static_cast<uint32_t>(tp.token) / 4)[tp.token % 4];
-    const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;  // in (0, 1)
-    const double score = std::log(static_cast<double>(tp.prob)) - std::log(-std::log(u));
+    const double score = GumbelScore(tp, key);
     if (score > best || (score == best && tp.token < best_token)) {
       best = score;
       best_token = tp.token;
     }
   }
   return best_token >= 0 ? best_token : kept.front().token;
+}
+
+std::vector<int32_t> GumbelTop(const std::vector<TokenProb>& kept, const RngKey& key, int n) {
+  std::vector<std::pair<double, int32_t>> scored;
+  for (const auto& tp : kept) {
+    if (tp.prob > 0.0f) scored.emplace_back(GumbelScore(tp, key), tp.token);
+  }
+  n = std::min(n, static_cast<int>(scored.size()));
+  // Best score first, ties to the lower token id (as GumbelArgmax).
+  std::partial_sort(scored.begin(), scored.begin() + n, scored.end(), [](auto& a, auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<int32_t> top;
+  for (int i = 0; i < n; ++i) top.push_back(scored[i].second);
+  return top;
 }
 
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,

@@ -70,6 +70,8 @@ int32_t Argmax(std::span<const float> logits);
 // Gumbel-max over a kept set: argmax of log(prob) + G(key, token), G = -log(-log(U)) with U the
 // token's uniform number at `key` (index token / 4, word token % 4). Ties go to the lower id.
 int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key);
+// The n best tokens by the same Gumbel-max score, best first (the first is GumbelArgmax's).
+std::vector<int32_t> GumbelTop(const std::vector<TokenProb>& kept, const RngKey& key, int n);
 
 // One sampling decision: greedy, or drawn with the counter-based RNG at `key` by params.method.
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, const RngKey& key);

@@ -161,6 +161,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
               "unknown --spec-type '", o.spec_type, "'");
 
+  const DraftModelOptions draft_options =
+      DraftOptionsFromFlags(o.draft_flags, draft->config().n_layer);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   auto target_kv = target->NewKvCache({max_batch, 512, o.cache_type});
   auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});
@@ -175,7 +177,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
     if (o.spec_type == "ngram") {
       return GenerateWithProposer(*target, ctx, *target_kv, lookup, request, options, stats);
     }
-    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention);
+    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention, options.draft);
     CombinedProposer both(lookup, draft_proposer);
     return GenerateWithProposer(*target, ctx, *target_kv, both, request, options, stats);
   };
@@ -210,12 +212,26 @@ void RunSpecBench(const SpecBenchOptions& o) {
   report["kernels"] = ctx.cpu.Name();
   report["prompt_set"] = o.prompt_set;
   report["spec_type"] = o.spec_type;
+  // EasySpec's drafting, when asked for.
+  std::string drafting;
+  if (!draft_options.fuzzy.empty()) {
+    drafting += ", fuzzy drafting (layer groups " + draft_options.fuzzy.ToString() +
+                (draft_options.calibrate ? ", bonus calibration)" : ", no calibration)");
+  }
+  if (draft_options.tree_width > 1) {
+    drafting +=
+        ", token trees of width " + std::to_string(draft_options.tree_width) +
+        (draft_options.tree_depth > 0 ? ", depth " + std::to_string(draft_options.tree_depth)
+                                      : std::string()) +
+        " (draft length = tree nodes)";
+  }
+  report["drafting"] = drafting;
   md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
      << " kernels), " << o.threads << " threads, target " << o.target << ", proposer "
      << (o.spec_type == "draft"   ? o.draft
          : o.spec_type == "ngram" ? "n-gram lookup"
                                   : "n-gram lookup, then " + o.draft)
-     << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
+     << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
      << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
      << " prompt per sequence, median of " << o.reps
      << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
@@ -262,7 +278,10 @@ void RunSpecBench(const SpecBenchOptions& o) {
       automatic.options.cost_aware = true;
       automatic.options.draft_max = 8;
       candidates.push_back(automatic);
-      for (Candidate& c : candidates) c.options.spec_sampling = setting.mode;
+      for (Candidate& c : candidates) {
+        c.options.spec_sampling = setting.mode;
+        c.options.draft = draft_options;
+      }
       std::vector<Run> plain_runs;
       std::vector<double> auto_plain_share;
       for (int rep = 0; rep < o.reps; ++rep) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "draft/draft_model_proposer.h"
 #include "tensor/dtype.h"
 
 namespace specd::bench {
@@ -29,6 +30,7 @@ struct SpecBenchOptions {
   // Proposer of every speculative run: draft (the draft model), ngram (prompt lookup) or
   // draft+ngram (lookup first, the draft where it finds nothing).
   std::string spec_type = "draft";
+  DraftFlags draft_flags;  // how the draft drafts (EasySpec's fuzzy drafting, trees)
 };
 
 void RunSpecBench(const SpecBenchOptions& options);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "draft/draft_model_proposer.h"
+
 namespace specd::cli {
 
 struct GenerateOptions {
@@ -46,6 +48,8 @@ struct GenerateOptions {
   std::string spec_type = "draft";  // draft (a draft model, -md) or ngram (prompt lookup)
   int ngram_min = 1;                // n-gram sizes the lookup tries, longest first
   int ngram_max = 3;
+  DraftFlags
+      draft_flags;  // EasySpec: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
@@ -106,6 +110,7 @@ struct ServeOptions {
   size_t max_body_bytes = 1 << 20;
   int max_prefill_rows = 512;  // prompt rows per step: a long prompt delays others less
   int threads = 2;
+  DraftFlags draft_flags;
 };
 int RunServe(const ServeOptions& options);
 

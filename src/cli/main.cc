@@ -61,6 +61,22 @@ int RunTrainExecutable(int argc, char** argv) {
   return 1;
 }
 
+// EasySpec's drafting flags, shared by generate, serve and bench spec.
+void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
+  app->add_option("--draft-lp", flags->lp,
+                  "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
+                  "whose attention blocks run at once (EasySpec; 1: exact)")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--draft-lp-groups", flags->lp_groups,
+                  "how --draft-lp groups layers: packed (runs of N from layer 1), aligned (the "
+                  "paper's), or explicit 0-based ranges such as 1-2,3-4");
+  app->add_flag("--no-calibration", flags->no_calibration,
+                "fuzzy drafting without bonus calibration (fuzzy keys / values stay)");
+  app->add_option("--draft-tree", flags->tree,
+                  "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
+                  "at most --draft-max nodes");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,6 +211,7 @@ int main(int argc, char** argv) {
                    "the continuation of the text's latest repeat of its last n tokens) or "
                    "draft+ngram (lookup first, the draft model where it finds nothing)")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
+  AddDraftFlags(generate, &gen.draft_flags);
   generate->add_option("--ngram-min", gen.ngram_min, "shortest n-gram looked up (ngram)")
       ->check(CLI::Range(1, 64));
   generate->add_option("--ngram-max", gen.ngram_max, "longest n-gram looked up (ngram)")
@@ -302,6 +319,7 @@ int main(int argc, char** argv) {
   bench_spec->add_option("-n,--n-predict", sb.n_predict, "new tokens per sequence")
       ->check(CLI::Range(1, 4096));
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
+  AddDraftFlags(bench_spec, &sb.draft_flags);
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
   bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
@@ -354,6 +372,7 @@ int main(int argc, char** argv) {
   serve->add_option("-a,--alias", srv.alias, "model id (default: the file name)");
   serve->add_option("--max-body-bytes", srv.max_body_bytes, "largest request body")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  AddDraftFlags(serve, &srv.draft_flags);
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));
 
   // Listed for --help; handled before parsing by RunTrainExecutable.

@@ -8,6 +8,32 @@
 
 namespace specd {
 
+DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, int n_layer) {
+  DraftModelOptions o;
+  SPECD_CHECK(flags.lp >= 1 && flags.lp <= 64, "--draft-lp must be in 1..64, got ", flags.lp);
+  o.fuzzy = LayerGroups::Parse(flags.lp_groups, n_layer, flags.lp);
+  o.calibrate = !flags.no_calibration;
+  if (!flags.tree.empty()) {
+    const size_t comma = flags.tree.find(',');
+    auto number = [&](const std::string& text) {
+      size_t used = 0;
+      int value = -1;
+      try {
+        value = std::stoi(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      SPECD_CHECK(used == text.size() && value >= 1 && value <= 64, "--draft-tree '", flags.tree,
+                  "': expected WIDTH[,DEPTH] with numbers in 1..64");
+      return value;
+    };
+    o.tree_width = number(flags.tree.substr(0, comma));
+    if (comma != std::string::npos) o.tree_depth = number(flags.tree.substr(comma + 1));
+    SPECD_CHECK(o.tree_width >= 2, "--draft-tree: a width of 1 is a chain; use --draft-max");
+  }
+  return o;
+}
+
 DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx,
                                        AttentionMode attention, DraftModelOptions options)
     : options_(std::move(options)), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {

@@ -36,6 +36,19 @@ struct DraftModelOptions {
   int tree_depth = 0;
 };
 
+// The command line's spelling of DraftModelOptions (generate, serve, bench spec).
+struct DraftFlags {
+  int lp = 1;                        // --draft-lp N: layer-parallel group size (1: exact)
+  std::string lp_groups = "packed";  // --draft-lp-groups packed | aligned | 1-2,3-4
+  bool no_calibration = false;       // --no-calibration
+  std::string tree;                  // --draft-tree WIDTH[,DEPTH]; empty: chains
+
+  bool any() const { return lp > 1 || lp_groups != "packed" || no_calibration || !tree.empty(); }
+};
+
+// Options for a draft of n_layer layers; throws an Error naming a bad flag.
+DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, int n_layer);
+
 class DraftModelProposer : public Proposer {
  public:
   static constexpr int kDefaultCatchUpLimit = DraftModelOptions::kDefaultCatchUpLimit;

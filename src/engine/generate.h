@@ -6,6 +6,7 @@
 
 #include "decode/generation.h"
 #include "decode/step.h"
+#include "draft/draft_model_proposer.h"
 #include "engine/engine.h"
 
 namespace specd {
@@ -21,6 +22,7 @@ struct SpeculativeOptions {
   int l_mod = 10;
   int l_limit = 32;
   SpecSampling spec_sampling = SpecSampling::kRejection;
+  DraftModelOptions draft;  // how a draft model drafts (fuzzy, calibration, trees)
 };
 
 // The draft-length policy the options ask for.

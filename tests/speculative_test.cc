@@ -200,7 +200,26 @@ struct DistributionCase {
   bool cost_aware = false;
   int n_sequences = 1;  // completions of the prompt per run, each counted
   int catch_up_limit = DraftModelProposer::kDefaultCatchUpLimit;  // 1: restarts after plain steps
+  DraftModelOptions draft = {};  // fuzzy drafting, calibration, token trees
+  int draft_base = 1;            // runs alternate draft lengths draft_base and draft_base + 1
 };
+
+// EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
+DraftModelOptions Fuzzy(bool calibrate, int tree_width = 0, int tree_depth = 0) {
+  DraftModelOptions o;
+  o.fuzzy = LayerGroups::Parse("0-1", 2, 2);
+  o.calibrate = calibrate;
+  o.tree_width = tree_width;
+  o.tree_depth = tree_depth;
+  return o;
+}
+
+DraftModelOptions Tree(int width, int depth = 0) {
+  DraftModelOptions o;
+  o.tree_width = width;
+  o.tree_depth = depth;
+  return o;
+}
 
 double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   ThreadPool pool(1);
@@ -236,14 +255,15 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     // position, or both accepted); with length 1 token 3 comes from the bonus path or from a
     // second verification, so every path is exercised.
     SpeculativeOptions o;
-    o.draft_max = 1 + s % 2;
+    o.draft_max = c.draft_base + s % 2;
     o.schedule = c.schedule;
     o.adaptive = c.adaptive;
     o.cost_aware = c.cost_aware;
     o.spec_sampling = c.mode;
     NgramProposer lookup(1, 3, target->config().n_vocab);
-    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit,
-                                      DraftModelOptions{.catch_up_limit = c.catch_up_limit});
+    DraftModelOptions draft_options = c.draft;
+    draft_options.catch_up_limit = c.catch_up_limit;
+    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
     Proposer& proposer = c.ngram ? static_cast<Proposer&>(lookup) : draft_proposer;
     const auto out =
         GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);
@@ -339,6 +359,47 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .name = "3 completions, top-k 8, residual drawn from p (a bug)",
        .should_pass = false,
        .n_sequences = 3},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "fuzzy drafting with bonus calibration, rejection",
+       .should_pass = true,
+       .draft = Fuzzy(true)},
+      {.params = {0.7f, 0, 0.9f, 0},
+       .verify = VerifySampled,
+       .name = "fuzzy drafting without calibration, rejection",
+       .should_pass = true,
+       .draft = Fuzzy(false)},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = WrongResidual,
+       .name = "fuzzy drafting, residual drawn from p (a bug)",
+       .should_pass = false,
+       .draft = Fuzzy(true)},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "fuzzy drafting, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .draft = Fuzzy(true)},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "token trees of width 2 (2-3 nodes), rejection",
+       .should_pass = true,
+       .draft = Tree(2),
+       .draft_base = 2},
+      {.params = {0.8f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "token trees of width 3, depth 2, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .draft = Tree(3, 2),
+       .draft_base = 3},
+      {.params = {1.0f, 8, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "fuzzy token trees of width 2, 2 completions, rejection",
+       .should_pass = true,
+       .n_sequences = 2,
+       .draft = Fuzzy(true, 2),
+       .draft_base = 2},
   };
   for (const auto& c : cases) {
     const double p = SpeculativeTwoTokenPValue(c, 30000);
@@ -552,6 +613,131 @@ TEST(Bass, TimeBudgetKeepsFinishedSequencesRankedByMeanLogProbability) {
     EXPECT_NE(out.sequences[i].index, 4);
     EXPECT_EQ(out.sequences[i].mean_logprob(), kept_logprobs[i]) << "rank " << i;
   }
+}
+
+}  // namespace
+}  // namespace specd
+
+namespace specd {
+namespace {
+
+// EasySpec's drafting variants on the 2-layer test draft (both layers in one fuzzy group).
+std::vector<std::pair<std::string, DraftModelOptions>> EasySpecVariants() {
+  std::vector<std::pair<std::string, DraftModelOptions>> v;
+  DraftModelOptions fuzzy;
+  fuzzy.fuzzy = LayerGroups::Parse("0-1", 2, 2);
+  v.emplace_back("fuzzy, calibrated", fuzzy);
+  fuzzy.calibrate = false;
+  v.emplace_back("fuzzy, no calibration", fuzzy);
+  DraftModelOptions tree;
+  tree.tree_width = 2;
+  v.emplace_back("tree 2", tree);
+  tree.tree_width = 3;
+  tree.tree_depth = 2;
+  v.emplace_back("tree 3,2", tree);
+  tree.fuzzy = LayerGroups::Parse("0-1", 2, 2);
+  v.emplace_back("fuzzy tree 3,2", tree);
+  return v;
+}
+
+TEST(EasySpec, GreedyOutputEqualsPlainForEveryVariant) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/99);
+  const int n = 3;
+  auto target_kv = p.target->NewKvCache({n, 256});
+  auto draft_kv = p.draft->NewKvCache({n, 256});
+  for (const auto& [variant, draft] : EasySpecVariants()) {
+    for (int n_seq : {1, n}) {
+      GenerateRequest request = Greedy(Prompt(9, n_seq), 40);
+      for (int i = 0; i < n_seq && n_seq > 1; ++i) request.prompts.push_back(Prompt(4 + 3 * i, i));
+      const auto plain = GenerateAutoregressive(*p.target, p.ctx, *target_kv, request);
+      for (int k : {1, 4, 7}) {
+        SpeculativeOptions o;
+        o.draft_max = k;
+        o.draft = draft;
+        SpeculativeStats stats;
+        const auto spec = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
+                                              request, o, &stats);
+        ASSERT_EQ(spec.sequences.size(), plain.sequences.size());
+        for (size_t i = 0; i < plain.sequences.size(); ++i) {
+          EXPECT_EQ(spec.sequences[i].tokens, plain.sequences[i].tokens)
+              << variant << ", K=" << k << ", batch " << n_seq << ", sequence " << i;
+        }
+        EXPECT_GT(stats.n_drafted, 0) << variant;
+      }
+    }
+  }
+}
+
+// All K / V bytes of a slot's first n positions, every layer.
+std::vector<uint8_t> KvBytes(const Model& model, KvCache& kv, int slot, int n) {
+  std::vector<uint8_t> out;
+  const int64_t bytes = RowBytes(kv.type(), kv.kv_dim()) * n;
+  for (int il = 0; il < model.config().n_layer; ++il) {
+    for (const void* p : {kv.K(il, slot), kv.V(il, slot)}) {
+      const auto* b = static_cast<const uint8_t*>(p);
+      out.insert(out.end(), b, b + bytes);
+    }
+  }
+  return out;
+}
+
+// Bonus calibration: once a step's first forward has re-read the accepted tokens, the draft's
+// cache over every committed token is the exact draft's, bit for bit; without calibration fuzzy
+// entries stay. The committed text is a fixed stream; each proposer keeps the prefix of its
+// drafts that matches it.
+TEST(EasySpec, CalibratedCacheEqualsANeverFuzzyRun) {
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto draft = Model::Load(testing::TinyModel("tiny", DType::kQ8_0, 7), &ctx);
+  auto target = Model::Load(testing::TinyModel("tiny", DType::kQ8_0, 7), &ctx);
+  // The stream: the same model's own greedy text (so drafts are often accepted), then noise.
+  GenerateRequest request = Greedy(Prompt(6, 3), 30);
+  auto plain_kv = target->NewKvCache({1, 128});
+  std::vector<int32_t> stream = request.prompt;
+  const auto plain = GenerateAutoregressive(*target, ctx, *plain_kv, request);
+  stream.insert(stream.end(), plain.sequences[0].tokens.begin(), plain.sequences[0].tokens.end());
+  for (int i = 0; i < 12; ++i) stream.push_back((i * 53 + 7) % 384);
+
+  DraftModelOptions calibrated, uncalibrated;
+  calibrated.fuzzy = uncalibrated.fuzzy = LayerGroups::Parse("0-1", 2, 2);
+  uncalibrated.calibrate = false;
+  struct Run {
+    std::unique_ptr<KvCache> kv;
+    std::unique_ptr<DraftModelProposer> proposer;
+    int committed = 6;
+  };
+  std::vector<Run> runs(3);
+  const DraftModelOptions options[3] = {{}, calibrated, uncalibrated};
+  for (int i = 0; i < 3; ++i) {
+    runs[i].kv = draft->NewKvCache({1, 128});
+    runs[i].proposer = std::make_unique<DraftModelProposer>(*draft, *runs[i].kv, ctx,
+                                                            AttentionMode::kSplit, options[i]);
+    runs[i].proposer->AddSequence(0, std::span(stream).first(6));
+  }
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int fuzzy_differs = 0, accepted = 0;
+  for (int step = 0; step < 12; ++step) {
+    for (Run& r : runs) {
+      if (r.committed + 4 >= static_cast<int>(stream.size())) continue;
+      const DraftInput in{0, 3, r.committed, &greedy, 0, SpecSampling::kRejection};
+      std::vector<Proposal> out;
+      r.proposer->Propose(std::span(&in, 1), &out, nullptr);
+      int n = 0;
+      while (n < 3 && out[0].tokens[n] == stream[r.committed + n]) ++n;
+      accepted += n;
+      r.proposer->Accept(0, n, stream[r.committed + n]);
+      r.committed += n + 1;
+    }
+    // After each Propose the caches hold every committed token but the newest few (read by the
+    // next step's first forward): compare the prefix all three have read.
+    const int n = std::min({runs[0].committed, runs[1].committed, runs[2].committed}) - 5;
+    const auto exact = KvBytes(*draft, *runs[0].kv, 0, n);
+    EXPECT_EQ(KvBytes(*draft, *runs[1].kv, 0, n), exact) << "step " << step;
+    fuzzy_differs += KvBytes(*draft, *runs[2].kv, 0, n) != exact;
+  }
+  EXPECT_GT(accepted, 5);       // drafts were kept, so calibration had entries to replace
+  EXPECT_GT(fuzzy_differs, 0);  // and without it the cache differs
 }
 
 }  // namespace

@@ -406,3 +406,47 @@ TEST(Cli, LlamaCppFlagsAreTakenOrNotedNeverMisparsed) {
 
 }  // namespace
 }  // namespace specd
+
+namespace specd {
+namespace {
+
+// EasySpec's flags end to end: fuzzy and tree drafting keep greedy output, and misuse is named.
+TEST(Cli, EasySpecFlagsKeepGreedyOutputAndRejectMisuse) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  const std::string common = " --tokens 1,5,9,33 -n 24 --temp 0 --ignore-eos --json -m " + target;
+  const CliRun plain = RunSpecd("generate" + common + " --strategy ar");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const auto first_line = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(0, out.find('\n')))["tokens"];
+  };
+  for (const char* flags : {" --draft-lp-groups 0-1", " --draft-lp-groups 0-1 --no-calibration",
+                            " --draft-tree 2", " --draft-tree 3,2 --draft-lp-groups 0-1"}) {
+    const CliRun spec = RunSpecd("generate" + common + " -md " + draft + " --draft-max 4" + flags);
+    ASSERT_EQ(spec.exit_code, 0) << flags << "\n" << spec.out;
+    EXPECT_EQ(first_line(spec.out), first_line(plain.out)) << flags;
+  }
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::string spec = "generate" + common + " -md " + draft;
+  const std::vector<Case> cases = {
+      // The tiny draft has 2 layers: packed groups of 2 leave nothing between first and last.
+      {spec + " --draft-lp 2", "name the groups"},
+      {spec + " --draft-lp-groups 1-5", "outside the model's 2 layers"},
+      {spec + " --draft-lp-groups 1-x", "not a layer number"},
+      {spec + " --draft-tree 1", "a width of 1 is a chain"},
+      {spec + " --draft-tree 2,x", "WIDTH[,DEPTH]"},
+      {"generate" + common + " --spec-type ngram --draft-lp 2", "need a draft model"},
+      {spec + " --spec-type draft+ngram --draft-tree 2", "--spec-type draft only"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = RunSpecd(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace specd

@@ -15,6 +15,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "bench/easyspec_bench.h"
 #include "bench/forward_bench.h"
 #include "bench/matmul_bench.h"
 #include "bench/spec_bench.h"
@@ -340,6 +341,35 @@ int main(int argc, char** argv) {
           "KV cache type of both models (f32, f16)")
       ->check(CLI::IsMember({"f32", "f16"}));
 
+  bench::EasySpecBenchOptions eb;
+  auto* bench_easyspec = bench->add_subcommand(
+      "easyspec", "layer-parallel (fuzzy) and tree drafting: forward times, drift, end to end");
+  bench_easyspec->add_option("-m,--model", eb.target, "target (default: generate's)");
+  bench_easyspec->add_option("--model-draft", eb.draft, "draft (default: generate's; also -md)");
+  bench_easyspec->add_option("--lp", eb.lp_sizes, "layer-parallel sizes")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  bench_easyspec->add_option("--draft-lp-groups", eb.lp_groups, "packed, aligned or ranges");
+  bench_easyspec->add_option("--draft-lengths", eb.draft_lengths, "exact chain lengths")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 32));
+  bench_easyspec->add_option("--draft-max", eb.draft_max, "fuzzy chain length")
+      ->check(CLI::Range(1, 32));
+  bench_easyspec->add_option("--tree-widths", eb.tree_widths, "token tree widths")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 16));
+  bench_easyspec->add_option("--tree-nodes", eb.tree_nodes, "nodes per tree")
+      ->check(CLI::Range(1, 32));
+  bench_easyspec->add_option("-n,--n-predict", eb.n_predict, "new tokens per prompt")
+      ->check(CLI::Range(1, 4096));
+  bench_easyspec->add_option("--prompts", eb.n_prompts, "prompts (of 16)")
+      ->check(CLI::Range(2, 16));
+  bench_easyspec->add_option("--prompt-set", eb.prompt_set, "code or chat")
+      ->check(CLI::IsMember({"code", "chat"}));
+  bench_easyspec->add_option("-t,--threads", eb.threads, "threads")->check(CLI::Range(1, 256));
+  bench_easyspec->add_option("--reps", eb.reps, "round-robin runs")->check(CLI::Range(1, 100));
+  bench_easyspec->add_option("--out", eb.out_dir, "where results are written");
+
   TokenizeBenchOptions tb;
   auto* bench_tokenize = bench->add_subcommand("tokenize", "encoding throughput on a text file");
   bench_tokenize->add_option("-m,--model", tb.models, "models or vocabularies (GGUF)")->required();
@@ -476,6 +506,12 @@ int main(int argc, char** argv) {
       if (sb.target.empty()) sb.target = DefaultTargetModel();
       if (sb.draft.empty()) sb.draft = DefaultDraftModel();
       bench::RunSpecBench(sb);
+      return 0;
+    }
+    if (*bench_easyspec) {
+      if (eb.target.empty()) eb.target = DefaultTargetModel();
+      if (eb.draft.empty()) eb.draft = DefaultDraftModel();
+      bench::RunEasySpecBench(eb);
       return 0;
     }
     if (*bench_matmul) {

@@ -12,6 +12,11 @@ DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, int n_layer) {
   DraftModelOptions o;
   SPECD_CHECK(flags.lp >= 1 && flags.lp <= 64, "--draft-lp must be in 1..64, got ", flags.lp);
   o.fuzzy = LayerGroups::Parse(flags.lp_groups, n_layer, flags.lp);
+  SPECD_CHECK(flags.lp == 1 || o.fuzzy.FuzzyLayers() > 0, "--draft-lp ", flags.lp,
+              ": the draft has ", n_layer, " layers and ", flags.lp_groups,
+              " grouping leaves none to run in parallel (the first and last are never grouped); "
+              "name the groups, e.g. --draft-lp-groups 0-",
+              std::min(flags.lp, n_layer) - 1);
   o.calibrate = !flags.no_calibration;
   if (!flags.tree.empty()) {
     const size_t comma = flags.tree.find(',');

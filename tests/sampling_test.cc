@@ -230,3 +230,41 @@ TEST(Rng, PhiloxDrawsAreKeyedAndUniform) {
 
 }  // namespace
 }  // namespace specd
+
+namespace specd {
+namespace {
+
+// The one-pass top-n against sorting everything: ties to the lower id, NaN last, log-softmax
+// values; and GumbelTop's first token is GumbelArgmax's.
+TEST(Sampling, TopLogProbsAndGumbelTopMatchTheirDefinitions) {
+  std::vector<float> logits(3000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 97) / 10;
+  logits[5] = std::numeric_limits<float>::quiet_NaN();
+  logits[17] = -std::numeric_limits<float>::infinity();
+  double total = 0;
+  float max = -1e30f;
+  for (float l : logits) max = std::isnan(l) ? max : std::max(max, l);
+  for (float l : logits) total += std::isnan(l) ? 0.0 : std::exp(double{l} - max);
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -1e30f : logits[i]; };
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
+  for (int n : {1, 5, 40}) {
+    const auto top = TopLogProbs(logits, n);
+    ASSERT_EQ(top.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(top[i].first, ids[i]) << "n " << n << " rank " << i;
+      EXPECT_NEAR(top[i].second, logits[ids[i]] - max - std::log(total), 1e-4);
+    }
+  }
+  std::vector<TokenProb> kept;
+  for (int32_t t = 0; t < 50; ++t) kept.push_back({t, 0.02f});
+  const RngKey key_g{3, 1, 9, RngPurpose::kSample};
+  const std::vector<int32_t> gumbel = GumbelTop(kept, key_g, 4);
+  ASSERT_EQ(gumbel.size(), 4u);
+  EXPECT_EQ(gumbel[0], GumbelArgmax(kept, key_g));
+  EXPECT_EQ(std::set<int32_t>(gumbel.begin(), gumbel.end()).size(), 4u);
+}
+
+}  // namespace
+}  // namespace specd

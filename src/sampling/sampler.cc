@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "base/error.h"
 
@@ -292,20 +293,27 @@ std::vector<std::pair<int32_t, float>> TopLogProbs(std::span<const float> logits
   n = static_cast<int>(std::min<int64_t>(std::max(n, 0), v));
   if (n == 0) return {};
   const float max = MaxScaled(logits.data(), v, 1.0f);
-  std::vector<float> weight(v);
-  const double log_total = std::log(ExpWeights(logits.data(), v, 1.0f, max, weight.data()));
-  std::vector<int32_t> ids(v);
-  for (int64_t i = 0; i < v; ++i) ids[i] = static_cast<int32_t>(i);
-  // NaN ranks last, so the order stays strict.
+  // Uninitialised: ExpWeights writes every element (a draft's tree asks this per node).
+  std::unique_ptr<float[]> weight(new float[v]);
+  const double log_total = std::log(ExpWeights(logits.data(), v, 1.0f, max, weight.get()));
+  // One pass keeping the n best, best first; NaN ranks last and ties go to the lower id, so the
+  // order is strict.
   const auto key = [&](int32_t i) {
     return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
   };
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+  const auto before = [&](int32_t a, int32_t b) {
     return key(a) != key(b) ? key(a) > key(b) : a < b;
-  });
+  };
+  std::vector<int32_t> best;
+  best.reserve(n + 1);
+  for (int32_t i = 0; i < v; ++i) {
+    if (static_cast<int>(best.size()) == n && !before(i, best.back())) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), i, before), i);
+    if (static_cast<int>(best.size()) > n) best.pop_back();
+  }
   std::vector<std::pair<int32_t, float>> top;
-  for (int i = 0; i < n; ++i) {
-    top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - max - log_total));
+  for (int32_t id : best) {
+    top.emplace_back(id, static_cast<float>(logits[id] - max - log_total));
   }
   return top;
 }

@@ -47,12 +47,22 @@ std::unique_ptr<KvCache> Prefilled(Model& model, const KernelContext& ctx,
 
 // Median wall time of a `rows`-row forward after `context` (the last row scored), fuzzy in
 // `groups` or exact (nullptr).
+// With `tree`, the rows form two paths from the committed root (row i's parent is row i - 2), as
+// a width-2 tree level's forward re-reads them, and the last two rows are scored.
 double ForwardMs(Model& model, const KernelContext& ctx, const std::vector<int32_t>& context,
-                 int rows, const LayerGroups* groups, int reps) {
+                 int rows, const LayerGroups* groups, int reps, bool tree = false) {
   auto kv = Prefilled(model, ctx, context, rows);
   const int n = static_cast<int>(context.size());
   Batch b;
-  for (int i = 0; i < rows; ++i) b.Add(context[i % n], n + i, 0, i + 1 == rows);
+  for (int i = 0; i < rows; ++i) {
+    if (!tree) {
+      b.Add(context[i % n], n + i, 0, i + 1 == rows);
+      continue;
+    }
+    // Two children of the committed root, then one child of each row two back: two paths.
+    const int parent = i < 2 ? Batch::kCommittedParent : i - 2;
+    b.AddNode(context[i % n], n + i / 2, 0, i + 2 >= rows, parent);
+  }
   std::vector<float> logits;
   std::vector<double> ms;
   for (int r = 0; r < reps + 10; ++r) {
@@ -256,7 +266,9 @@ void RunEasySpecBench(const EasySpecBenchOptions& o) {
      << " rows (ms) | 1-row speedup over the exact forward (" << Fixed(exact_ms, 4)
      << " ms) |\n|---|---|---|---|---|\n";
   for (int lp : o.lp_sizes) {
-    const LayerGroups groups = LayerGroups::Parse(o.lp_groups, n_layer, lp);
+    // LP = 1 is the exact forward even where the groups are named explicitly.
+    const LayerGroups groups =
+        lp == 1 ? LayerGroups{} : LayerGroups::Parse(o.lp_groups, n_layer, lp);
     const LayerGroups* g = groups.empty() ? nullptr : &groups;
     const double one = ForwardMs(*draft, ctx, context, 1, g, reps);
     const double many = ForwardMs(*draft, ctx, context, o.draft_max + 1, g, reps);
@@ -264,6 +276,15 @@ void RunEasySpecBench(const EasySpecBenchOptions& o) {
        << Fixed(many, 4) << " | " << Fixed(exact_ms / one, 2) << "x |\n";
     report["forward"].push_back(
         {{"lp", lp}, {"groups", groups.ToString()}, {"ms_1_row", one}, {"ms_k1_rows", many}});
+  }
+  {
+    const int rows = 6;
+    const double chain = ForwardMs(*draft, ctx, context, rows, nullptr, reps);
+    const double tree = ForwardMs(*draft, ctx, context, rows, nullptr, reps, /*tree=*/true);
+    md << "\nA tree level's forward (" << rows
+       << " rows as two 3-token paths, exact): " << Fixed(tree, 4)
+       << " ms; the same rows as a chain: " << Fixed(chain, 4) << " ms.\n";
+    report["tree_forward_ms"] = {{"rows", rows}, {"tree", tree}, {"chain", chain}};
   }
   {
     ThreadPool one_thread(1);
@@ -284,7 +305,7 @@ void RunEasySpecBench(const EasySpecBenchOptions& o) {
      << " prompts, 1-row forward at each prompt's end)\n\n";
   for (int lp : o.lp_sizes) {
     const LayerGroups groups = LayerGroups::Parse(o.lp_groups, n_layer, lp);
-    if (groups.FuzzyLayers() == 0) continue;
+    if (lp == 1 || groups.FuzzyLayers() == 0) continue;
     const Drift d = MeasureDrift(*draft, ctx, prompts, groups);
     md << "LP=" << lp << " (groups " << groups.ToString() << "): logits " << Fixed(d.logits, 4)
        << ", top-1 token agreement " << Fixed(d.top1_agreement, 2) << "\n\n| layer | attention "

@@ -306,10 +306,13 @@ std::vector<std::pair<int32_t, float>> TopLogProbs(std::span<const float> logits
   };
   std::vector<int32_t> best;
   best.reserve(n + 1);
+  float worst = 0.0f;  // key of best.back() once n are kept
   for (int32_t i = 0; i < v; ++i) {
-    if (static_cast<int>(best.size()) == n && !before(i, best.back())) continue;
+    // Full: only a strictly larger logit gets in (a later id ties after; NaN compares false).
+    if (static_cast<int>(best.size()) == n && !(logits[i] > worst)) continue;
     best.insert(std::upper_bound(best.begin(), best.end(), i, before), i);
     if (static_cast<int>(best.size()) > n) best.pop_back();
+    worst = key(best.back());
   }
   std::vector<std::pair<int32_t, float>> top;
   for (int32_t id : best) {

@@ -107,8 +107,6 @@ void RunSpecBench(const SpecBenchOptions& o) {
   auto draft = Model::Load(o.draft, &ctx);
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
-  SPECD_CHECK(o.prompt_set == "code" || o.prompt_set == "chat", "unknown prompt set '",
-              o.prompt_set, "' (code or chat)");
   const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);
   SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
               "unknown --spec-type '", o.spec_type, "'");

@@ -111,8 +111,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
               "unknown --spec-type '", o.spec_type, "'");
 
-  const DraftModelOptions draft_options =
-      DraftOptionsFromFlags(o.draft_flags, draft->config().n_layer);
+  const DraftModelOptions draft_options = DraftOptionsFromFlags(
+      o.draft_flags, o.spec_type == "ngram" ? nullptr : draft.get(), o.spec_type != "draft");
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   auto target_kv = target->NewKvCache({max_batch, 512, o.cache_type});
   auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});

@@ -230,12 +230,8 @@ int RunGenerate(const GenerateOptions& options) {
                                               : ngram               ? 4
                                                                     : 8);
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
-  SPECD_CHECK(draft != nullptr || !o.draft_flags.any(),
-              "--draft-lp, --draft-lp-groups, --no-calibration and --draft-tree need a draft model "
-              "(--spec-type draft)");
-  SPECD_CHECK(o.draft_flags.tree.empty() || o.spec_type == "draft",
-              "--draft-tree works with --spec-type draft only");
-  if (draft) spec_options.draft = DraftOptionsFromFlags(o.draft_flags, draft->config().n_layer);
+  spec_options.draft =
+      DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
   const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");

@@ -113,16 +113,11 @@ int RunServe(const ServeOptions& options) {
   if (draft) draft->WarmUp(ctx);
   NgramProposer lookup(o.ngram_min, o.ngram_max, config.n_vocab);
   std::unique_ptr<DraftModelProposer> draft_proposer;
+  const DraftModelOptions draft_options =
+      DraftOptionsFromFlags(o.draft_flags, draft.get(), use_ngram);
   if (draft) {
-    SPECD_CHECK(o.draft_flags.tree.empty() || o.spec_type == "draft",
-                "--draft-tree works with --spec-type draft only");
-    draft_proposer = std::make_unique<DraftModelProposer>(
-        *draft, *draft_kv, ctx, AttentionMode::kSplit,
-        DraftOptionsFromFlags(o.draft_flags, draft->config().n_layer));
-  } else {
-    SPECD_CHECK(!o.draft_flags.any(),
-                "--draft-lp, --draft-lp-groups, --no-calibration and --draft-tree need a draft "
-                "model (--spec-type draft)");
+    draft_proposer = std::make_unique<DraftModelProposer>(*draft, *draft_kv, ctx,
+                                                          AttentionMode::kSplit, draft_options);
   }
   std::unique_ptr<CombinedProposer> both;
   Proposer* proposer = nullptr;

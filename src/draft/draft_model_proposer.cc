@@ -8,8 +8,15 @@
 
 namespace specd {
 
-DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, int n_layer) {
+DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* draft,
+                                        bool with_lookup) {
   DraftModelOptions o;
+  SPECD_CHECK(draft != nullptr || !flags.any(),
+              "--draft-lp, --draft-lp-groups, --no-calibration and --draft-tree need a draft "
+              "model (--spec-type draft)");
+  if (draft == nullptr) return o;
+  SPECD_CHECK(flags.tree.empty() || !with_lookup, "--draft-tree works with --spec-type draft only");
+  const int n_layer = draft->config().n_layer;
   SPECD_CHECK(flags.lp >= 1 && flags.lp <= 64, "--draft-lp must be in 1..64, got ", flags.lp);
   o.fuzzy = LayerGroups::Parse(flags.lp_groups, n_layer, flags.lp);
   SPECD_CHECK(flags.lp == 1 || o.fuzzy.FuzzyLayers() > 0, "--draft-lp ", flags.lp,

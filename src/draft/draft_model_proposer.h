@@ -46,8 +46,11 @@ struct DraftFlags {
   bool any() const { return lp > 1 || lp_groups != "packed" || no_calibration || !tree.empty(); }
 };
 
-// Options for a draft of n_layer layers; throws an Error naming a bad flag.
-DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, int n_layer);
+// Options for `draft` (nullptr: no draft model drafts, and any flag is an error); `with_lookup`:
+// it drafts behind prompt lookup (CombinedProposer), which passes chains only, so no trees.
+// Throws an Error naming a bad flag.
+DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* draft,
+                                        bool with_lookup);
 
 class DraftModelProposer : public Proposer {
  public:

@@ -2,21 +2,26 @@
 
 #include <cpuid.h>
 
+#include <string>
+
 namespace specd {
 
 // What the fast kernels may use on this CPU, detected once at start-up and passed explicitly.
+// Our machines differ (MACHINE.md): some expose AVX-512 VNNI without BF16 (a KVM guest of a
+// Sapphire Rapids class host seen 2026-11-23 hides both BF16 and AMX), so each is its own flag.
 struct CpuFeatures {
-  bool avx512 = false;  // F, BW, VL, DQ, BF16, VNNI, plus FMA and F16C
-  bool amx = false;     // AMX-BF16 / AMX-INT8 tiles (reported only; no AMX path yet)
+  bool avx512 = false;       // F, BW, VL, DQ, VNNI, plus FMA and F16C: every int8 / f32 kernel
+  bool avx512_bf16 = false;  // AVX512_BF16 as well: the bf16-weight kernel
+  bool amx_int8 = false;     // AMX-TILE + AMX-INT8, enabled by the OS (oneDNN's i8 path uses it)
 
   static CpuFeatures Detect() {
     CpuFeatures f;
     __builtin_cpu_init();
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("fma") && HasF16c();
-    f.amx = false;
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && HasF16c();
+    f.avx512_bf16 = f.avx512 && HasAvx512Bf16();
+    f.amx_int8 = HasAmxInt8();
     return f;
   }
   // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
@@ -24,7 +29,32 @@ struct CpuFeatures {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
   }
-  const char* Name() const { return avx512 ? "avx512" : "scalar"; }
+  // CPUID leaf 7 sub-leaf 1, EAX bit 5.
+  static bool HasAvx512Bf16() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+  }
+  // CPUID leaf 7 sub-leaf 0, EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), and the OS saving the
+  // tile state (XCR0 bits 17 and 18).
+  static bool HasAmxInt8() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (3u << 24)) != (3u << 24)) return false;
+    unsigned c1_eax = 0, c1_ebx = 0, c1_ecx = 0, c1_edx = 0;
+    if (__get_cpuid(1, &c1_eax, &c1_ebx, &c1_ecx, &c1_edx) == 0 || !(c1_ecx & (1u << 27))) {
+      return false;  // no OSXSAVE: xgetbv is not available
+    }
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & (3u << 17)) == (3u << 17);
+  }
+  // "avx512-vnni", "avx512-vnni+bf16", with "+amx-int8" when present, or "scalar".
+  std::string Name() const {
+    std::string name = avx512 ? "avx512-vnni" : "scalar";
+    if (avx512_bf16) name += "+bf16";
+    if (amx_int8) name += "+amx-int8";
+    return name;
+  }
 };
 
 }  // namespace specd

@@ -247,7 +247,7 @@ int RunGenerate(const GenerateOptions& options) {
   if (!o.json) {
     std::fprintf(stderr, "model: %s (%s, %d layers, d=%d, vocab %lld), %d threads, %s kernels\n",
                  o.model.c_str(), config.arch.c_str(), config.n_layer, config.n_embd,
-                 static_cast<long long>(config.n_vocab), o.threads, ctx.cpu.Name());
+                 static_cast<long long>(config.n_vocab), o.threads, ctx.cpu.Name().c_str());
     std::fprintf(stderr,
                  "prompt%s: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB "
                  "reserved (committed as positions are written)\n",

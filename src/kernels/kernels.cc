@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
 
 namespace specd {
@@ -28,6 +29,39 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
         }
       },
       MinItemsPerThread(m * w.cols));
+}
+
+// i8 weights without AVX-512: the scalar definition, split over weight rows (a row's result is
+// the same whatever the split).
+void MatmulI8Generic(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
+  std::vector<float> part;
+  pool->ParallelFor(
+      w.rows, 16,
+      [&](int64_t begin, int64_t end) {
+        WeightView slice = w;
+        slice.data = w.Row(begin);
+        slice.rows = end - begin;
+        slice.row_scales = w.row_scales + begin;
+        std::vector<float> out(m * slice.rows);  // [m, end - begin]
+        reference::MatmulI8(x, m, slice, out.data());
+        for (int64_t i = 0; i < m; ++i) {
+          std::copy(out.begin() + i * slice.rows, out.begin() + (i + 1) * slice.rows,
+                    y + i * w.rows + begin);
+        }
+      },
+      MinItemsPerThread(m * w.cols));
+}
+
+bool UseOneDnn(const KernelContext& ctx, int64_t m) {
+  switch (ctx.int8_backend) {
+    case Int8Backend::kOneDnn:
+      return true;
+    case Int8Backend::kSpecd:
+      return false;
+    case Int8Backend::kAuto:
+      return ctx.cpu.amx_int8 && m >= ctx.onednn_min_rows;
+  }
+  return false;
 }
 
 inline float KvValue(float x) { return x; }
@@ -61,9 +95,15 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
-  if (ctx.cpu.avx512 && w.packed != nullptr) {
+  if (w.type == DType::kI8 && w.packed != nullptr && w.packed->onednn != nullptr &&
+      UseOneDnn(ctx, m)) {
+    OneDnnMatmulI8(ctx, x, m, *w.packed, y, scratch);
+  } else if (w.type == DType::kI8 && !(ctx.cpu.avx512 && w.packed != nullptr)) {
+    MatmulI8Generic(ctx.pool, x, m, w, y);
+  } else if (ctx.cpu.avx512 && w.packed != nullptr) {
     avx512::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
   } else if (ctx.cpu.avx512 && w.cols % 32 == 0 &&
+             (w.type != DType::kBF16 || ctx.cpu.avx512_bf16) &&
              (!IsPackable(w.type) || w.type == DType::kQ8_0 || w.type == DType::kQ4_0)) {
     avx512::Matmul(ctx.pool, x, m, w, y, scratch);
   } else {

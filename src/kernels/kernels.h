@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -31,6 +32,8 @@ namespace specd {
 //           element 4g+t of row j).
 // Built once at model load; the size of the source for q4_0, q4_1 and the 5-bit 32-blocks, a
 // little more for the K-quants (their scales as f32) and q8_0 is kept as bytes.
+struct OneDnnInt8Weights;  // kernels/onednn_int8.h
+
 struct PackedInt8Weights {
   DType source_type = DType::kQ8_0;
   int64_t rows = 0;
@@ -45,16 +48,24 @@ struct PackedInt8Weights {
   // row group ends with a trailer of the rows' f16 super-block d and dmin (16 + 16 per 256
   // values); the kernel forms d * sc and dmin * m in f32, which is exact.
   bool k_scales = false;
+  // i8 (BASS's INT8): bytes q + 128, no block headers; each row group ends with a trailer of
+  // its 16 rows' f32 scales, applied once to the whole row's exact integer sum.
+  bool row_scales = false;
   int32_t offset = 128;  // the level is u - offset
   AlignedBuffer<uint8_t> data;
+  // The same weights laid out for oneDNN's s8 matmul (i8 only, when that path is enabled).
+  std::shared_ptr<OneDnnInt8Weights> onednn;
 
   int64_t HeaderBytes() const {
+    if (row_scales) return 0;
     if (k_scales) return 32;
     return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
   }
   int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 + 64 * high_planes : 512); }
-  int64_t GroupBytes() const { return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * 64 : 0); }
-  // The trailer of super-block scales of a row group (k_scales only).
+  int64_t GroupBytes() const {
+    return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * 64 : 0) + (row_scales ? 64 : 0);
+  }
+  // The trailer of super-block scales (k_scales) or row scales (row_scales) of a row group.
   int64_t TrailerOffset() const { return cols / 32 * BlockBytes(); }
 };
 
@@ -68,15 +79,26 @@ struct WeightView {
   int64_t rows = 0;                           // output features (N)
   int64_t cols = 0;                           // input features (K)
   const PackedInt8Weights* packed = nullptr;  // optional fast layout of the same weights
+  const float* row_scales = nullptr;          // [rows] i8 only: w[n, k] = row_scales[n] * q[n, k]
   const uint8_t* Row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + r * RowBytes(type, cols);
   }
+};
+
+// Which matmul runs i8 weights. Every choice gives the same bits (exact integer sums, one fixed
+// order of the float steps after them), so this is a choice of speed only.
+enum class Int8Backend {
+  kAuto,    // oneDNN from onednn_min_rows rows on a CPU with AMX, specd's VNNI kernel otherwise
+  kSpecd,   // specd's AVX-512 VNNI kernel
+  kOneDnn,  // oneDNN's s8 x s8 -> s32 matmul (AMX or VNNI, its choice; ONEDNN_VERBOSE shows it)
 };
 
 // Explicit context for every kernel call: threads and the ISA to use.
 struct KernelContext {
   ThreadPool* pool = nullptr;
   CpuFeatures cpu;
+  Int8Backend int8_backend = Int8Backend::kAuto;
+  int onednn_min_rows = 8;  // kAuto: rows from which oneDNN runs i8 matmuls (AMX CPUs only)
 };
 
 // A kernel splits its work over threads only while each thread gets at least this many
@@ -174,6 +196,12 @@ void Matmul(const float* x, int64_t m, const WeightView& w, float* y);
 std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor = 127.0f);
 // Matmul on such activations, in double: the int8 kernels' result up to float rounding.
 void Matmul(const double* x, int64_t m, const WeightView& w, float* y);
+// Per-token (per-row) symmetric int8 activations, as every i8 matmul path quantizes them:
+// d = amax / 127, q = x * (1 / d) rounded half to even and saturated. q: [m, k], d: [m].
+void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, float* d);
+// i8 weights (row_scales set): the exact integer sum s = sum_k q_w[n, k] * q_a[m, k], then
+// y = (float(s) * row_scales[n]) * d[m] in float. Every i8 path gives these bits.
+void MatmulI8(const float* x, int64_t m, const WeightView& w, float* y);
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
 void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
 void Softmax(float* x, int64_t n);
@@ -189,6 +217,9 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
             MatmulScratch* scratch);
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);
+// reference::QuantizeActivationsPerRow's bits, k a multiple of 16; sum: [m] each row's sum of q.
+void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, float* d,
+                               int32_t* sum);
 void Exp(const float* x, float* y, int64_t n);
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
 void GeGlu(const float* gate, const float* up, float* y, int64_t n);

@@ -521,6 +521,61 @@ void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
   }
 }
 
+// i8 tile (BASS's INT8): 16 output rows x MT activation rows over the whole row. The integer
+// sum runs over all K (seeded with -128 * sum(a) for the +128 weight bytes) and is exact, so
+// the float work is two multiplies per output, (float(isum) * scale_w) * d_a, in that order as
+// in reference::MatmulI8: bit-identical to it for any MT, m or thread split.
+template <int MT>
+void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const float* da,
+                  const int32_t* acorr, int64_t k, int64_t m0, float* y, int64_t y_stride,
+                  int64_t n0, int64_t rows_valid) {
+  constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
+  __m512i isum[MT][1][kChains];
+  for (int r = 0; r < MT; ++r) {
+    isum[r][0][0] = _mm512_set1_epi32(acorr[m0 + r]);
+    for (int c = 1; c < kChains; ++c) isum[r][0][c] = _mm512_setzero_si512();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* values = group + b * 512;
+    for (int half = 0; half < 2; ++half) {
+      __m512i w[4];
+      LoadLanes<false, 0>(values, 2 * half, w);
+      DotLanes<MT, 1, kChains>(w, 2 * half, aq, k, m0, b, isum);
+    }
+  }
+  const __m512 scale = _mm512_loadu_ps(reinterpret_cast<const float*>(group + nb * 512));
+  const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+  for (int r = 0; r < MT; ++r) {
+    for (int c = 1; c < kChains; ++c) isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
+    const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][0][0]), scale);
+    _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask,
+                          _mm512_mul_ps(t, _mm512_set1_ps(da[m0 + r])));
+  }
+}
+
+using I8TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, const int32_t*,
+                          int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+constexpr I8TileFn kI8Tiles[kPackedTileRows] = {
+    PackedTileI8<1>, PackedTileI8<2>, PackedTileI8<3>, PackedTileI8<4>,
+    PackedTileI8<5>, PackedTileI8<6>, PackedTileI8<7>, PackedTileI8<8>};
+
+void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t* acorr,
+             int64_t m, int64_t g0, int64_t g1, float* y) {
+  constexpr int64_t kGroupsPerChunk = 4;
+  const int64_t nb = w.cols / 32;
+  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
+    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
+      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
+      for (int64_t g = c0; g < c1; ++g) {
+        const int64_t n0 = g * 16;
+        kI8Tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, aq, da, acorr, w.cols, m0, y,
+                         w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,
@@ -590,8 +645,42 @@ void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, fl
       MinItemsPerThread(m * k));
 }
 
+void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, float* d,
+                               int32_t* sum) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    __m512 amax = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xi + j)));
+    d[i] = _mm512_reduce_max_ps(amax) / 127.0f;
+    const __m512 id = _mm512_set1_ps(d[i] != 0.0f ? 1.0f / d[i] : 0.0f);
+    __m512i s = _mm512_setzero_si512();
+    for (int64_t j = 0; j < k; j += 16) {
+      const __m512i v = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xi + j), id)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i * k + j), _mm512_cvtsepi32_epi8(v));
+      s = _mm512_add_epi32(s, v);
+    }
+    sum[i] = _mm512_reduce_add_epi32(s);
+  }
+}
+
+void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
+                    float* y, MatmulScratch* scratch) {
+  const int64_t k = w.cols;
+  // [m, K] int8 activations, [m] row scales, [m] -128 * sum of the row's activations.
+  scratch->bytes.Resize(m * k + m * 8);
+  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
+  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
+  auto* acorr = reinterpret_cast<int32_t*>(da + m);
+  QuantizeActivationsPerRow(x, m, k, aq, da, acorr);
+  for (int64_t i = 0; i < m; ++i) acorr[i] *= -w.offset;
+  pool->ParallelFor(
+      w.row_groups, 1, [&](int64_t g0, int64_t g1) { I8Range(w, aq, da, acorr, m, g0, g1, y); },
+      MinItemsPerThread(16 * m * k));
+}
+
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
+  if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
   // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of

@@ -77,6 +77,10 @@ PackedInt8Weights FormatFor(DType t) {
       p.k_scales = true;
       p.offset = 0;
       break;
+    case DType::kI8:  // bytes q + 128, the row's scale in the group's trailer
+      p.row_scales = true;
+      p.offset = 128;
+      break;
     case DType::kQ6_K:  // bytes: two bit planes cost more unpacking than they save in reads
       p.sub_blocks = 2;
       p.f32_scales = true;
@@ -187,6 +191,11 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
 // Levels of 32-block b of a row of type t.
 void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
   switch (t) {
+    case DType::kI8: {
+      const auto* q = reinterpret_cast<const int8_t*>(row) + b * 32;
+      for (int l = 0; l < 32; ++l) out->u[l] = static_cast<uint8_t>(q[l] + 128);
+      return;
+    }
     case DType::kQ8_0: {
       const auto& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
       for (int l = 0; l < 32; ++l) out->u[l] = static_cast<uint8_t>(k.qs[l] + 128);
@@ -280,6 +289,8 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
   SPECD_CHECK(IsPackable(w.type) && w.cols % 32 == 0 && w.cols % BlockElements(w.type) == 0,
               "PackInt8: needs quantized weights with a multiple of 32 columns, got ",
               DTypeName(w.type), " with ", w.cols);
+  SPECD_CHECK(w.type != DType::kI8 || w.row_scales != nullptr, "PackInt8: i8 weights without ",
+              "row scales");
   PackedInt8Weights p = FormatFor(w.type);
   p.rows = w.rows;
   p.cols = w.cols;
@@ -307,6 +318,14 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
             trailer[j] = rows[j].k_d;
             trailer[16 + j] = rows[j].k_dmin;
           }
+        }
+      }
+      if (p.row_scales) {
+        auto* scales = reinterpret_cast<float*>(p.data.data() + group * p.GroupBytes() +
+                                                p.TrailerOffset());  // [16]
+        for (int j = 0; j < 16; ++j) {
+          const int64_t n = group * 16 + j;
+          scales[j] = n < w.rows ? w.row_scales[n] : 0.0f;
         }
       }
     }

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
 
 namespace specd {
@@ -23,13 +24,27 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// A weight matrix with ggml shape [cols, rows].
+// A weight matrix with ggml shape [cols, rows]; an i8 matrix with its row scales.
 WeightView Matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   const GgufTensorInfo& t = f.GetTensor(name);
   SPECD_CHECK(t.shape.size() == 2 && t.shape[0] == cols && t.shape[1] == rows, f.path(),
               ": tensor '", name, "' has shape ", ShapeString(t.shape), ", expected [", cols, ", ",
               rows, "]");
-  return WeightView{t.type, t.data, rows, cols};
+  WeightView w{t.type, t.data, rows, cols};
+  if (t.type == DType::kI8) {
+    const std::string scale_name = I8ScaleTensorName(name);
+    const GgufTensorInfo* scale = f.FindTensor(scale_name);
+    SPECD_CHECK(scale != nullptr, f.path(), ": i8 tensor '", name, "' has no row scales ('",
+                scale_name, "')");
+    SPECD_CHECK(scale->type == DType::kF32 && scale->shape.size() == 1 && scale->shape[0] == rows,
+                f.path(), ": '", scale_name, "' must be f32 of shape [", rows, "]");
+    w.row_scales = reinterpret_cast<const float*>(scale->data);
+    for (int64_t r = 0; r < rows; ++r) {
+      SPECD_CHECK(std::isfinite(w.row_scales[r]) && w.row_scales[r] >= 0, f.path(), ": '",
+                  scale_name, "' row ", r, " is not a finite non-negative scale");
+    }
+  }
+  return w;
 }
 
 // A vector of n values, converted to f32.
@@ -141,11 +156,37 @@ void Model::ReadConfig(const GgufFile& f) {
   c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
 }
 
-std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx) {
-  return FromGguf(GgufFile::Open(path), ctx);
+std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx,
+                                   const ModelLoadOptions& options) {
+  return FromGguf(GgufFile::Open(path), ctx, options);
 }
 
-std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx) {
+void Model::ConvertToI8(WeightView* w, ThreadPool* pool) {
+  if (w->type == DType::kI8) return;
+  auto matrix = std::make_unique<I8Matrix>();
+  matrix->values.resize(w->rows * w->cols);  // [rows, cols]
+  matrix->scales.resize(w->rows);            // [rows]
+  const WeightView source = *w;
+  auto convert = [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(source.cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      DequantizeRow(source.type, source.Row(r), row.data(), source.cols);
+      matrix->scales[r] =
+          QuantizeRowI8(row.data(), matrix->values.data() + r * source.cols, source.cols);
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(source.rows, 16, convert);
+  } else {
+    convert(0, source.rows);
+  }
+  *w = WeightView{DType::kI8, matrix->values.data(), source.rows, source.cols, nullptr,
+                  matrix->scales.data()};
+  i8_matrices_.push_back(std::move(matrix));
+}
+
+std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx,
+                                       const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   const GgufFile& f = *file;
   model->ReadConfig(f);
@@ -217,31 +258,50 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     }
     model->layers_.push_back(std::move(l));
   }
-  if (ctx != nullptr && ctx->cpu.avx512) {
-    auto pack = [&](WeightView& w) {
-      if (!IsPackable(w.type) || w.cols % 32 != 0) return;
-      model->packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx->pool)));
-      w.packed = model->packed_.back().get();
-    };
-    // Projections of the same input are stacked into one matrix when their types allow it.
-    auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
-      auto packed = std::make_unique<PackedInt8Weights>();
-      if (!StackPackedInt8({parts.begin(), parts.end()}, ctx->pool, packed.get())) {
-        for (WeightView* w : parts) pack(*w);
-        return;
-      }
-      *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
-      model->packed_.push_back(std::move(packed));
-    };
+  if (options.int8_weights) {
+    ThreadPool* pool = ctx != nullptr ? ctx->pool : nullptr;
     for (Layer& l : model->layers_) {
-      stack({&l.wq, &l.wk, &l.wv}, &l.wqkv);
-      stack({&l.w_gate, &l.w_up}, &l.w_gate_up);
-      for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
+      for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        model->ConvertToI8(w, pool);
+      }
     }
-    pack(model->output_);
+    model->ConvertToI8(&model->output_, pool);
   }
+  if (ctx != nullptr && ctx->cpu.avx512) model->PackWeights(*ctx);
   model->file_ = std::move(file);
   return model;
+}
+
+void Model::PackWeights(const KernelContext& ctx) {
+  // oneDNN's copy of i8 matrices, when it may run them (see Int8Backend).
+  const bool onednn = ctx.int8_backend == Int8Backend::kOneDnn ||
+                      (ctx.int8_backend == Int8Backend::kAuto && ctx.cpu.amx_int8);
+  auto with_onednn = [&](PackedInt8Weights* packed, const std::vector<const WeightView*>& parts) {
+    if (onednn && packed->row_scales) packed->onednn = MakeOneDnnInt8Weights(parts);
+  };
+  auto pack = [&](WeightView& w) {
+    if (!IsPackable(w.type) || w.cols % 32 != 0) return;
+    packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool)));
+    w.packed = packed_.back().get();
+    with_onednn(packed_.back().get(), {&w});
+  };
+  // Projections of the same input are stacked into one matrix when their types allow it.
+  auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
+    auto packed = std::make_unique<PackedInt8Weights>();
+    if (!StackPackedInt8({parts.begin(), parts.end()}, ctx.pool, packed.get())) {
+      for (WeightView* w : parts) pack(*w);
+      return;
+    }
+    *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
+    with_onednn(packed.get(), {parts.begin(), parts.end()});
+    packed_.push_back(std::move(packed));
+  };
+  for (Layer& l : layers_) {
+    stack({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+    stack({&l.w_gate, &l.w_up}, &l.w_gate_up);
+    for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
+  }
+  pack(output_);
 }
 
 int64_t Model::WeightBytesPerToken() const {

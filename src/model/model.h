@@ -130,13 +130,22 @@ struct ForwardTrace {
   std::vector<std::vector<float>> q, k, v;     // [n_layer] after bias and RoPE
 };
 
+// How to load a model, beyond what its file says.
+struct ModelLoadOptions {
+  // Convert every matrix (layers and output head) to i8 at load: int8 per output row with an f32
+  // scale, activations quantized per row at run time (BASS's INT8). Files already in i8 stay so.
+  bool int8_weights = false;
+};
+
 class Model {
  public:
   // Loads and validates a model; the GGUF stays mapped for the model's lifetime. With a context
   // whose CPU has AVX-512, q8_0 / q4_0 matrices are re-laid for the fast kernel (a copy in RAM).
-  static std::unique_ptr<Model> Load(const std::string& path, const KernelContext* ctx = nullptr);
+  static std::unique_ptr<Model> Load(const std::string& path, const KernelContext* ctx = nullptr,
+                                     const ModelLoadOptions& options = {});
   static std::unique_ptr<Model> FromGguf(std::unique_ptr<GgufFile> file,
-                                         const KernelContext* ctx = nullptr);
+                                         const KernelContext* ctx = nullptr,
+                                         const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }
@@ -185,7 +194,16 @@ class Model {
     MatmulScratch matmul;
     AttentionRows rows;
   };
+  // An i8 matrix made at load (ModelLoadOptions::int8_weights).
+  struct I8Matrix {
+    std::vector<int8_t> values;  // [rows, cols]
+    std::vector<float> scales;   // [rows]
+  };
   Model() = default;
+  // Replaces *w by its i8 form (a copy the model owns).
+  void ConvertToI8(WeightView* w, ThreadPool* pool);
+  // Builds the AVX-512 layouts (and oneDNN's, for i8 where it may run) of every matrix.
+  void PackWeights(const KernelContext& ctx);
   void Validate(const Batch& batch, const KvCache& kv) const;
   // Reads the hyper-parameters of config_.arch from the file's metadata.
   void ReadConfig(const GgufFile& f);
@@ -210,6 +228,7 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
+  std::vector<std::unique_ptr<I8Matrix>> i8_matrices_;      // owned i8 conversions
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, gate_, up_, ffn_, out_rows_;

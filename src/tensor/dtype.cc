@@ -8,6 +8,7 @@ std::optional<DType> DTypeFromId(uint32_t id) {
   for (DType t : kAllDTypes) {
     if (static_cast<uint32_t>(t) == id) return t;
   }
+  if (id == static_cast<uint32_t>(DType::kI8)) return DType::kI8;
   return std::nullopt;
 }
 
@@ -49,6 +50,8 @@ std::string_view DTypeName(DType t) {
       return "q6_K";
     case DType::kBF16:
       return "bf16";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }
@@ -57,6 +60,7 @@ std::optional<DType> DTypeFromName(std::string_view name) {
   for (DType t : kAllDTypes) {
     if (DTypeName(t) == name) return t;
   }
+  if (name == "i8" || name == "I8") return DType::kI8;
   // llama.cpp spells the K-quants both ways (q4_K in files, Q4_K_M / q4_k on its command line).
   if (name.size() == 4 && name[0] == 'q' && name[2] == '_' && (name[3] == 'k' || name[3] == 'K')) {
     for (DType t : kAllDTypes) {
@@ -95,6 +99,8 @@ uint32_t LlamaFileType(DType t) {
       return 18;
     case DType::kBF16:
       return 32;
+    case DType::kI8:
+      return 0;  // no llama.cpp file type: other tools do not read specd's i8 files
   }
   return 0;
 }
@@ -104,6 +110,7 @@ int64_t BlockElements(DType t) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
+    case DType::kI8:
       return 1;
     case DType::kQ4_0:
     case DType::kQ4_1:
@@ -128,6 +135,8 @@ int64_t BlockBytes(DType t) {
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kI8:
+      return 1;
     case DType::kQ4_0:
       return sizeof(BlockQ4_0);
     case DType::kQ4_1:

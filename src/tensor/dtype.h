@@ -23,6 +23,10 @@ enum class DType : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  // Plain int8 values (ggml's I8). As a weight matrix specd pairs it with one f32 scale per row
+  // (a "<name>.scale" tensor, see tensor/int8_rows.h): w[n, k] = scale[n] * q[n, k]. Not in
+  // kAllDTypes: a row of it means nothing without its scale.
+  kI8 = 24,
   kBF16 = 30,
 };
 

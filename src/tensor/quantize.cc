@@ -90,6 +90,8 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
   SPECD_CHECK(n % BlockElements(t) == 0, "cannot quantize a row of ", n, " values to ",
               DTypeName(t));
   switch (t) {
+    case DType::kI8:
+      Fail("an i8 row needs its scale: use QuantizeRowI8");
     case DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
@@ -225,7 +227,33 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ6_K:
       DequantizeBlocks<BlockQ6_K, kSuperBlock>(src, dst, n, DequantizeQ6_K);
       return;
+    case DType::kI8: {  // the integers; their row scale is applied by the caller
+      const auto* in = static_cast<const int8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = in[i];
+      return;
+    }
   }
+}
+
+std::string I8ScaleTensorName(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+  }
+  return weight_name + ".scale";
+}
+
+float QuantizeRowI8(const float* src, int8_t* dst, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(src[i]));
+  const float scale = amax / 127.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    // Rounded in double from the exact quotient, so the level is the nearest one to the weight.
+    const double q = scale != 0.0f ? std::nearbyint(static_cast<double>(src[i]) / scale) : 0.0;
+    dst[i] = static_cast<int8_t>(std::clamp(q, -127.0, 127.0));
+  }
+  return scale;
 }
 
 }  // namespace specd

@@ -11,6 +11,7 @@
 namespace specd::reference {
 
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y) {
+  if (w.type == DType::kI8) return MatmulI8(x, m, w, y);
   const std::vector<double> exact(x, x + m * w.cols);  // float -> double is exact
   Matmul(exact.data(), m, w, y);
 }
@@ -40,6 +41,39 @@ void Matmul(const double* x, int64_t m, const WeightView& w, float* y) {
       const double* xi = x + i * w.cols;
       for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
       y[i * w.rows + n] = static_cast<float>(sum);
+    }
+  }
+}
+
+void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, float* d) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(xi[j]));
+    d[i] = amax / 127.0f;
+    const float id = d[i] != 0.0f ? 1.0f / d[i] : 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = std::nearbyint(xi[j] * id);
+      // NaN saturates to -128, as the vector conversion's "integer indefinite" does.
+      q[i * k + j] = static_cast<int8_t>(std::isnan(v) ? -128.0f : std::clamp(v, -128.0f, 127.0f));
+    }
+  }
+}
+
+void MatmulI8(const float* x, int64_t m, const WeightView& w, float* y) {
+  SPECD_CHECK(w.type == DType::kI8 && w.row_scales != nullptr, "MatmulI8 needs i8 weights with ",
+              "row scales");
+  const int64_t k = w.cols;
+  std::vector<int8_t> q(m * k);  // [m, k]
+  std::vector<float> d(m);       // [m]
+  QuantizeActivationsPerRow(x, m, k, q.data(), d.data());
+  for (int64_t n = 0; n < w.rows; ++n) {
+    const auto* wn = reinterpret_cast<const int8_t*>(w.Row(n));
+    for (int64_t i = 0; i < m; ++i) {
+      int64_t sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += int64_t{wn[j]} * q[i * k + j];
+      const float t = static_cast<float>(static_cast<int32_t>(sum)) * w.row_scales[n];
+      y[i * w.rows + n] = t * d[i];
     }
   }
 }

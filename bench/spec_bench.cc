@@ -102,9 +102,11 @@ std::string Svg(const std::vector<int>& batches,
 void RunSpecBench(const SpecBenchOptions& o) {
   SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench spec needs a target and a draft model");
   ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto target = Model::Load(o.target, &ctx);
-  auto draft = Model::Load(o.draft, &ctx);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
+  auto target = Model::Load(o.target, &ctx, load_options);
+  auto draft = Model::Load(o.draft, &ctx, load_options);
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
   const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);

@@ -13,6 +13,7 @@
 namespace specd::bench {
 
 struct SpecBenchOptions {
+  WeightFlags weight_flags;  // --weights i8 for both models, --int8-kernel
   std::string target;  // default: the shipped pair
   std::string draft;
   std::vector<int> batches = {1, 2, 4, 8, 16};

@@ -53,8 +53,9 @@ int RunInteractiveChat(const GenerateOptions& options) {
   if (o.model.empty()) o.model = DefaultTargetModel();
   SPECD_CHECK(!o.model.empty(), "chat needs a model (-m MODEL.gguf)");
   ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(o.model, &ctx);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  auto model = Model::Load(o.model, &ctx, LoadOptionsFromFlags(o.weight_flags));
   SPECD_CHECK(model->gguf().Find("tokenizer.ggml.model") != nullptr, o.model,
               " has no tokenizer metadata: chat needs one");
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());

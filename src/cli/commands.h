@@ -50,6 +50,7 @@ struct GenerateOptions {
   int ngram_max = 3;
   DraftFlags
       draft_flags;  // EasySpec: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree
+  WeightFlags weight_flags;  // --weights i8, --int8-kernel
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
@@ -82,6 +83,7 @@ struct PerplexityOptions {
   int threads = 2;
   int64_t max_chunks = 0;  // 0: all
   bool json = false;
+  WeightFlags weight_flags;
 };
 int RunPerplexity(const PerplexityOptions& options);
 
@@ -94,6 +96,7 @@ struct QuantizeOptions {
 int RunQuantize(const QuantizeOptions& options);
 
 struct ServeOptions {
+  WeightFlags weight_flags;
   std::string model;
   std::string draft_model;
   std::string spec_type = "draft";  // none | draft | ngram | draft+ngram

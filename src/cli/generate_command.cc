@@ -111,12 +111,14 @@ int RunGenerate(const GenerateOptions& options) {
                  o.threads, cores);
   }
   ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(o.model, &ctx);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
+  auto model = Model::Load(o.model, &ctx, load_options);
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
   if (speculative && !ngram) {
-    draft = Model::Load(o.draft_model, &ctx);
+    draft = Model::Load(o.draft_model, &ctx, load_options);
     CheckDraftCompatible(*model, *draft);
   }
   // Cold first forwards would be timed by the cost-aware draft length (and by the user).

@@ -63,6 +63,17 @@ int RunTrainExecutable(int argc, char** argv) {
 }
 
 // EasySpec's drafting flags, shared by generate, serve and bench spec.
+void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
+  app->add_option("--weights", flags->weights,
+                  "convert the models' matrices at load: i8 (int8 per output row, activations "
+                  "int8 per token, as in BASS)")
+      ->check(CLI::IsMember({"i8"}));
+  app->add_option("--int8-kernel", flags->int8_kernel,
+                  "matmul of i8 weights: auto (oneDNN's AMX path from 8 rows where the CPU has "
+                  "AMX, else specd's VNNI kernel), specd or onednn; all give the same bits")
+      ->check(CLI::IsMember({"auto", "specd", "onednn"}));
+}
+
 void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
   app->add_option("--draft-lp", flags->lp,
                   "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
@@ -213,6 +224,7 @@ int main(int argc, char** argv) {
                    "draft+ngram (lookup first, the draft model where it finds nothing)")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
   AddDraftFlags(generate, &gen.draft_flags);
+  AddWeightFlags(generate, &gen.weight_flags);
   generate->add_option("--ngram-min", gen.ngram_min, "shortest n-gram looked up (ngram)")
       ->check(CLI::Range(1, 64));
   generate->add_option("--ngram-max", gen.ngram_max, "longest n-gram looked up (ngram)")
@@ -261,6 +273,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   perplexity->add_option("-t,--threads", ppl.threads, "threads")->check(CLI::Range(1, 256));
   perplexity->add_flag("--json", ppl.json, "print the result as one JSON object");
+  AddWeightFlags(perplexity, &ppl.weight_flags);
 
   QuantizeOptions quant;
   auto* quantize =
@@ -269,7 +282,7 @@ int main(int argc, char** argv) {
   quantize->add_option("output", quant.output, "output GGUF")->required();
   quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16 or f32")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1", "i8",
                              "f16", "bf16", "f32"}));
   quantize->add_option("-t,--threads", quant.threads, "threads")->check(CLI::Range(1, 256));
 
@@ -321,6 +334,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
   AddDraftFlags(bench_spec, &sb.draft_flags);
+  AddWeightFlags(bench_spec, &sb.weight_flags);
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
   bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
@@ -404,6 +418,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   AddDraftFlags(serve, &srv.draft_flags);
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));
+  AddWeightFlags(serve, &srv.weight_flags);
 
   // Listed for --help; handled before parsing by RunTrainExecutable.
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")

@@ -56,8 +56,10 @@ int RunPerplexity(const PerplexityOptions& o) {
   SPECD_CHECK(o.ctx >= 16, "-c must be at least 16 tokens, got ", o.ctx);
   const std::string text = ReadFileBytes(o.text_file);
   ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(o.model, &ctx);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
+  auto model = Model::Load(o.model, &ctx, load_options);
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
   SPECD_CHECK(o.ctx <= model->config().n_ctx_train, "-c ", o.ctx, " exceeds the ",
               model->config().n_ctx_train, " positions the model was trained on");

@@ -3,6 +3,7 @@
 // llama-quantize's fallback type (q4_K -> q5_0, q6_K -> q8_0), and 32-value types fall back to
 // f16 for rows not a multiple of 32. Metadata is copied, with general.file_type set for T.
 #include <cstdio>
+#include <cstring>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -21,20 +22,51 @@ DType TypeForRow(DType want, int64_t cols) {
   return DType::kF16;
 }
 
-// A tensor's values converted to `type`, row by row, on the pool.
-std::vector<uint8_t> Convert(const GgufTensorInfo& t, DType type, ThreadPool* pool) {
+// Row r of a tensor as f32 (an i8 tensor scaled by its row scales).
+void ReadRow(const GgufFile& f, const GgufTensorInfo& t, int64_t r, float* out) {
+  const int64_t cols = t.shape[0];
+  DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols), out, cols);
+  if (t.type != DType::kI8) return;
+  const std::string scale_name = I8ScaleTensorName(t.name);
+  const GgufTensorInfo* scale = f.FindTensor(scale_name);
+  SPECD_CHECK(scale != nullptr && scale->type == DType::kF32 &&
+                  scale->NumElements() == t.NumElements() / cols,
+              f.path(), ": i8 tensor '", t.name, "' has no f32 row scales ('", scale_name, "')");
+  const float s = reinterpret_cast<const float*>(scale->data)[r];
+  for (int64_t i = 0; i < cols; ++i) out[i] *= s;
+}
+
+// A tensor's values converted to `type`, row by row, on the pool; for i8 also the row scales.
+std::vector<uint8_t> Convert(const GgufFile& f, const GgufTensorInfo& t, DType type,
+                             ThreadPool* pool, std::vector<float>* row_scales) {
   const int64_t cols = t.shape[0];
   const int64_t rows = t.NumElements() / cols;
-  const int64_t in_bytes = RowBytes(t.type, cols), out_bytes = RowBytes(type, cols);
+  const int64_t out_bytes = RowBytes(type, cols);
   std::vector<uint8_t> out(rows * out_bytes);
+  if (type == DType::kI8) row_scales->assign(rows, 0.0f);
   pool->ParallelFor(rows, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(cols);
     for (int64_t r = r0; r < r1; ++r) {
-      DequantizeRow(t.type, t.data + r * in_bytes, row.data(), cols);
-      QuantizeRow(type, row.data(), out.data() + r * out_bytes, cols);
+      ReadRow(f, t, r, row.data());
+      if (type == DType::kI8) {
+        (*row_scales)[r] =
+            QuantizeRowI8(row.data(), reinterpret_cast<int8_t*>(out.data() + r * out_bytes), cols);
+      } else {
+        QuantizeRow(type, row.data(), out.data() + r * out_bytes, cols);
+      }
     }
   });
   return out;
+}
+
+// The type tensor t gets when T is asked for. i8 (specd's own format): every matrix but the
+// token embeddings, which stay q8_0 (a lookup table gains nothing from i8; tied embeddings get
+// an i8 output.weight of their own).
+DType TypeFor(const GgufTensorInfo& t, DType want) {
+  if (t.shape.size() < 2) return DType::kF32;
+  if (want == DType::kI8) return t.name == "token_embd.weight" ? TypeForRow(DType::kQ8_0, t.shape[0])
+                                                              : DType::kI8;
+  return TypeForRow(want, t.shape[0]);
 }
 
 }  // namespace
@@ -47,20 +79,46 @@ int RunQuantize(const QuantizeOptions& o) {
   ThreadPool pool(o.threads);
   GgufWriter out;
   for (const auto& [key, value] : in->metadata()) {
-    if (key == "general.file_type" || key == "general.quantization_version") continue;
+    if (key == "general.file_type" || key == "general.quantization_version" ||
+        key == "specd.weights") {
+      continue;
+    }
     out.Set(key, value);
   }
-  out.Set("general.file_type", GgufValue::U32(LlamaFileType(*want)));
+  if (*want == DType::kI8) {
+    // No llama.cpp file type describes it; say what it is for readers that look.
+    out.Set("specd.weights", GgufValue::Str("i8"));
+  } else {
+    out.Set("general.file_type", GgufValue::U32(LlamaFileType(*want)));
+  }
   out.Set("general.quantization_version", GgufValue::U32(2));
   int64_t bytes_in = 0, bytes_out = 0, n_fallback = 0;
+  auto add = [&](const GgufTensorInfo& t, const std::string& name, DType type) {
+    std::vector<float> row_scales;
+    std::vector<uint8_t> data = Convert(*in, t, type, &pool, &row_scales);
+    bytes_out += data.size() + row_scales.size() * sizeof(float);
+    out.AddTensor(name, type, t.shape, std::move(data));
+    if (type != DType::kI8) return;
+    std::vector<uint8_t> scale_bytes(row_scales.size() * sizeof(float));
+    std::memcpy(scale_bytes.data(), row_scales.data(), scale_bytes.size());
+    out.AddTensor(I8ScaleTensorName(name), DType::kF32, {static_cast<int64_t>(row_scales.size())},
+                  std::move(scale_bytes));
+  };
   for (const GgufTensorInfo& t : in->tensors()) {
-    const bool matrix = t.shape.size() >= 2;
-    const DType type = matrix ? TypeForRow(*want, t.shape[0]) : DType::kF32;
-    n_fallback += matrix && type != *want;
-    std::vector<uint8_t> data = Convert(t, type, &pool);
+    // An i8 input's row scales are read with their matrix, not copied as tensors of their own.
+    const bool is_i8_scale = t.shape.size() == 1 && t.name.size() > 6 &&
+                             t.name.compare(t.name.size() - 6, 6, ".scale") == 0 &&
+                             in->FindTensor(t.name.substr(0, t.name.size() - 6) + ".weight") &&
+                             in->FindTensor(t.name.substr(0, t.name.size() - 6) + ".weight")
+                                     ->type == DType::kI8;
+    if (is_i8_scale) continue;
+    const DType type = TypeFor(t, *want);
+    n_fallback += t.shape.size() >= 2 && type != *want;
     bytes_in += RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);
-    bytes_out += data.size();
-    out.AddTensor(t.name, type, t.shape, std::move(data));
+    add(t, t.name, type);
+  }
+  if (*want == DType::kI8 && in->FindTensor("output.weight") == nullptr) {
+    add(in->GetTensor("token_embd.weight"), "output.weight", DType::kI8);  // tied: own i8 head
   }
   out.Write(o.output);
   std::fprintf(stderr,

@@ -82,11 +82,13 @@ int RunServe(const ServeOptions& options) {
               " needs a draft model (-md DRAFT.gguf)");
   SignalStopper signals;  // before any thread starts, so that all inherit the mask
   ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(o.model, &ctx);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
+  auto model = Model::Load(o.model, &ctx, load_options);
   std::unique_ptr<Model> draft;
   if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx);
+    draft = Model::Load(o.draft_model, &ctx, load_options);
     CheckDraftCompatible(*model, *draft);
   }
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());

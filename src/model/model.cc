@@ -156,6 +156,26 @@ void Model::ReadConfig(const GgufFile& f) {
   c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
 }
 
+ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
+  SPECD_CHECK(flags.weights.empty() || flags.weights == "i8", "--weights: '", flags.weights,
+              "' is not a weight format specd converts to at load (i8; or leave it out to run "
+              "the file's own types)");
+  ModelLoadOptions options;
+  options.int8_weights = flags.weights == "i8";
+  return options;
+}
+
+Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cpu) {
+  if (flags.int8_kernel == "auto") return Int8Backend::kAuto;
+  if (flags.int8_kernel == "specd") return Int8Backend::kSpecd;
+  SPECD_CHECK(flags.int8_kernel == "onednn", "--int8-kernel: '", flags.int8_kernel,
+              "' is not one of auto, specd, onednn");
+  // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
+  SPECD_CHECK(cpu.avx512, "--int8-kernel onednn needs AVX-512 VNNI, which this CPU lacks");
+  SPECD_CHECK(flags.weights == "i8", "--int8-kernel onednn applies to i8 weights: add --weights i8");
+  return Int8Backend::kOneDnn;
+}
+
 std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx,
                                    const ModelLoadOptions& options) {
   return FromGguf(GgufFile::Open(path), ctx, options);
@@ -461,6 +481,9 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   for (int64_t r = 0; r < m; ++r) {
     float* xr = x_.data() + r * d;
     DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), xr, d);
+    if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
+      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[batch.tokens[r]];
+    }
     if (c.embd_scale != 1.0f) {
       for (int64_t i = 0; i < d; ++i) xr[i] *= c.embd_scale;
     }

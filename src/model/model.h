@@ -137,6 +137,15 @@ struct ModelLoadOptions {
   bool int8_weights = false;
 };
 
+// --weights and --int8-kernel as the CLI spells them.
+struct WeightFlags {
+  std::string weights;                // "" (as stored) or "i8"
+  std::string int8_kernel = "auto";  // auto | specd | onednn
+};
+// The load options and i8 backend those flags ask for; an Error names a bad value.
+ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags);
+Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cpu);
+
 class Model {
  public:
   // Loads and validates a model; the GGUF stays mapped for the model's lifetime. With a context

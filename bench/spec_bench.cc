@@ -10,6 +10,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "bench/bench_prompts.h"
 #include "bench/machine.h"
 #include "draft/combined_proposer.h"
@@ -104,9 +105,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
-  auto target = Model::Load(o.target, &ctx, load_options);
-  auto draft = Model::Load(o.draft, &ctx, load_options);
+  auto target = Model::Load(o.target, &ctx, LoadOptionsForModel(o.weight_flags, o.target));
+  auto draft = Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft));
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
   const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);

@@ -10,6 +10,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -55,7 +56,7 @@ int RunInteractiveChat(const GenerateOptions& options) {
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  auto model = Model::Load(o.model, &ctx, LoadOptionsFromFlags(o.weight_flags));
+  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   SPECD_CHECK(model->gguf().Find("tokenizer.ggml.model") != nullptr, o.model,
               " has no tokenizer metadata: chat needs one");
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());

@@ -92,6 +92,8 @@ struct QuantizeOptions {
   std::string output;
   std::string type;
   int threads = 2;
+  float smooth_alpha = 0.5f;     // i8: SmoothQuant's migration strength (0: none)
+  std::string calibration_file;  // i8: calibration text (default: the built-in one)
 };
 int RunQuantize(const QuantizeOptions& options);
 

@@ -14,6 +14,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "base/escapes.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
@@ -113,12 +114,11 @@ int RunGenerate(const GenerateOptions& options) {
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
-  auto model = Model::Load(o.model, &ctx, load_options);
+  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
   if (speculative && !ngram) {
-    draft = Model::Load(o.draft_model, &ctx, load_options);
+    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model));
     CheckDraftCompatible(*model, *draft);
   }
   // Cold first forwards would be timed by the cost-aware draft length (and by the user).

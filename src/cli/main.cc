@@ -72,6 +72,14 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
                   "matmul of i8 weights: auto (oneDNN's AMX path from 8 rows where the CPU has "
                   "AMX, else specd's VNNI kernel), specd or onednn; all give the same bits")
       ->check(CLI::IsMember({"auto", "specd", "onednn"}));
+  app->add_option("--smooth-alpha", flags->smooth_alpha,
+                  "i8: SmoothQuant migration strength (0 = none; default 0.5), calibrated at "
+                  "load on --calibration's text")
+      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--calibration", flags->calibration_file,
+                  "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
+                  "prose, code and chat)")
+      ->check(CLI::ExistingFile);
 }
 
 void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
@@ -280,11 +288,17 @@ int main(int argc, char** argv) {
       app.add_subcommand("quantize", "convert a model's matrices to another type (llama-quantize)");
   quantize->add_option("input", quant.input, "input GGUF")->required();
   quantize->add_option("output", quant.output, "output GGUF")->required();
-  quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16 or f32")
+  quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16, f32 or i8 (specd only)")
       ->required()
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1", "i8",
                              "f16", "bf16", "f32"}));
   quantize->add_option("-t,--threads", quant.threads, "threads")->check(CLI::Range(1, 256));
+  quantize->add_option("--smooth-alpha", quant.smooth_alpha,
+                       "i8: SmoothQuant migration strength (0 = none; default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
+  quantize->add_option("--calibration", quant.calibration_file,
+                       "i8: calibration text (default: a built-in mix of prose, code and chat)")
+      ->check(CLI::ExistingFile);
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);

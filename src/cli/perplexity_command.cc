@@ -9,6 +9,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "base/file_util.h"
 #include "base/timer.h"
 #include "cli/commands.h"
@@ -58,8 +59,7 @@ int RunPerplexity(const PerplexityOptions& o) {
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
-  auto model = Model::Load(o.model, &ctx, load_options);
+  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
   SPECD_CHECK(o.ctx <= model->config().n_ctx_train, "-c ", o.ctx, " exceeds the ",
               model->config().n_ctx_train, " positions the model was trained on");

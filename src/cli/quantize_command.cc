@@ -4,9 +4,12 @@
 // f16 for rows not a multiple of 32. Metadata is copied, with general.file_type set for T.
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/model_options.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
 #include "threading/thread_pool.h"
@@ -34,6 +37,48 @@ void ReadRow(const GgufFile& f, const GgufTensorInfo& t, int64_t r, float* out) 
               f.path(), ": i8 tensor '", t.name, "' has no f32 row scales ('", scale_name, "')");
   const float s = reinterpret_cast<const float*>(scale->data)[r];
   for (int64_t i = 0; i < cols; ++i) out[i] *= s;
+  // SmoothQuant: the stored weights are w * s per column, the multipliers 1 / s.
+  if (const GgufTensorInfo* smooth = f.FindTensor(I8SmoothTensorName(t.name))) {
+    SPECD_CHECK(smooth->type == DType::kF32 && smooth->NumElements() == cols, f.path(), ": '",
+                smooth->name, "' must be f32 of ", cols, " values");
+    const auto* m = reinterpret_cast<const float*>(smooth->data);
+    for (int64_t i = 0; i < cols; ++i) out[i] *= m[i];
+  }
+}
+
+// Whether t is the row scales or SmoothQuant multipliers of an i8 matrix of f.
+bool IsI8Companion(const GgufFile& f, const GgufTensorInfo& t) {
+  if (t.shape.size() != 1) return false;
+  for (const char* suffix : {".scale", ".smooth"}) {
+    const std::string_view name = t.name;
+    const size_t n = std::string_view(suffix).size();
+    if (name.size() <= n || name.substr(name.size() - n) != suffix) continue;
+    const GgufTensorInfo* w = f.FindTensor(std::string(name.substr(0, name.size() - n)) + ".weight");
+    if (w != nullptr && w->type == DType::kI8) return true;
+  }
+  return false;
+}
+
+std::vector<uint8_t> FloatBytes(const float* v, int64_t n) {
+  std::vector<uint8_t> bytes(n * sizeof(float));
+  std::memcpy(bytes.data(), v, bytes.size());
+  return bytes;
+}
+
+// The i8 matrices of the model at `path`, converted as `--weights i8` converts them at load
+// (SmoothQuant calibrated on the flags' text); the model holds the views' memory.
+std::unique_ptr<Model> LoadI8(const QuantizeOptions& o, ThreadPool* pool,
+                              std::map<std::string, WeightView>* matrices) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{pool, cpu, Int8Backend::kSpecd};
+  WeightFlags flags;
+  flags.weights = "i8";
+  flags.smooth_alpha = o.smooth_alpha;
+  flags.calibration_file = o.calibration_file;
+  auto model = Model::Load(o.input, &ctx, LoadOptionsForModel(flags, o.input));
+  model->ForEachI8Matrix(
+      [&](const std::string& name, const WeightView& w) { (*matrices)[name] = w; });
+  return model;
 }
 
 // A tensor's values converted to `type`, row by row, on the pool; for i8 also the row scales.
@@ -93,7 +138,23 @@ int RunQuantize(const QuantizeOptions& o) {
   }
   out.Set("general.quantization_version", GgufValue::U32(2));
   int64_t bytes_in = 0, bytes_out = 0, n_fallback = 0;
+  std::map<std::string, WeightView> i8_matrices;
+  std::unique_ptr<Model> i8_model;
+  if (*want == DType::kI8) i8_model = LoadI8(o, &pool, &i8_matrices);
   auto add = [&](const GgufTensorInfo& t, const std::string& name, DType type) {
+    if (auto it = i8_matrices.find(name); it != i8_matrices.end()) {
+      const WeightView& w = it->second;  // the model's conversion, with its SmoothQuant
+      const auto* values = static_cast<const uint8_t*>(w.data);
+      bytes_out += w.rows * w.cols + (w.rows + (w.col_scales ? w.cols : 0)) * 4;
+      out.AddTensor(name, DType::kI8, {w.cols, w.rows},
+                    std::vector<uint8_t>(values, values + w.rows * w.cols));
+      out.AddTensor(I8ScaleTensorName(name), DType::kF32, {w.rows}, FloatBytes(w.row_scales, w.rows));
+      if (w.col_scales != nullptr) {
+        out.AddTensor(I8SmoothTensorName(name), DType::kF32, {w.cols},
+                      FloatBytes(w.col_scales, w.cols));
+      }
+      return;
+    }
     std::vector<float> row_scales;
     std::vector<uint8_t> data = Convert(*in, t, type, &pool, &row_scales);
     bytes_out += data.size() + row_scales.size() * sizeof(float);
@@ -105,13 +166,8 @@ int RunQuantize(const QuantizeOptions& o) {
                   std::move(scale_bytes));
   };
   for (const GgufTensorInfo& t : in->tensors()) {
-    // An i8 input's row scales are read with their matrix, not copied as tensors of their own.
-    const bool is_i8_scale = t.shape.size() == 1 && t.name.size() > 6 &&
-                             t.name.compare(t.name.size() - 6, 6, ".scale") == 0 &&
-                             in->FindTensor(t.name.substr(0, t.name.size() - 6) + ".weight") &&
-                             in->FindTensor(t.name.substr(0, t.name.size() - 6) + ".weight")
-                                     ->type == DType::kI8;
-    if (is_i8_scale) continue;
+    // An i8 input's row scales and multipliers are read with their matrix.
+    if (IsI8Companion(*in, t)) continue;
     const DType type = TypeFor(t, *want);
     n_fallback += t.shape.size() >= 2 && type != *want;
     bytes_in += RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);

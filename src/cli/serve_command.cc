@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
@@ -84,11 +85,10 @@ int RunServe(const ServeOptions& options) {
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  const ModelLoadOptions load_options = LoadOptionsFromFlags(o.weight_flags);
-  auto model = Model::Load(o.model, &ctx, load_options);
+  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   std::unique_ptr<Model> draft;
   if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx, load_options);
+    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model));
     CheckDraftCompatible(*model, *draft);
   }
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());

@@ -95,6 +95,19 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
+  if (w.type == DType::kI8 && w.col_scales != nullptr) {
+    // SmoothQuant: scale the activations here, once, for every path below.
+    scratch->smoothed.Resize(m * w.cols);  // [m, cols]
+    float* smoothed = scratch->smoothed.data();
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < w.cols; ++j) {
+        smoothed[i * w.cols + j] = x[i * w.cols + j] * w.col_scales[j];
+      }
+    }
+    WeightView plain = w;
+    plain.col_scales = nullptr;
+    return Matmul(ctx, smoothed, m, plain, y, scratch);
+  }
   if (w.type == DType::kI8 && w.packed != nullptr && w.packed->onednn != nullptr &&
       UseOneDnn(ctx, m)) {
     OneDnnMatmulI8(ctx, x, m, *w.packed, y, scratch);

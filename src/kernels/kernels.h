@@ -80,6 +80,10 @@ struct WeightView {
   int64_t cols = 0;                           // input features (K)
   const PackedInt8Weights* packed = nullptr;  // optional fast layout of the same weights
   const float* row_scales = nullptr;          // [rows] i8 only: w[n, k] = row_scales[n] * q[n, k]
+  // [cols] i8 only, optional: SmoothQuant's migration. The activations are multiplied by these
+  // (x[m, k] * col_scales[k], in f32) before their per-row quantization, the weights having been
+  // multiplied by the inverses, which flattens activation outliers into the weights.
+  const float* col_scales = nullptr;
   const uint8_t* Row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + r * RowBytes(type, cols);
   }
@@ -114,6 +118,7 @@ inline int64_t MinItemsPerThread(int64_t macs_per_item) {
 // Scratch space reused across calls (activations converted for the weight type).
 struct MatmulScratch {
   AlignedBuffer<uint8_t> bytes;
+  AlignedBuffer<float> smoothed;  // [m, cols] i8 activations after the SmoothQuant scales
 };
 
 // Builds the packed layout of quantized weights (cols a multiple of 32).
@@ -199,7 +204,8 @@ void Matmul(const double* x, int64_t m, const WeightView& w, float* y);
 // Per-token (per-row) symmetric int8 activations, as every i8 matmul path quantizes them:
 // d = amax / 127, q = x * (1 / d) rounded half to even and saturated. q: [m, k], d: [m].
 void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, float* d);
-// i8 weights (row_scales set): the exact integer sum s = sum_k q_w[n, k] * q_a[m, k], then
+// i8 weights (row_scales set): the exact integer sum s = sum_k q_w[n, k] * q_a[m, k] of the
+// activations quantized per row (after x[m, k] * col_scales[k] when set), then
 // y = (float(s) * row_scales[n]) * d[m] in float. Every i8 path gives these bits.
 void MatmulI8(const float* x, int64_t m, const WeightView& w, float* y);
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);

@@ -39,6 +39,16 @@ WeightView Matrix(const GgufFile& f, const std::string& name, int64_t cols, int6
     SPECD_CHECK(scale->type == DType::kF32 && scale->shape.size() == 1 && scale->shape[0] == rows,
                 f.path(), ": '", scale_name, "' must be f32 of shape [", rows, "]");
     w.row_scales = reinterpret_cast<const float*>(scale->data);
+    if (const GgufTensorInfo* smooth = f.FindTensor(I8SmoothTensorName(name))) {
+      SPECD_CHECK(smooth->type == DType::kF32 && smooth->shape.size() == 1 &&
+                      smooth->shape[0] == cols,
+                  f.path(), ": '", smooth->name, "' must be f32 of shape [", cols, "]");
+      w.col_scales = reinterpret_cast<const float*>(smooth->data);
+      for (int64_t j = 0; j < cols; ++j) {
+        SPECD_CHECK(std::isfinite(w.col_scales[j]) && w.col_scales[j] > 0, f.path(), ": '",
+                    smooth->name, "' column ", j, " is not a finite positive multiplier");
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       SPECD_CHECK(std::isfinite(w.row_scales[r]) && w.row_scales[r] >= 0, f.path(), ": '",
                   scale_name, "' row ", r, " is not a finite non-negative scale");
@@ -181,28 +191,130 @@ std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext*
   return FromGguf(GgufFile::Open(path), ctx, options);
 }
 
-void Model::ConvertToI8(WeightView* w, ThreadPool* pool) {
-  if (w->type == DType::kI8) return;
-  auto matrix = std::make_unique<I8Matrix>();
-  matrix->values.resize(w->rows * w->cols);  // [rows, cols]
-  matrix->scales.resize(w->rows);            // [rows]
-  const WeightView source = *w;
-  auto convert = [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(source.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      DequantizeRow(source.type, source.Row(r), row.data(), source.cols);
-      matrix->scales[r] =
-          QuantizeRowI8(row.data(), matrix->values.data() + r * source.cols, source.cols);
+void Model::ConvertToI8(const std::vector<WeightView*>& parts, const std::vector<float>* input_max,
+                        float alpha, ThreadPool* pool) {
+  if (parts.front()->type == DType::kI8) return;  // an i8 file: kept as written
+  const int64_t cols = parts.front()->cols;
+  // SmoothQuant: per input channel s = max|x|^alpha / max|w|^(1 - alpha), the weight maximum
+  // over every part (they share the input, so they share s); the weights get w * s and the
+  // activations x / s, which leaves the product unchanged before quantization.
+  std::vector<float> s;  // [cols]
+  if (input_max != nullptr) {
+    std::vector<float> w_max(cols, 0.0f);  // [cols]
+    std::vector<float> row(cols);
+    for (const WeightView* w : parts) {
+      for (int64_t r = 0; r < w->rows; ++r) {
+        DequantizeRow(w->type, w->Row(r), row.data(), cols);
+        for (int64_t j = 0; j < cols; ++j) w_max[j] = std::max(w_max[j], std::fabs(row[j]));
+      }
     }
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(source.rows, 16, convert);
-  } else {
-    convert(0, source.rows);
+    s.assign(cols, 1.0f);
+    for (int64_t j = 0; j < cols; ++j) {
+      const float x_max = (*input_max)[j];
+      if (x_max > 0.0f && w_max[j] > 0.0f) {
+        s[j] = std::clamp(std::pow(x_max, alpha) / std::pow(w_max[j], 1.0f - alpha), 1e-5f, 1e5f);
+      }
+    }
   }
-  *w = WeightView{DType::kI8, matrix->values.data(), source.rows, source.cols, nullptr,
-                  matrix->scales.data()};
-  i8_matrices_.push_back(std::move(matrix));
+  for (WeightView* w : parts) {
+    auto matrix = std::make_unique<I8Matrix>();
+    matrix->values.resize(w->rows * cols);  // [rows, cols]
+    matrix->scales.resize(w->rows);         // [rows]
+    if (!s.empty()) {
+      matrix->smooth.resize(cols);  // [cols] the activations' multipliers, 1 / s
+      for (int64_t j = 0; j < cols; ++j) matrix->smooth[j] = 1.0f / s[j];
+    }
+    const WeightView source = *w;
+    auto convert = [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(cols);
+      for (int64_t r = r0; r < r1; ++r) {
+        DequantizeRow(source.type, source.Row(r), row.data(), cols);
+        if (source.row_scales != nullptr) {
+          for (float& v : row) v *= source.row_scales[r];
+        }
+        for (int64_t j = 0; j < cols && !s.empty(); ++j) row[j] *= s[j];
+        matrix->scales[r] = QuantizeRowI8(row.data(), matrix->values.data() + r * cols, cols);
+      }
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(source.rows, 16, convert);
+    } else {
+      convert(0, source.rows);
+    }
+    *w = WeightView{DType::kI8, matrix->values.data(), source.rows, cols, nullptr,
+                    matrix->scales.data(), s.empty() ? nullptr : matrix->smooth.data()};
+    i8_matrices_.push_back(std::move(matrix));
+  }
+}
+
+void Model::ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& options) {
+  ActivationMaxima maxima;
+  const bool smooth = !options.calibration_tokens.empty();
+  if (smooth) {
+    SPECD_CHECK(ctx != nullptr, "SmoothQuant calibration needs a kernel context");
+    SPECD_CHECK(options.smooth_alpha >= 0.0f && options.smooth_alpha <= 1.0f,
+                "SmoothQuant alpha must be in [0, 1], got ", options.smooth_alpha);
+    SetActivationMaxima(&maxima);
+    const int64_t n = static_cast<int64_t>(options.calibration_tokens.size());
+    auto kv = NewKvCache({1, static_cast<int>(n)});
+    const int seq = kv->Acquire();
+    Batch batch;
+    for (int64_t i = 0; i < n; ++i) {
+      batch.Add(options.calibration_tokens[i], static_cast<int32_t>(i), seq, true);
+    }
+    std::vector<float> logits;  // [n, n_vocab]
+    Forward(*ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    SetActivationMaxima(nullptr);
+  }
+  ThreadPool* pool = ctx != nullptr ? ctx->pool : nullptr;
+  const float alpha = options.smooth_alpha;
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    Layer& l = layers_[il];
+    auto input = [&](const std::vector<std::vector<float>>& per_layer) {
+      return smooth ? &per_layer[il] : nullptr;
+    };
+    ConvertToI8({&l.wq, &l.wk, &l.wv}, input(maxima.qkv_in), alpha, pool);
+    ConvertToI8({&l.wo}, input(maxima.wo_in), alpha, pool);
+    ConvertToI8({&l.w_gate, &l.w_up}, input(maxima.gate_up_in), alpha, pool);
+    ConvertToI8({&l.w_down}, input(maxima.down_in), alpha, pool);
+    l.wqkv = WeightView{};  // the stacked forms are rebuilt from the i8 matrices
+    l.w_gate_up = WeightView{};
+  }
+  ConvertToI8({&output_}, smooth ? &maxima.output_in : nullptr, alpha, pool);
+  packed_.clear();
+}
+
+void Model::SetActivationMaxima(ActivationMaxima* maxima) {
+  maxima_ = maxima;
+  if (maxima == nullptr) return;
+  const ModelConfig& c = config_;
+  maxima->qkv_in.assign(c.n_layer, std::vector<float>(c.n_embd, 0.0f));
+  maxima->wo_in.assign(c.n_layer, std::vector<float>(int64_t{c.n_head} * c.head_dim, 0.0f));
+  maxima->gate_up_in.assign(c.n_layer, std::vector<float>(c.n_embd, 0.0f));
+  maxima->down_in.assign(c.n_layer, std::vector<float>(c.n_ff, 0.0f));
+  maxima->output_in.assign(c.n_embd, 0.0f);
+}
+
+void Model::RecordMax(const float* x, int64_t m, int64_t n, std::vector<float>* max) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) (*max)[j] = std::max((*max)[j], std::fabs(x[r * n + j]));
+  }
+}
+
+void Model::ForEachI8Matrix(
+    const std::function<void(const std::string&, const WeightView&)>& fn) const {
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const Layer& l = layers_[il];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::pair<const char*, const WeightView*> named[] = {
+        {"attn_q.weight", &l.wq},     {"attn_k.weight", &l.wk},  {"attn_v.weight", &l.wv},
+        {"attn_output.weight", &l.wo}, {"ffn_gate.weight", &l.w_gate},
+        {"ffn_up.weight", &l.w_up},   {"ffn_down.weight", &l.w_down}};
+    for (const auto& [name, w] : named) {
+      if (w->type == DType::kI8) fn(p + name, *w);
+    }
+  }
+  if (output_.type == DType::kI8) fn("output.weight", output_);
 }
 
 std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx,
@@ -278,16 +390,14 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     }
     model->layers_.push_back(std::move(l));
   }
+  const bool fast = ctx != nullptr && ctx->cpu.avx512;
+  // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
+  // those layouts and the i8 matrices are packed instead.
+  if (fast) model->PackWeights(*ctx);
   if (options.int8_weights) {
-    ThreadPool* pool = ctx != nullptr ? ctx->pool : nullptr;
-    for (Layer& l : model->layers_) {
-      for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-        model->ConvertToI8(w, pool);
-      }
-    }
-    model->ConvertToI8(&model->output_, pool);
+    model->ConvertAllToI8(ctx, options);
+    if (fast) model->PackWeights(*ctx);
   }
-  if (ctx != nullptr && ctx->cpu.avx512) model->PackWeights(*ctx);
   model->file_ = std::move(file);
   return model;
 }
@@ -313,6 +423,7 @@ void Model::PackWeights(const KernelContext& ctx) {
       return;
     }
     *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
+    stacked->col_scales = parts.front()->col_scales;  // shared by the parts (one input)
     with_onednn(packed.get(), {parts.begin(), parts.end()});
     packed_.push_back(std::move(packed));
   };
@@ -540,6 +651,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       ++o;
     }
   }
+  if (maxima_ != nullptr) RecordMax(out_rows_.data(), n_out, d, &maxima_->output_in);
   if (c.head_tokens.empty()) {
     Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
   } else {
@@ -634,6 +746,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   rows.q = s.q.data();
   rows.out = s.att.data();
   RmsNorm(x, l.attn_norm.data(), s.xb.data(), m, d, c.rms_eps);
+  if (maxima_ != nullptr) RecordMax(s.xb.data(), m, d, &maxima_->qkv_in[il]);
   mark(ForwardProfile::kNorm);
   if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
     const int64_t width = q_dim + 2 * kv_dim;
@@ -683,6 +796,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   }
   mark(ForwardProfile::kRopeKvWrite);
   Attention(ctx, rows, attention);
+  if (maxima_ != nullptr) RecordMax(s.att.data(), m, q_dim, &maxima_->wo_in[il]);
   mark(ForwardProfile::kAttention);
   Matmul(ctx, s.att.data(), m, l.wo, s.out.data(), &s.matmul);
   mark(ForwardProfile::kAttnOut);
@@ -716,6 +830,10 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
     Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
     Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
     glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+  }
+  if (maxima_ != nullptr) {
+    RecordMax(xb_.data(), m, d, &maxima_->gate_up_in[il]);
+    RecordMax(gate_.data(), m, c.n_ff, &maxima_->down_in[il]);
   }
   mark(ForwardProfile::kGateUp);
   Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);

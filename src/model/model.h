@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,12 +136,29 @@ struct ModelLoadOptions {
   // Convert every matrix (layers and output head) to i8 at load: int8 per output row with an f32
   // scale, activations quantized per row at run time (BASS's INT8). Files already in i8 stay so.
   bool int8_weights = false;
+  // SmoothQuant (Xiao et al.) for i8: tokens to run through the model before converting it,
+  // recording each matrix input's per-channel |max|; then per input channel
+  // s = max|x|^alpha / max|w|^(1 - alpha) moves activation outliers into the weights.
+  // Empty: no migration.
+  std::vector<int32_t> calibration_tokens;
+  float smooth_alpha = 0.5f;
+};
+
+// Per input channel max |x| of every matrix input, over the rows of the forwards it watched.
+struct ActivationMaxima {
+  std::vector<std::vector<float>> qkv_in;      // [n_layer][n_embd]
+  std::vector<std::vector<float>> wo_in;       // [n_layer][n_head * head_dim]
+  std::vector<std::vector<float>> gate_up_in;  // [n_layer][n_embd]
+  std::vector<std::vector<float>> down_in;     // [n_layer][n_ff]
+  std::vector<float> output_in;                // [n_embd]
 };
 
 // --weights and --int8-kernel as the CLI spells them.
 struct WeightFlags {
   std::string weights;                // "" (as stored) or "i8"
   std::string int8_kernel = "auto";  // auto | specd | onednn
+  float smooth_alpha = 0.5f;          // i8: SmoothQuant's migration strength; 0: none
+  std::string calibration_file;       // i8: its calibration text (default: a built-in one)
 };
 // The load options and i8 backend those flags ask for; an Error names a bad value.
 ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags);
@@ -185,6 +203,10 @@ class Model {
   void SetProfile(ForwardProfile* profile) { profile_ = profile; }
   // Attaches (or detaches) a trace that the next forwards fill with per-layer activations.
   void SetTrace(ForwardTrace* trace) { trace_ = trace; }
+  // Attaches (or detaches) maxima that the next forwards update (sized here on attach).
+  void SetActivationMaxima(ActivationMaxima* maxima);
+  // Calls fn(tensor name, matrix) for each i8 matrix (for writing an i8 GGUF).
+  void ForEachI8Matrix(const std::function<void(const std::string&, const WeightView&)>& fn) const;
 
  private:
   struct Layer {
@@ -207,10 +229,18 @@ class Model {
   struct I8Matrix {
     std::vector<int8_t> values;  // [rows, cols]
     std::vector<float> scales;   // [rows]
+    std::vector<float> smooth;   // [cols] SmoothQuant's activation multipliers, or empty
   };
   Model() = default;
-  // Replaces *w by its i8 form (a copy the model owns).
-  void ConvertToI8(WeightView* w, ThreadPool* pool);
+  // Converts every matrix to i8 (options.int8_weights), with SmoothQuant when it has
+  // calibration tokens.
+  void ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& options);
+  // Replaces each of *parts (matrices reading one input) by its i8 form, a copy the model owns;
+  // with input maxima (else nullptr), one SmoothQuant migration shared by the parts.
+  void ConvertToI8(const std::vector<WeightView*>& parts, const std::vector<float>* input_max,
+                   float alpha, ThreadPool* pool);
+  // Records rows [m, n] of a matrix input into maxima_ (when attached).
+  static void RecordMax(const float* x, int64_t m, int64_t n, std::vector<float>* max);
   // Builds the AVX-512 layouts (and oneDNN's, for i8 where it may run) of every matrix.
   void PackWeights(const KernelContext& ctx);
   void Validate(const Batch& batch, const KvCache& kv) const;
@@ -253,6 +283,8 @@ class Model {
   MatmulScratch matmul_scratch_;
   ForwardProfile* profile_ = nullptr;
   ForwardTrace* trace_ = nullptr;
+  ActivationMaxima* maxima_ = nullptr;
+  std::vector<std::pair<std::string, WeightView*>> i8_names_;  // i8 matrices by tensor name
 };
 
 }  // namespace specd

@@ -235,13 +235,23 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   }
 }
 
-std::string I8ScaleTensorName(const std::string& weight_name) {
+namespace {
+std::string I8CompanionName(const std::string& weight_name, const char* what) {
   const std::string suffix = ".weight";
   if (weight_name.size() > suffix.size() &&
       weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + what;
   }
-  return weight_name + ".scale";
+  return weight_name + what;
+}
+}  // namespace
+
+std::string I8ScaleTensorName(const std::string& weight_name) {
+  return I8CompanionName(weight_name, ".scale");
+}
+
+std::string I8SmoothTensorName(const std::string& weight_name) {
+  return I8CompanionName(weight_name, ".smooth");
 }
 
 float QuantizeRowI8(const float* src, int8_t* dst, int64_t n) {

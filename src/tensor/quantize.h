@@ -19,6 +19,8 @@ float QuantizeRowI8(const float* src, int8_t* dst, int64_t n);
 // The tensor holding an i8 matrix's row scales: "blk.0.attn_q.weight" -> "blk.0.attn_q.scale"
 // (f32, one per row; specd's convention, which other GGUF readers do not know).
 std::string I8ScaleTensorName(const std::string& weight_name);
+// Its SmoothQuant activation multipliers, when it has them: "blk.0.attn_q.smooth" (f32, [cols]).
+std::string I8SmoothTensorName(const std::string& weight_name);
 // Reads a row of n values of type t into f32 (i8: the integers, unscaled).
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 

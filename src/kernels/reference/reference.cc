@@ -64,6 +64,12 @@ void MatmulI8(const float* x, int64_t m, const WeightView& w, float* y) {
   SPECD_CHECK(w.type == DType::kI8 && w.row_scales != nullptr, "MatmulI8 needs i8 weights with ",
               "row scales");
   const int64_t k = w.cols;
+  std::vector<float> smoothed;  // [m, k]
+  if (w.col_scales != nullptr) {
+    smoothed.resize(m * k);
+    for (int64_t i = 0; i < m * k; ++i) smoothed[i] = x[i] * w.col_scales[i % k];
+    x = smoothed.data();
+  }
   std::vector<int8_t> q(m * k);  // [m, k]
   std::vector<float> d(m);       // [m]
   QuantizeActivationsPerRow(x, m, k, q.data(), d.data());

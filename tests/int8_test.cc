@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,12 @@
 #include "kernels/kernels.h"
 #include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
+#include "base/error.h"
+#include "engine/generate.h"
+#include "engine/model_options.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tests/test_util.h"
 
 namespace specd {
 namespace {
@@ -217,6 +224,211 @@ TEST(Int8, ADifferentScaleOrderIsNotBitIdentical) {
   }
   EXPECT_FALSE(SameBits(other, want));
   EXPECT_LT(RelativeError(other, want), 1e-6);
+}
+
+// ---- Whole models in i8 -------------------------------------------------------------------
+
+GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.n_predict = n;
+  r.sampling.temperature = 0.0f;
+  r.stop_at_eos = false;
+  return r;
+}
+
+// The tiny pair converted to i8 at load, SmoothQuant calibrated on a prompt, on one backend.
+struct I8Pair {
+  I8Pair(Int8Backend backend, bool avx512)
+      : pool(2), ctx{&pool, CpuFeatures::Detect(), backend} {
+    ctx.cpu.avx512 = ctx.cpu.avx512 && avx512;
+    ModelLoadOptions options;
+    options.int8_weights = true;
+    options.calibration_tokens = testing::Prompt(40, 3);
+    target = Model::Load(testing::TinyModel("tiny", DType::kQ8_0, 7), &ctx, options);
+    draft = Model::Load(testing::TinyModel("tiny", DType::kQ8_0, 99), &ctx, options);
+  }
+  ThreadPool pool;
+  KernelContext ctx;
+  std::unique_ptr<Model> target, draft;
+};
+
+// The merge gate for i8: greedy speculative output equals plain greedy output, at batch 1
+// (several draft lengths and the cost-aware policy) and batch 8 (BASS, ragged acceptance), on
+// specd's kernel and on oneDNN.
+TEST(I8Model, GreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kOneDnn}) {
+    if (backend == Int8Backend::kOneDnn && !cpu.avx512) continue;
+    I8Pair p(backend, true);
+    ASSERT_EQ(p.target->MatrixType(), DType::kI8);
+    const int n = 8;
+    auto target_kv = p.target->NewKvCache({n, 256});
+    auto draft_kv = p.draft->NewKvCache({n, 256});
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<int32_t>> expected;
+    for (int b = 0; b < n; ++b) {
+      prompts.push_back(testing::Prompt(3 + 5 * b, b));
+      expected.push_back(
+          GenerateAutoregressive(*p.target, p.ctx, *target_kv, Greedy(prompts[b], 30))
+              .sequences[0]
+              .tokens);
+    }
+    for (int k : {1, 3, 6}) {
+      SpeculativeOptions o;
+      o.draft_max = k;
+      const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
+                                           Greedy(prompts[1], 30), o, nullptr);
+      EXPECT_EQ(out.sequences[0].tokens, expected[1]) << "K=" << k;
+    }
+    SpeculativeOptions cost_aware;
+    cost_aware.cost_aware = true;
+    cost_aware.draft_max = 8;
+    EXPECT_EQ(GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
+                                  Greedy(prompts[4], 30), cost_aware, nullptr)
+                  .sequences[0]
+                  .tokens,
+              expected[4]);
+    for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
+      GenerateRequest r = Greedy({}, 30);
+      r.prompts = prompts;
+      r.attention = mode;
+      const auto out =
+          GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, 3, nullptr);
+      ASSERT_EQ(out.sequences.size(), static_cast<size_t>(n));
+      for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
+    }
+  }
+}
+
+// The tiny target written as an i8 file once (its weights then do not depend on the kernels
+// that ran its SmoothQuant calibration).
+std::string TinyI8File() {
+  const std::string path = testing::TempDir() + "/tiny-i8-fixed.gguf";
+  if (!std::filesystem::exists(path)) {
+    const testing::CliRun run = testing::RunSpecd(
+        "quantize " + testing::TinyModel("tiny", DType::kQ8_0, 7) + " " + path + " --type i8");
+    EXPECT_EQ(run.exit_code, 0) << run.out;
+  }
+  return path;
+}
+
+// A row's logits are the same bits decoded alone, inside a verification chunk or in a ragged
+// batch; on specd's VNNI kernel and on oneDNN alike. (The portable path is batch invariant too,
+// but its attention and activation kernels round differently from the AVX-512 ones, so it is
+// compared with itself; its matmul equals the others' in the kernel tests above.)
+TEST(I8Model, RowLogitsDoNotDependOnBatchBackendOrKernel) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const std::vector<int32_t> seq_a = testing::Prompt(12, 1), seq_b = testing::Prompt(5, 2);
+  std::vector<float> reference;  // [12, n_vocab] sequence a, one forward per token
+  const std::string path_i8 = TinyI8File();
+  for (int path = 0; path < 3; ++path) {
+    const bool avx512 = path > 0;
+    if (avx512 && !cpu.avx512) continue;
+    ThreadPool pool(2);
+    KernelContext ctx{&pool, cpu, path == 2 ? Int8Backend::kOneDnn : Int8Backend::kSpecd};
+    ctx.cpu.avx512 = avx512;
+    struct {
+      KernelContext ctx;
+      std::unique_ptr<Model> target;
+    } p{ctx, Model::Load(path_i8, &ctx)};
+    const int64_t n_vocab = p.target->config().n_vocab;
+    auto kv = p.target->NewKvCache({2, 64});
+    // Sequence a token by token.
+    const int a = kv->Acquire();
+    std::vector<float> one_by_one, logits;
+    for (size_t i = 0; i < seq_a.size(); ++i) {
+      Batch batch;
+      batch.Add(seq_a[i], static_cast<int32_t>(i), a, true);
+      p.target->Forward(p.ctx, batch, *kv, AttentionMode::kSplit, &logits);
+      one_by_one.insert(one_by_one.end(), logits.begin(), logits.end());
+    }
+    if (reference.empty() || path == 1) reference = one_by_one;
+    EXPECT_EQ(0, std::memcmp(one_by_one.data(), reference.data(), reference.size() * 4))
+        << "path " << path;
+    // The first 4 tokens, then 8 rows at once beside another sequence's 5-row prompt.
+    kv->Truncate(a, 4);
+    const int b = kv->Acquire();
+    Batch batch;
+    for (int i = 4; i < 12; ++i) batch.Add(seq_a[i], i, a, true);
+    for (int i = 0; i < 5; ++i) batch.Add(seq_b[i], i, b, false);
+    p.target->Forward(p.ctx, batch, *kv, AttentionMode::kPad, &logits);
+    EXPECT_EQ(0, std::memcmp(logits.data(), reference.data() + 4 * n_vocab, 8 * n_vocab * 4))
+        << "path " << path;
+  }
+}
+
+// specd quantize --type i8 writes the conversion --weights i8 makes at load (SmoothQuant on the
+// built-in calibration text included): the same logits, bit for bit.
+TEST(I8Model, QuantizedFileEqualsTheLoadTimeConversion) {
+  const std::string source = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string path = testing::TempDir() + "/tiny-i8.gguf";
+  const testing::CliRun run = testing::RunSpecd("quantize " + source + " " + path + " --type i8");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  WeightFlags flags;
+  flags.weights = "i8";
+  auto converted = Model::Load(source, &ctx, LoadOptionsForModel(flags, source));
+  auto from_file = Model::Load(path, &ctx);
+  ASSERT_EQ(from_file->MatrixType(), DType::kI8);
+  ASSERT_NE(from_file->gguf().FindTensor("blk.0.attn_q.smooth"), nullptr);
+  std::vector<float> want, got;
+  for (Model* model : {converted.get(), from_file.get()}) {
+    auto kv = model->NewKvCache({1, 64});
+    const int seq = kv->Acquire();
+    Batch batch;
+    const auto prompt = testing::Prompt(9, 4);
+    for (size_t i = 0; i < prompt.size(); ++i) batch.Add(prompt[i], i, seq, true);
+    model->Forward(ctx, batch, *kv, AttentionMode::kSplit, model == converted.get() ? &want : &got);
+  }
+  EXPECT_EQ(want, got);
+  // Without SmoothQuant the logits differ (so the migration is really applied).
+  flags.smooth_alpha = 0.0f;
+  auto plain = Model::Load(source, &ctx, LoadOptionsForModel(flags, source));
+  auto kv = plain->NewKvCache({1, 64});
+  const int seq = kv->Acquire();
+  Batch batch;
+  const auto prompt = testing::Prompt(9, 4);
+  for (size_t i = 0; i < prompt.size(); ++i) batch.Add(prompt[i], i, seq, true);
+  std::vector<float> unsmoothed;
+  plain->Forward(ctx, batch, *kv, AttentionMode::kSplit, &unsmoothed);
+  EXPECT_NE(unsmoothed, want);
+}
+
+// A damaged i8 file is refused with an error naming what is wrong.
+TEST(I8Model, MissingOrBadRowScalesAreClearErrors) {
+  const std::string source = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string good = testing::TempDir() + "/tiny-i8-good.gguf";
+  ASSERT_EQ(testing::RunSpecd("quantize " + source + " " + good + " --type i8").exit_code, 0);
+  auto in = GgufFile::Open(good);
+  auto rewrite = [&](const std::string& path, const std::string& drop, bool negative_scale) {
+    GgufWriter w;
+    for (const auto& [k, v] : in->metadata()) w.Set(k, v);
+    for (const auto& t : in->tensors()) {
+      if (t.name == drop) continue;
+      std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+      if (negative_scale && t.name == "blk.1.ffn_up.scale") bytes[3] |= 0x80;
+      w.AddTensor(t.name, t.type, t.shape, std::move(bytes));
+    }
+    w.Write(path);
+  };
+  const std::string missing = testing::TempDir() + "/tiny-i8-missing.gguf";
+  rewrite(missing, "blk.0.attn_k.scale", false);
+  const std::string negative = testing::TempDir() + "/tiny-i8-negative.gguf";
+  rewrite(negative, "", true);
+  ThreadPool pool(1);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  for (const auto& [path, message] :
+       {std::pair<std::string, std::string>{missing, "has no row scales ('blk.0.attn_k.scale')"},
+        {negative, "'blk.1.ffn_up.scale' row 0 is not a finite non-negative scale"}}) {
+    try {
+      Model::Load(path, &ctx);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -212,6 +212,8 @@ void Model::ConvertToI8(const std::vector<WeightView*>& parts, const std::vector
     for (int64_t j = 0; j < cols; ++j) {
       const float x_max = (*input_max)[j];
       if (x_max > 0.0f && w_max[j] > 0.0f) {
+        // Not rounded to a power of two (which would make w * s and x / s exact): measured on
+        // SmolLM2, perplexity 18.78 rounded vs 18.69 not (q8_0: 18.49).
         s[j] = std::clamp(std::pow(x_max, alpha) / std::pow(w_max[j], 1.0f - alpha), 1e-5f, 1e5f);
       }
     }

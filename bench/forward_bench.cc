@@ -16,6 +16,7 @@
 #include "bench/compute_peak.h"
 #include "bench/machine.h"
 #include "bench/membw.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "model/synth.h"
 
@@ -119,7 +120,11 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     log(StrCat("int8 VNNI peak with ", max_threads, " thread(s): ", peak_gmacs, " GMAC/s"));
     report["int8_peak_gmacs"] = peak_gmacs;
   }
+  std::vector<std::pair<DType, std::string>> variants;  // (listed type, weights form)
   for (DType listed_type : types) {
+    for (const std::string& form : o.weights) variants.emplace_back(listed_type, form);
+  }
+  for (const auto& [listed_type, form] : variants) {
     std::string path = o.model_path;
     if (synthetic) {
       path = StrCat(o.model_dir, "/", o.shape, "-", DTypeName(listed_type), ".gguf");
@@ -130,8 +135,12 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       }
     }
     ThreadPool load_pool(max_threads);
-    const KernelContext load_ctx{&load_pool, cpu};
-    auto model = Model::Load(path, &load_ctx);
+    WeightFlags flags = o.weight_flags;
+    flags.weights = form;
+    const Int8Backend backend =
+        form.empty() ? Int8Backend::kAuto : Int8BackendFromFlags(flags, cpu);
+    const KernelContext load_ctx{&load_pool, cpu, backend};
+    auto model = Model::Load(path, &load_ctx, LoadOptionsForModel(flags, path));
     const DType type = model->MatrixType();
     const double gib = model->WeightBytesPerToken() / double(1ull << 30);
     nlohmann::json entry;
@@ -139,7 +148,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     entry["weight_bytes_per_token"] = model->WeightBytesPerToken();
     for (int t : o.threads) {
       ThreadPool pool(t);
-      const KernelContext ctx{&pool, cpu};
+      const KernelContext ctx{&pool, cpu, backend};
       // The machine is shared and its memory speed changes state within minutes: the bandwidth
       // is measured just before and just after this decode (the better of the two), not carried
       // over from other types, so that the fraction compares figures of one state.
@@ -162,7 +171,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       md << line;
     }
     ThreadPool pool(max_threads);
-    const KernelContext ctx{&pool, cpu};
+    const KernelContext ctx{&pool, cpu, backend};
     double base_ms = 0.0;
     md_rows << "| " << DTypeName(type) << " |";
     for (int m : o.rows) {

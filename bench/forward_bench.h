@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/model.h"
+
 #include "tensor/dtype.h"
 
 namespace specd::bench {
@@ -21,6 +23,9 @@ struct ForwardBenchOptions {
   std::string out_dir = "bench/results";
   bool verbose = true;
   bool profile = false;  // also time each op of the M-row forwards
+  // Each model is also run converted at load: "" (as stored) and / or "i8" (BASS's INT8).
+  std::vector<std::string> weights = {""};
+  WeightFlags weight_flags;  // --int8-kernel, --smooth-alpha, --calibration for the i8 runs
 };
 
 // Runs the benchmark, prints a Markdown table to stdout and writes forward.md / forward.json

@@ -352,12 +352,20 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
 // visible or (window > 0) only the last `window` keys of each row, as in Gemma's local layers.
 // With tree_seed != 0, each row also gets a token-tree mask: every key but some random ones among
 // the last few is visible (a node sees the committed keys, its ancestors and itself).
-void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree_seed = 0) {
-  const int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
+struct AttentionShape {
+  int n_head = 4, n_head_kv = 2, head_dim = 32, n_ctx = 40;
+  std::vector<int> lengths = {5, 33, 12};  // per sequence
+  std::vector<int> rows_per_seq = {1, 4, 2};
+};
+
+void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree_seed = 0,
+                                    const AttentionShape& shape = {}) {
+  const int n_head = shape.n_head, n_head_kv = shape.n_head_kv, head_dim = shape.head_dim;
+  const int n_ctx = shape.n_ctx;
   const int kv_dim = n_head_kv * head_dim;
-  // Three sequences with different lengths; rows are the last few positions of each.
-  const std::vector<int> lengths = {5, 33, 12};
-  const std::vector<int> rows_per_seq = {1, 4, 2};
+  // Sequences with different lengths; rows are the last few positions of each.
+  const std::vector<int>& lengths = shape.lengths;
+  const std::vector<int>& rows_per_seq = shape.rows_per_seq;
   std::vector<std::vector<uint8_t>> k_cache, v_cache;
   for (size_t s = 0; s < lengths.size(); ++s) {
     const auto k = RandomVector(n_ctx * kv_dim, 100 + s);
@@ -400,15 +408,49 @@ void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree
   std::vector<float> ref(q.size()), pad(q.size()), split(q.size());
   rows.out = ref.data();
   reference::Attention(rows);
-  ThreadPool pool(2);
-  KernelContext ctx{&pool, CpuFeatures::Detect()};
-  rows.out = pad.data();
-  Attention(ctx, rows, AttentionMode::kPad);
-  rows.out = split.data();
-  Attention(ctx, rows, AttentionMode::kSplit);
-  EXPECT_LT(RelativeError(split, ref), 1e-5);
-  EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
-      << "PAD's masked padding must add exactly nothing";
+  // BASS-PAD, BASS-SPLIT (one computation per sequence: blocks over its rows and heads) and the
+  // per-(row, head) routine, on 1 and 2 threads (which changes how heads are grouped into work
+  // items): all the same bits.
+  std::vector<float> row_wise(q.size());
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    rows.out = pad.data();
+    Attention(ctx, rows, AttentionMode::kPad);
+    rows.out = split.data();
+    Attention(ctx, rows, AttentionMode::kSplit);
+    rows.out = row_wise.data();
+    Attention(ctx, rows, AttentionMode::kRow);
+    EXPECT_LT(RelativeError(split, ref), 1e-5);
+    EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
+        << "PAD's masked padding must add exactly nothing";
+    EXPECT_EQ(0, std::memcmp(row_wise.data(), split.data(), pad.size() * sizeof(float)))
+        << "the per-sequence blocks must give the per-row routine's bits, threads " << threads
+        << " head_dim " << head_dim;
+  }
+}
+
+// The block kernel's tiles: head_dim 64 and 128 (one and two 64-wide output chunks), 3 and 5
+// heads per KV head (query tiles of 6 split unevenly), a long and a single sequence.
+TEST(Kernels, BassAttentionBlocksEqualTheRowRoutineForEveryShape) {
+  AttentionShape wide;
+  wide.n_head = 9;
+  wide.n_head_kv = 3;
+  wide.head_dim = 64;
+  wide.n_ctx = 300;
+  wide.lengths = {280, 17, 96, 1};
+  wide.rows_per_seq = {8, 3, 5, 1};
+  AttentionShape deep;
+  deep.n_head = 10;
+  deep.n_head_kv = 2;
+  deep.head_dim = 128;
+  deep.n_ctx = 70;
+  deep.lengths = {64};
+  deep.rows_per_seq = {7};
+  for (const AttentionShape& shape : {wide, deep}) {
+    CheckAttentionMatchesReference(DType::kF32, 0, 0, shape);
+    CheckAttentionMatchesReference(DType::kF16, 0, 0, shape);
+  }
 }
 
 TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {

@@ -194,7 +194,9 @@ int RunGenerate(const GenerateOptions& options) {
   request.sampling.repeat_penalty = o.repeat_penalty;
   request.sampling.repeat_last_n = o.repeat_last_n;
   request.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
-  request.attention = o.attention == "pad" ? AttentionMode::kPad : AttentionMode::kSplit;
+  request.attention = o.attention == "pad"   ? AttentionMode::kPad
+                      : o.attention == "row" ? AttentionMode::kRow
+                                             : AttentionMode::kSplit;
   request.stop_at_eos = !o.ignore_eos;
   const bool coupled = o.spec_sampling == "coupled";
   if (coupled) request.sampling.method = SamplingMethod::kGumbel;

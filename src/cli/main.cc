@@ -204,8 +204,11 @@ int main(int argc, char** argv) {
   generate
       ->add_option("-c,--ctx,--ctx-size", gen.ctx, "context positions per sequence (default: fit)")
       ->check(CLI::Range(1, 1 << 20));
-  generate->add_option("--attention", gen.attention, "attention over ragged sequences")
-      ->check(CLI::IsMember({"pad", "split"}));
+  generate
+      ->add_option("--attention", gen.attention,
+                   "attention over ragged sequences: split (BASS-SPLIT, one computation per "
+                   "sequence), pad (BASS-PAD, all padded to the longest) or row (per row and head)")
+      ->check(CLI::IsMember({"pad", "split", "row"}));
   generate
       ->add_option("--cache-type", gen.cache_type,
                    "KV cache type of both models: f16 (default) or f32")
@@ -324,6 +327,15 @@ int main(int argc, char** argv) {
   bench_forward->add_flag("--profile", fwd.profile, "time each op of the M-row forwards");
   bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd.out_dir, "where results are written");
+  bench_forward
+      ->add_option("--weights", fwd.weights,
+                   "weight forms to run each model in: as-stored and / or i8 (converted at load)")
+      ->delimiter(',')
+      ->transform([](std::string form) { return form == "as-stored" ? std::string() : form; })
+      ->check(CLI::IsMember({"", "i8"}));
+  bench_forward->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
+                            "matmul of i8 weights: auto, specd or onednn")
+      ->check(CLI::IsMember({"auto", "specd", "onednn"}));
 
   bench::MatmulBenchOptions mm;
   auto* bench_matmul = bench->add_subcommand("matmul", "specd's matmul kernels vs oneDNN");

@@ -187,6 +187,65 @@ void GeGlu(const KernelContext& ctx, const float* gate, const float* up, float* 
 
 namespace {
 
+// BASS-PAD (pad_to > 0: every sequence scores pad_to keys) or BASS-SPLIT (pad_to == 0: its
+// own), on the AVX-512 block kernel. Work items are (sequence, KV head) — all of the sequence's
+// rows and the heads sharing that KV head read each key once — or, when that leaves a thread
+// idle, (sequence, head). Either way each (row, head) gets AttendRow's bits.
+template <typename KvT>
+void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, int32_t pad_to) {
+  const int group = rows.n_head / rows.n_head_kv;
+  const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
+  const int64_t n_seqs = static_cast<int64_t>(rows.seq_row_begin.size()) - 1;
+  const int heads_per_item = n_seqs * rows.n_head_kv >= 2 * ctx.pool->size() ? group : 1;
+  const int64_t items_per_seq = rows.n_head / heads_per_item;
+  int64_t n_scored = 0;
+  for (int64_t r = 0; r < rows.n_rows; ++r) n_scored += pad_to > 0 ? pad_to : rows.n_visible[r];
+  const int64_t macs_per_item =
+      2 * n_scored * rows.head_dim * heads_per_item / std::max<int64_t>(n_seqs, 1);
+  ctx.pool->ParallelFor(
+      n_seqs * items_per_seq, 1,
+      [&](int64_t begin, int64_t end) {
+        std::vector<const float*> q;
+        std::vector<float*> out;
+        std::vector<int32_t> visible;
+        std::vector<float> scores;
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t s = item / items_per_seq;
+          const int h0 = static_cast<int>(item % items_per_seq) * heads_per_item;
+          const int64_t r0 = rows.seq_row_begin[s], r1 = rows.seq_row_begin[s + 1];
+          q.clear();
+          out.clear();
+          visible.clear();
+          int32_t n_compute = pad_to;
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int h = h0; h < h0 + heads_per_item; ++h) {
+              q.push_back(rows.q + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
+              out.push_back(rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
+              visible.push_back(rows.n_visible[r]);
+            }
+            if (pad_to == 0) n_compute = std::max(n_compute, rows.n_visible[r]);
+          }
+          if (q.empty()) continue;
+          scores.resize(q.size() * static_cast<size_t>(n_compute));
+          avx512::AttentionBlock block;
+          block.n_queries = static_cast<int>(q.size());
+          block.q = q.data();
+          block.out = out.data();
+          block.n_visible = visible.data();
+          block.n_compute = n_compute;
+          block.kv_stride = kv_stride;
+          block.head_dim = rows.head_dim;
+          block.scale = rows.scale;
+          block.scores = scores.data();
+          const int64_t kv_off = static_cast<int64_t>(h0 / group) * rows.head_dim;
+          avx512::AttendBlock(block, static_cast<const KvT*>(rows.k[r0]) + kv_off,
+                              static_cast<const KvT*>(rows.v[r0]) + kv_off);
+        }
+      },
+      MinItemsPerThread(macs_per_item));
+}
+
 template <typename KvT>
 void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode) {
   const int group = rows.n_head / rows.n_head_kv;
@@ -217,6 +276,13 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
                rows.out + r * q_stride + static_cast<int64_t>(h) * rows.head_dim);
   };
 
+  // BASS's variants as the paper defines them, where the fast kernel applies (chains, no
+  // window): one computation per (sequence, KV head) over all its rows and heads, each key read
+  // once (SPLIT: the sequence's own keys; PAD: every sequence padded to the longest).
+  if (fast && mode != AttentionMode::kRow && rows.key_mask.empty() && rows.first_visible.empty() &&
+      rows.seq_row_begin.size() >= 2) {
+    return AttendSequenceBlocks<KvT>(ctx, rows, mode == AttentionMode::kPad ? n_padded : 0);
+  }
   if (mode == AttentionMode::kPad) {
     ctx.pool->ParallelFor(
         rows.n_rows * rows.n_head, 1,
@@ -229,6 +295,7 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
         },
         MinItemsPerThread(2 * int64_t{n_padded} * rows.head_dim));
   } else {
+    // Per (sequence, head), each row over its own keys (SPLIT outside the block path, and kRow).
     const int64_t n_seqs = static_cast<int64_t>(rows.seq_row_begin.size()) - 1;
     SPECD_CHECK(n_seqs >= 0, "attention: sequence grouping is missing");
     int64_t n_scored = 0;  // (row, key) pairs over all sequences, for one head

@@ -182,9 +182,13 @@ struct AttentionRows {
   std::vector<int64_t> seq_row_begin;
 };
 
+// All three give the same bits (masked keys add exactly 0 to every sum).
 enum class AttentionMode {
-  kPad,    // every row scores max(n_visible) keys; keys it cannot see get -inf before softmax
-  kSplit,  // one computation per sequence over exactly its own keys
+  kPad,    // BASS-PAD: one computation over all sequences padded to the longest (max(n_visible)
+           // keys for every row; keys a row cannot see get -inf before softmax)
+  kSplit,  // BASS-SPLIT: one computation per sequence over exactly its own keys
+  kRow,    // one computation per (row, head), each reading its keys on its own (specd's routine
+           // before the BASS variants; kept for comparison)
 };
 
 void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMode mode);
@@ -239,6 +243,22 @@ void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride
 void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
                int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                float* scores, float* out);
+// Queries of one sequence and one KV head against its keys [0, n_compute) (BASS's batched
+// attention): query i sees keys [0, n_visible[i]); every query's output equals AttendRow's for
+// the same row, bit for bit. head_dim must be a multiple of 16.
+struct AttentionBlock {
+  int n_queries = 0;
+  const float* const* q = nullptr;  // [n_queries] pointers to [head_dim]
+  float* const* out = nullptr;      // [n_queries] pointers to [head_dim]
+  const int32_t* n_visible = nullptr;  // [n_queries]
+  int32_t n_compute = 0;
+  int64_t kv_stride = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  float* scores = nullptr;  // [n_queries, n_compute] scratch
+};
+void AttendBlock(const AttentionBlock& block, const float* k, const float* v);
+void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v);
 void StoreF16(const float* x, int64_t n, uint16_t* dst);
 }  // namespace avx512
 

@@ -5,6 +5,7 @@
 // give exactly 0 after exp, and adding +0 to a lane or to the output changes nothing.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -100,6 +101,26 @@ inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// Softmax weights of n scores in place, unnormalized: exp(score - max), lane-wise max and sum
+// over key t -> lane t % 16. Returns 1 / sum.
+inline float SoftmaxWeights(float* scores, int32_t n) {
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int32_t t = 0; t < n; t += 16) {
+    const __mmask16 m = TailMask(n - t);
+    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, m, scores + t));
+  }
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int32_t t = 0; t < n; t += 16) {
+    const __mmask16 m = TailMask(n - t);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + t), max)));
+    _mm512_mask_storeu_ps(scores + t, m, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
 // The computation over keys key_of(0), key_of(1), ...: key t sits in lane t % 16 of the softmax
 // sums, so a token-tree row (its visible keys gathered in order) gets exactly the result of a
 // chain row with the same visible keys.
@@ -132,22 +153,7 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
         _mm512_mask_blend_ps(keep, minus_inf, _mm512_mul_ps(SumEach16(acc), scale_v));
     _mm512_mask_storeu_ps(scores + t0, TailMask(n_block), block);
   }
-  // Softmax weights, lane-wise max and sum over key t -> lane t % 16.
-  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int32_t t = 0; t < n_compute; t += 16) {
-    const __mmask16 m = TailMask(n_compute - t);
-    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, m, scores + t));
-  }
-  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-  __m512 vsum = _mm512_setzero_ps();
-  for (int32_t t = 0; t < n_compute; t += 16) {
-    const __mmask16 m = TailMask(n_compute - t);
-    const __m512 e =
-        _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + t), max)));
-    _mm512_mask_storeu_ps(scores + t, m, e);
-    vsum = _mm512_add_ps(vsum, e);
-  }
-  const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  const float inv = SoftmaxWeights(scores, n_compute);
   // Output: sum_t w_t v_t in key order, up to 4 vectors of head_dim held in registers. Masked
   // keys have weight exactly 0 and are skipped (adding +0 would change nothing).
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
@@ -166,6 +172,89 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
   }
 }
 
+
+// Several query rows against one run of keys (BASS's batched attention: a sequence's
+// verification rows, or the heads sharing a KV head, read each key and value once). Per
+// (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same
+// transpose-and-add tree, softmax and key order in the output sums — only the loops are
+// interchanged (keys outer), so every query's result equals AttendRow's bit for bit.
+template <typename KvT>
+void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
+  const int hd = b.head_dim;
+  const __m512 scale_v = _mm512_set1_ps(b.scale);
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  std::vector<float> kbuf(16 * static_cast<size_t>(hd));  // [16, head_dim] keys as f32
+  for (int32_t t0 = 0; t0 < b.n_compute; t0 += 16) {
+    const int32_t n_block = b.n_compute - t0 < 16 ? b.n_compute - t0 : 16;
+    for (int j = 0; j < n_block; ++j) {
+      const KvT* kt = k + static_cast<int64_t>(t0 + j) * b.kv_stride;
+      for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(&kbuf[j * hd + d], Load16(kt + d));
+    }
+    for (int i = 0; i < b.n_queries; ++i) {
+      const float* q = b.q[i];
+      __m512 acc[16];
+      for (int j = 0; j < 16; ++j) {
+        if (j >= n_block) {
+          acc[j] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* kt = &kbuf[j * hd];
+        acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
+        for (int d = 16; d < hd; d += 16) {
+          acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc[j]);
+        }
+      }
+      const int32_t visible = b.n_visible[i] - t0;
+      const __mmask16 keep = TailMask(visible < 0 ? 0 : visible);
+      const __m512 sums =
+          _mm512_mask_blend_ps(keep, minus_inf, _mm512_mul_ps(SumEach16(acc), scale_v));
+      _mm512_mask_storeu_ps(b.scores + i * b.n_compute + t0, TailMask(n_block), sums);
+    }
+  }
+  std::vector<float> inv(b.n_queries);
+  for (int i = 0; i < b.n_queries; ++i) {
+    inv[i] = SoftmaxWeights(b.scores + i * b.n_compute, b.n_compute);
+  }
+  // Output, in tiles of up to 6 queries (4 accumulators each for 64 dimensions) that share each
+  // loaded value vector; a query stops adding at its own n_visible, as in AttendKeys.
+  constexpr int kTile = 6;
+  for (int i0 = 0; i0 < b.n_queries; i0 += kTile) {
+    const int nq = b.n_queries - i0 < kTile ? b.n_queries - i0 : kTile;
+    int32_t t_end = 0;
+    for (int i = 0; i < nq; ++i) t_end = std::max(t_end, b.n_visible[i0 + i]);
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+      const int nv = (hd - d0 < 64 ? hd - d0 : 64) / 16;
+      __m512 acc[kTile][4];
+      for (int i = 0; i < kTile; ++i) {
+        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+      }
+      for (int32_t t = 0; t < t_end; ++t) {
+        const KvT* vt = v + static_cast<int64_t>(t) * b.kv_stride + d0;
+        __m512 vv[4];
+        for (int j = 0; j < nv; ++j) vv[j] = Load16(vt + 16 * j);
+        for (int i = 0; i < nq; ++i) {
+          if (t >= b.n_visible[i0 + i]) continue;
+          const __m512 w = _mm512_set1_ps(b.scores[(i0 + i) * b.n_compute + t]);
+          for (int j = 0; j < nv; ++j) acc[i][j] = _mm512_fmadd_ps(w, vv[j], acc[i][j]);
+        }
+      }
+      for (int i = 0; i < nq; ++i) {
+        for (int j = 0; j < nv; ++j) {
+          _mm512_storeu_ps(b.out[i0 + i] + d0 + 16 * j,
+                           _mm512_mul_ps(acc[i][j], _mm512_set1_ps(inv[i0 + i])));
+        }
+      }
+    }
+  }
+}
+
+void AttendBlock(const AttentionBlock& block, const float* k, const float* v) {
+  AttendBlockT(block, k, v);
+}
+
+void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v) {
+  AttendBlockT(block, k, v);
+}
 template <typename KvT>
 void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
                 float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,

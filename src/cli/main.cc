@@ -15,6 +15,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "bench/attention_bench.h"
 #include "bench/easyspec_bench.h"
 #include "bench/forward_bench.h"
 #include "bench/matmul_bench.h"
@@ -337,6 +338,24 @@ int main(int argc, char** argv) {
                             "matmul of i8 weights: auto, specd or onednn")
       ->check(CLI::IsMember({"auto", "specd", "onednn"}));
 
+  bench::AttentionBenchOptions ab;
+  auto* bench_attention = bench->add_subcommand(
+      "attention", "BASS-PAD vs BASS-SPLIT vs per-row attention by context length");
+  bench_attention->add_option("--contexts", ab.contexts, "keys per sequence (about)")
+      ->delimiter(',')
+      ->check(CLI::Range(8, 1 << 17));
+  bench_attention->add_option("--batches", ab.batches, "sequences")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  bench_attention->add_option("--rows", ab.rows, "rows per sequence")->check(CLI::Range(1, 64));
+  bench_attention->add_option("--heads", ab.n_head, "query heads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--kv-heads", ab.n_head_kv, "KV heads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--head-dim", ab.head_dim, "head dimension (multiple of 16)")
+      ->check(CLI::Range(16, 512));
+  bench_attention->add_option("-t,--threads", ab.threads, "threads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--reps", ab.reps, "runs per setting")->check(CLI::Range(1, 1000));
+  bench_attention->add_option("--out", ab.out_dir, "where results are written");
+
   bench::MatmulBenchOptions mm;
   auto* bench_matmul = bench->add_subcommand("matmul", "specd's matmul kernels vs oneDNN");
   bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")
@@ -553,6 +572,12 @@ int main(int argc, char** argv) {
       if (eb.target.empty()) eb.target = DefaultTargetModel();
       if (eb.draft.empty()) eb.draft = DefaultDraftModel();
       bench::RunEasySpecBench(eb);
+      return 0;
+    }
+    if (*bench_attention) {
+      SPECD_CHECK(ab.n_head % ab.n_head_kv == 0 && ab.head_dim % 16 == 0,
+                  "bench attention: heads must be a multiple of KV heads, head-dim of 16");
+      bench::RunAttentionBench(ab);
       return 0;
     }
     if (*bench_matmul) {

@@ -22,6 +22,20 @@ namespace {
 constexpr int kTileRows = 4;
 constexpr int64_t kWeightChunk = 16;
 
+// How far ahead of the block being multiplied the packed kernels ask for weights: they stream
+// from DRAM once per matmul, and with several activation rows the arithmetic should overlap the
+// stream instead of waiting on it. Measured on SmolLM2 i8 (Xeon, 2 threads): M=8 forward 9.3 ms
+// without, 7.1 ms at 4 KiB (1-16 KiB within noise of each other), decode 201 -> 218 tok/s.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// Prefetches the `bytes` of a block kPrefetchBytes ahead of `block` (packed row groups are
+// contiguous, so near a group's end this reaches into the next group).
+inline void PrefetchAhead(const uint8_t* block, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + line, _MM_HINT_T0);
+  }
+}
+
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 // 4 activation bytes read as one int32 for a broadcast operand (folds into vpdpbusd's m32bcst).
@@ -306,6 +320,7 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + 32;
+    PrefetchAhead(blk, block_bytes);
     // Few activation rows leave one chain of dependent vpdpbusd per row, bound by its latency:
     // split it into kChains independent sums (integer sums are exact in any order).
     constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
@@ -365,6 +380,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + header_bytes;
+    PrefetchAhead(blk, block_bytes);
     // Independent integer sums per row: per sub-block, and for few rows split further so that
     // dependent vpdpbusd chains do not bound the time (exact in any order).
     constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
@@ -537,6 +553,7 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* values = group + b * 512;
+    PrefetchAhead(values, 512);
     for (int half = 0; half < 2; ++half) {
       __m512i w[4];
       LoadLanes<false, 0>(values, 2 * half, w);

@@ -448,5 +448,43 @@ TEST(Cli, EasySpecFlagsKeepGreedyOutputAndRejectMisuse) {
   }
 }
 
+// --weights i8 from the CLI: speculative greedy output equals plain greedy output of the same
+// i8 model (on both i8 kernels and every attention variant), the i8 model really differs from
+// the file's own types, and misuse is named.
+TEST(Cli, Int8WeightsKeepGreedyOutputAndRejectMisuse) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  const std::string common = " --tokens 1,5,9,33 -n 24 --temp 0 --ignore-eos --json -m " + target;
+  const auto first_line = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(0, out.find('\n')))["tokens"];
+  };
+  const CliRun as_stored = RunSpecd("generate" + common + " --strategy ar");
+  const CliRun plain = RunSpecd("generate" + common + " --strategy ar --weights i8");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  ASSERT_EQ(as_stored.exit_code, 0) << as_stored.out;
+  for (const char* flags : {"", " --int8-kernel specd --attention pad",
+                            " --int8-kernel onednn --attention row", " --smooth-alpha 0"}) {
+    const CliRun spec =
+        RunSpecd("generate" + common + " -md " + draft + " --draft-max 3 --weights i8" + flags);
+    ASSERT_EQ(spec.exit_code, 0) << flags << "\n" << spec.out;
+    if (std::string(flags) != " --smooth-alpha 0") {
+      EXPECT_EQ(first_line(spec.out), first_line(plain.out)) << flags;
+    }
+  }
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"generate" + common + " --int8-kernel onednn", "add --weights i8"},
+      {"generate" + common + " --weights i4", "--weights"},
+      {"generate" + common + " --weights i8 --smooth-alpha 2", "--smooth-alpha"},
+      {"generate" + common + " --weights i8 --calibration /nonexistent", "/nonexistent"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = RunSpecd(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace specd

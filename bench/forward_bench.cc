@@ -97,8 +97,16 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   }
 
   std::ostringstream md;
-  md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name() << " kernels), "
-     << subject << "\n\n";
+  {
+    ThreadPool pool(1);
+    WeightFlags i8_flags = o.weight_flags;
+    i8_flags.weights = "i8";
+    const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(i8_flags, cpu)};
+    report["int8_kernel"] = Int8KernelName(ctx);
+    md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name()
+       << " kernels; i8 weights, where run, on " << Int8KernelName(ctx) << "), ";
+  }
+  md << subject << "\n\n";
   md << "| weights | GiB read/token | threads | decode tok/s | read GB/s | roofline tok/s | "
         "fraction |\n";
   md << "|---|---|---|---|---|---|---|\n";

@@ -162,6 +162,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   std::ostringstream md;
   report["cpu"] = CpuName();
   report["kernels"] = ctx.cpu.Name();
+  report["weights"] = o.weight_flags.weights.empty() ? "as stored" : o.weight_flags.weights;
+  report["int8_kernel"] = Int8KernelName(ctx);
   report["prompt_set"] = o.prompt_set;
   report["spec_type"] = o.spec_type;
   // EasySpec's drafting, when asked for.
@@ -179,7 +181,9 @@ void RunSpecBench(const SpecBenchOptions& o) {
   }
   report["drafting"] = drafting;
   md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
-     << " kernels), " << o.threads << " threads, target " << o.target << ", proposer "
+     << " kernels"
+     << (o.weight_flags.weights == "i8" ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
+     << "), " << o.threads << " threads, target " << o.target << ", proposer "
      << (o.spec_type == "draft"   ? o.draft
          : o.spec_type == "ngram" ? "n-gram lookup"
                                   : "n-gram lookup, then " + o.draft)

@@ -52,6 +52,25 @@ void MatmulI8Generic(ThreadPool* pool, const float* x, int64_t m, const WeightVi
       MinItemsPerThread(m * w.cols));
 }
 
+}  // namespace
+
+std::string Int8KernelName(const KernelContext& ctx) {
+  const std::string own = ctx.cpu.avx512 ? "specd VNNI" : "portable";
+  switch (ctx.int8_backend) {
+    case Int8Backend::kSpecd:
+      return own;
+    case Int8Backend::kOneDnn:
+      return ctx.cpu.amx_int8 ? "oneDNN (AMX)" : "oneDNN (VNNI)";
+    case Int8Backend::kAuto:
+      return ctx.cpu.amx_int8 ? "oneDNN AMX from " + std::to_string(ctx.onednn_min_rows) +
+                                    " rows, " + own + " below"
+                              : own + " (no AMX here)";
+  }
+  return own;
+}
+
+namespace {
+
 bool UseOneDnn(const KernelContext& ctx, int64_t m) {
   switch (ctx.int8_backend) {
     case Int8Backend::kOneDnn:

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -96,6 +97,11 @@ enum class Int8Backend {
   kSpecd,   // specd's AVX-512 VNNI kernel
   kOneDnn,  // oneDNN's s8 x s8 -> s32 matmul (AMX or VNNI, its choice; ONEDNN_VERBOSE shows it)
 };
+
+// Which i8 kernel a context runs, for benchmark tables: "specd VNNI", "oneDNN (AMX from 8 rows,
+// specd VNNI below)" and so on.
+struct KernelContext;
+std::string Int8KernelName(const KernelContext& ctx);
 
 // Explicit context for every kernel call: threads and the ISA to use.
 struct KernelContext {

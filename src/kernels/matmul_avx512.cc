@@ -10,6 +10,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cmath>
 #include <cstring>
 
@@ -570,11 +572,18 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
   }
 }
 
+// With no per-block float work, 16 integer sums + 4 weight registers fit the 32 zmm registers:
+// each loaded weight block serves up to kI8TileRows activation rows.
+constexpr int kI8TileRows = 16;
+
 using I8TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, const int32_t*,
                           int64_t, int64_t, float*, int64_t, int64_t, int64_t);
-constexpr I8TileFn kI8Tiles[kPackedTileRows] = {
-    PackedTileI8<1>, PackedTileI8<2>, PackedTileI8<3>, PackedTileI8<4>,
-    PackedTileI8<5>, PackedTileI8<6>, PackedTileI8<7>, PackedTileI8<8>};
+template <size_t... I>
+constexpr std::array<I8TileFn, sizeof...(I)> MakeI8Tiles(std::index_sequence<I...>) {
+  return {PackedTileI8<static_cast<int>(I) + 1>...};
+}
+constexpr std::array<I8TileFn, kI8TileRows> kI8Tiles =
+    MakeI8Tiles(std::make_index_sequence<kI8TileRows>());
 
 void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t* acorr,
              int64_t m, int64_t g0, int64_t g1, float* y) {
@@ -582,8 +591,8 @@ void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, cons
   const int64_t nb = w.cols / 32;
   for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
     const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
-      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
+    for (int64_t m0 = 0; m0 < m; m0 += kI8TileRows) {
+      const int64_t mt = std::min<int64_t>(kI8TileRows, m - m0);
       for (int64_t g = c0; g < c1; ++g) {
         const int64_t n0 = g * 16;
         kI8Tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, aq, da, acorr, w.cols, m0, y,

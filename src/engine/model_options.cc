@@ -68,7 +68,9 @@ ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string
   const std::string text =
       flags.calibration_file.empty() ? BuiltInCalibrationText() : ReadFileBytes(flags.calibration_file);
   auto file = GgufFile::Open(path);
-  // A file that is not already i8 (which keeps its own migration) has a tokenizer to read with.
+  SPECD_CHECK(file->Find("tokenizer.ggml.model") != nullptr, path,
+              " has no tokenizer to read the SmoothQuant calibration text with: add "
+              "--smooth-alpha 0 (i8 without SmoothQuant)");
   const auto tokenizer = Tokenizer::FromGguf(*file);
   std::vector<int32_t> tokens = tokenizer->Encode(text, /*add_special=*/true,
                                                   /*parse_special=*/true);

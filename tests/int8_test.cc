@@ -22,12 +22,8 @@
 namespace specd {
 namespace {
 
-std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  SplitMix64 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * rng.NextSymmetric();
-  return v;
-}
+using testing::RandomVector;
+using testing::RelativeError;
 
 // An i8 matrix quantized from random f32 weights (with a few large outliers per row, so that
 // row scales differ a lot), and the f32 weights it came from.
@@ -55,15 +51,6 @@ I8Weights MakeI8(int64_t rows, int64_t cols, uint64_t seed) {
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 TEST(Int8, QuantizeRowI8RoundsToTheNearestLevel) {
@@ -228,14 +215,7 @@ TEST(Int8, ADifferentScaleOrderIsNotBitIdentical) {
 
 // ---- Whole models in i8 -------------------------------------------------------------------
 
-GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.n_predict = n;
-  r.sampling.temperature = 0.0f;
-  r.stop_at_eos = false;
-  return r;
-}
+using testing::Greedy;
 
 // The tiny pair converted to i8 at load, SmoothQuant calibrated on a prompt, on one backend.
 struct I8Pair {

@@ -11,26 +11,13 @@
 
 #include "base/rng.h"
 #include "tensor/quantize.h"
+#include "tests/test_util.h"
 
 namespace specd {
 namespace {
 
-std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  SplitMix64 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * rng.NextSymmetric();
-  return v;
-}
-
-// ||a - b|| / ||b||
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::RandomVector;
+using testing::RelativeError;
 
 struct Weights {
   std::vector<uint8_t> bytes;

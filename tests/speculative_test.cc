@@ -18,14 +18,7 @@ namespace {
 using Pair = testing::ModelPair;
 using testing::Prompt;
 
-GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.n_predict = n;
-  r.sampling.temperature = 0.0f;
-  r.stop_at_eos = false;
-  return r;
-}
+using testing::Greedy;
 
 // Every draft-length policy at batch 1: fixed lengths, BASS Algorithm 1, cost-aware, and a
 // schedule with plain steps between drafts.

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "base/rng.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
 #include "threading/thread_pool.h"
@@ -21,6 +22,31 @@ ModelPair::ModelPair(DType type, uint64_t draft_seed, const std::string& draft_s
     : pool(2), ctx{&pool, CpuFeatures::Detect()} {
   target = Model::Load(TinyModel("tiny", type, 7), &ctx);
   draft = Model::Load(TinyModel(draft_shape, type, draft_seed), &ctx);
+}
+
+std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale) {
+  SplitMix64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * rng.NextSymmetric();
+  return v;
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.n_predict = n;
+  r.sampling.temperature = 0.0f;
+  r.stop_at_eos = false;
+  return r;
 }
 
 std::vector<int32_t> Prompt(int n, int salt) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/generate.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -29,6 +30,13 @@ struct ModelPair {
 // A copy of a model with an FR-Spec restricted head: output.weight holds the output matrix's
 // (or tied embedding's) rows of `head` and specd.head_tokens lists them. Returns the copy's path.
 std::string WithRestrictedHead(const std::string& path, const std::vector<int32_t>& head);
+
+// n values uniform in [-scale, scale), from a seeded SplitMix64.
+std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f);
+// ||a - b|| / ||b||
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b);
+// A greedy request for n new tokens that does not stop at EOS.
+GenerateRequest Greedy(const std::vector<int32_t>& prompt, int n);
 
 // A deterministic prompt of n tokens below 384 (the tiny vocabulary), varied by salt.
 std::vector<int32_t> Prompt(int n, int salt);

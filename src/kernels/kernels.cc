@@ -34,7 +34,6 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
 // i8 weights without AVX-512: the scalar definition, split over weight rows (a row's result is
 // the same whatever the split).
 void MatmulI8Generic(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
-  std::vector<float> part;
   pool->ParallelFor(
       w.rows, 16,
       [&](int64_t begin, int64_t end) {

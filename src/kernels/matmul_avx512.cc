@@ -500,43 +500,43 @@ const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
   Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
 
+// The order every packed range walks its work in: row groups [g0, g1) in chunks of 4 (their
+// weights stay in L1 / L2 while every tile of activation rows passes over them), tiles of up to
+// tile_rows activation rows. tile(g, m0, mt) multiplies group g by rows [m0, m0 + mt).
+template <typename TileFn>
+void ForEachTile(int64_t g0, int64_t g1, int64_t m, int64_t tile_rows, TileFn tile) {
+  constexpr int64_t kGroupsPerChunk = 4;
+  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
+    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += tile_rows) {
+      const int64_t mt = std::min<int64_t>(tile_rows, m - m0);
+      for (int64_t g = c0; g < c1; ++g) tile(g, m0, mt);
+    }
+  }
+}
+
 void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const int8_t* aq,
                   const float* da, const int32_t* asum16, int64_t m, int64_t g0, int64_t g1,
                   float* y) {
-  constexpr int64_t kGroupsPerChunk = 4;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
-    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
-      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
-      for (int64_t g = c0; g < c1; ++g) {
-        const int64_t n0 = g * 16;
-        tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
-                      w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0,
-                      std::min<int64_t>(16, w.rows - n0));
-      }
-    }
-  }
+  ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
+                  w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0,
+                  std::min<int64_t>(16, w.rows - n0));
+  });
 }
 
 template <bool kNibbles, int kPlanes>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                  const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
-  constexpr int64_t kGroupsPerChunk = 4;
   const int64_t nb = w.cols / 32;
-  const int64_t block_bytes = w.BlockBytes();
-  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
-    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kPackedTileRows) {
-      const int64_t mt = std::min<int64_t>(kPackedTileRows, m - m0);
-      const PackedTileFn tile = kPackedTiles<kNibbles, kPlanes>[mt - 1];
-      for (int64_t g = c0; g < c1; ++g) {
-        const int64_t n0 = g * 16;
-        tile(w.data.data() + g * w.GroupBytes(), nb, block_bytes, aq, da, acorr, w.cols, m0, y,
-             w.rows, n0, std::min<int64_t>(16, w.rows - n0));
-      }
-    }
-  }
+  ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    kPackedTiles<kNibbles, kPlanes>[mt - 1](w.data.data() + g * w.GroupBytes(), nb,
+                                            w.BlockBytes(), aq, da, acorr, w.cols, m0, y, w.rows,
+                                            n0, std::min<int64_t>(16, w.rows - n0));
+  });
 }
 
 // i8 tile (BASS's INT8): 16 output rows x MT activation rows over the whole row. The integer
@@ -587,19 +587,12 @@ constexpr std::array<I8TileFn, kI8TileRows> kI8Tiles =
 
 void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t* acorr,
              int64_t m, int64_t g0, int64_t g1, float* y) {
-  constexpr int64_t kGroupsPerChunk = 4;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
-    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kI8TileRows) {
-      const int64_t mt = std::min<int64_t>(kI8TileRows, m - m0);
-      for (int64_t g = c0; g < c1; ++g) {
-        const int64_t n0 = g * 16;
-        kI8Tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, aq, da, acorr, w.cols, m0, y,
-                         w.rows, n0, std::min<int64_t>(16, w.rows - n0));
-      }
-    }
-  }
+  ForEachTile(g0, g1, m, kI8TileRows, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    kI8Tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, aq, da, acorr, w.cols, m0, y, w.rows,
+                     n0, std::min<int64_t>(16, w.rows - n0));
+  });
 }
 
 }  // namespace

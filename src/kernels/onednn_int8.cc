@@ -107,9 +107,4 @@ void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
   }
 }
 
-std::string OneDnnImplementation(const PackedInt8Weights& w, int64_t m) {
-  SPECD_CHECK(w.onednn != nullptr, "oneDNN weights were not built for this matrix");
-  return PrimitiveFor(*w.onednn, m)->impl_info_str();
-}
-
 }  // namespace specd

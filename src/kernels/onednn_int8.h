@@ -26,7 +26,4 @@ std::shared_ptr<OneDnnInt8Weights> MakeOneDnnInt8Weights(
 void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
                     const PackedInt8Weights& w, float* y, MatmulScratch* scratch);
 
-// The implementation oneDNN runs for m rows of these weights ("brg:avx512_core_amx_int8", ...).
-std::string OneDnnImplementation(const PackedInt8Weights& w, int64_t m);
-
 }  // namespace specd

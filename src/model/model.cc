@@ -396,7 +396,9 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
   if (fast) model->PackWeights(*ctx);
-  if (options.int8_weights) {
+  // A file written in i8 keeps its own conversion: no calibration, no second packing.
+  const bool all_i8 = model->MatrixType() == DType::kI8 && model->output_.type == DType::kI8;
+  if (options.int8_weights && !all_i8) {
     model->ConvertAllToI8(ctx, options);
     if (fast) model->PackWeights(*ctx);
   }

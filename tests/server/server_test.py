@@ -173,6 +173,7 @@ class ServerTest(unittest.TestCase):
         resp.readline()  # the first chunk: generation is under way
         sock = conn.sock
         sock.shutdown(socket.SHUT_RDWR)
+        resp.close()  # the response holds the socket open too: a client that went away has not
         conn.close()
         deadline = time.time() + 20
         while time.time() < deadline and self.server.metrics()["specd:kv_slots_in_use"] > before:

@@ -67,9 +67,13 @@ void Metrics::OnInterTokenGap(double gap_ms) {
   inter_token_.Observe(gap_ms / 1000.0);
 }
 
-void Metrics::OnStep(const SpeculativeStats& totals, int slots_in_use, int queued) {
+void Metrics::OnStep(const SpeculativeStats& totals) {
   std::lock_guard lock(mutex_);
   spec_ = totals;
+}
+
+void Metrics::OnOccupancy(int slots_in_use, int queued) {
+  std::lock_guard lock(mutex_);
   slots_in_use_ = slots_in_use;
   queued_ = queued;
 }

@@ -35,7 +35,8 @@ class Metrics : public SchedulerObserver {
   Metrics();
   void OnFirstToken(double ttft_ms) override;
   void OnInterTokenGap(double gap_ms) override;
-  void OnStep(const SpeculativeStats& totals, int slots_in_use, int queued) override;
+  void OnStep(const SpeculativeStats& totals) override;
+  void OnOccupancy(int slots_in_use, int queued) override;
   // A request answered with `status` (HTTP code), its token counts and wall time.
   void OnRequest(int status, int64_t prompt_tokens, int64_t generated_tokens, double e2e_ms);
   std::string Render() const;

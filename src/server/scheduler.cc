@@ -59,6 +59,7 @@ std::shared_ptr<Job> Scheduler::Submit(const SequenceRequest& request, int n,
     std::lock_guard lock(mutex_);
     if (static_cast<int>(queue_.size()) >= max_queued_) return nullptr;
     queue_.push_back({request, n, time_budget_ms > 0 ? now + time_budget_ms : 0.0, job});
+    ReportOccupancyLocked();
   }
   wake_.notify_all();
   return job;
@@ -77,10 +78,7 @@ void Scheduler::Loop() {
     }
     ApplyCancellations();
     if (engine_.HasWork()) StepOnce();
-    if (observer_ != nullptr) {
-      std::lock_guard lock(mutex_);
-      observer_->OnStep(engine_.stats(), slots_in_use_, static_cast<int>(queue_.size()));
-    }
+    if (observer_ != nullptr) observer_->OnStep(engine_.stats());
   }
   // Shutting down: every waiter gets its ending.
   std::vector<int> ids;
@@ -143,6 +141,11 @@ void Scheduler::AdmitLocked() {
     slots_in_use_ += p.n;
     for (int c = 0; c < p.n; ++c) running_[ids[c]] = {p.job, c, p.deadline_ms};
   }
+  ReportOccupancyLocked();
+}
+
+void Scheduler::ReportOccupancyLocked() {
+  if (observer_ != nullptr) observer_->OnOccupancy(slots_in_use_, static_cast<int>(queue_.size()));
 }
 
 void Scheduler::ApplyCancellations() {
@@ -203,17 +206,19 @@ void Scheduler::Finish(int id, const std::string& reason) {
   const Running r = it->second;
   running_.erase(it);
   const Sequence& s = engine_.sequence(id);
-  {
-    std::lock_guard lock(r.job->mutex_);
-    r.job->n_drafted_ += s.n_drafted;
-    r.job->n_accepted_ += s.n_accepted;
-    r.job->events_.push_back({r.choice, true, -1, {}, reason});
-    ++r.job->n_finished_;
-    r.job->ready_.notify_all();
-  }
+  const int64_t n_drafted = s.n_drafted, n_accepted = s.n_accepted;
   engine_.Forget(id);
-  std::lock_guard lock(mutex_);
-  --slots_in_use_;
+  {  // The slot is free before the client can see its choice end.
+    std::lock_guard lock(mutex_);
+    --slots_in_use_;
+    ReportOccupancyLocked();
+  }
+  std::lock_guard lock(r.job->mutex_);
+  r.job->n_drafted_ += n_drafted;
+  r.job->n_accepted_ += n_accepted;
+  r.job->events_.push_back({r.choice, true, -1, {}, reason});
+  ++r.job->n_finished_;
+  r.job->ready_.notify_all();
 }
 
 }  // namespace specd::server

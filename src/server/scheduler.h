@@ -60,7 +60,11 @@ struct SchedulerObserver {
   virtual ~SchedulerObserver() = default;
   virtual void OnFirstToken(double ttft_ms) = 0;
   virtual void OnInterTokenGap(double gap_ms) = 0;
-  virtual void OnStep(const SpeculativeStats& totals, int slots_in_use, int queued) = 0;
+  virtual void OnStep(const SpeculativeStats& totals) = 0;
+  // Called whenever the slots in use or the queue change, before the change is visible to any
+  // client (a request's first token, the end of its response), so a gauge read after either
+  // already counts it.
+  virtual void OnOccupancy(int slots_in_use, int queued) = 0;
 };
 
 class Scheduler {
@@ -99,6 +103,8 @@ class Scheduler {
   void ApplyCancellations();
   void Dispatch(const StepReport& report);
   void Finish(int id, const std::string& reason);
+  // Under mutex_: tells the observer the slots in use and the queue length.
+  void ReportOccupancyLocked();
 
   Engine& engine_;
   const int n_slots_;

@@ -164,6 +164,8 @@ class ServerTest(unittest.TestCase):
     def test_client_disconnect_frees_its_slot(self):
         # Slots still held by earlier tests' requests (a non-streaming request runs to its end
         # even when its client has gone) are not this test's: it checks that its own is freed.
+        # The gauge counts a request before its first token is sent (tests/scheduler_test.cc),
+        # so the wait below cannot end on a reading taken before this request was counted.
         before = self.server.metrics()["specd:kv_slots_in_use"]
         conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=60)
         conn.request("POST", "/v1/completions", body=json.dumps(

@@ -200,7 +200,8 @@ void Scheduler::Dispatch(const StepReport& report) {
   }
 }
 
-void Scheduler::Finish(int id, const std::string& reason) {
+void Scheduler::Finish(int id, const std::string& reason_in) {
+  const std::string reason = reason_in;  // may be the sequence's own, which Forget frees
   auto it = running_.find(id);
   if (it == running_.end()) return;
   const Running r = it->second;

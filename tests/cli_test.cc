@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/escapes.h"
+#include "base/file_util.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -483,6 +484,65 @@ TEST(Cli, Int8WeightsKeepGreedyOutputAndRejectMisuse) {
     const CliRun r = RunSpecd(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  const std::string common = " --tokens 1,5,9,33 -n 32 --temp 0 --ignore-eos --json -m " + target;
+  const auto parse = [](const std::string& out) {
+    std::vector<nlohmann::json> lines;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+    }
+    return lines;
+  };
+  const CliRun plain = RunSpecd("generate" + common + " --strategy ar");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  for (const char* flags : {" --adaptive-k 1", " --adaptive-k 4", " --adaptive-k 13",
+                            " --adaptive-k 3 --sdsat-unmerged", " --batch 3 --attention pad"}) {
+    const CliRun r =
+        RunSpecd("generate" + common + " --strategy sdsat --adaptive-token 4" + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
+    const auto lines = parse(r.out);
+    ASSERT_GE(lines.size(), 2u) << r.out;
+    EXPECT_EQ(lines[0]["tokens"], parse(plain.out)[0]["tokens"]) << flags;
+    EXPECT_EQ(lines.back()["strategy"], "sdsat");
+    EXPECT_GT(lines.back()["n_drafted"].get<int>(), 0) << flags;
+  }
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"generate" + common + " --strategy sdsat", "--adaptive-token"},
+      {"generate" + common + " --adaptive-k 3", "--strategy sdsat"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 -md " + draft, "drop -md"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --draft-max 3",
+       "--draft-max"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 100000", "outside the vocab"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --adaptive-k 0",
+       "--adaptive-k"},
+      {"bench spec --adaptive-ks 3 -m " + target, "--strategy sdsat"},
+      {"bench spec --strategy sdsat --draft-lengths 2 -m " + target, "drop -md"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = RunSpecd(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // The benchmark on the shipped 16.5M target (it has a tokenizer for the bench prompts).
+  const std::string out_dir = testing::TempDir() + "/sdsat_bench";
+  const CliRun bench = RunSpecd("bench spec --strategy sdsat -m " SPECD_SOURCE_DIR
+                                "/models/specd-target-q8_0.gguf --adaptive-token 5 "
+                                "--adaptive-ks 2 --batches 1,2 --reps 1 -n 8 --temps 1 "
+                                "--spec-sampling coupled --out " +
+                                out_dir);
+  ASSERT_EQ(bench.exit_code, 0) << bench.out;
+  const std::string table = ReadFileBytes(out_dir + "/sdsat.md");
+  for (const char* row : {"| greedy | 1 | 2 | merged |", "| greedy | 2 | 2 | two-step |",
+                          "| t=1.0 top-k=10 top-p=0.95 coupled | 2 | 2 | merged |"}) {
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   }
 }
 

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
+#include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
@@ -195,6 +196,7 @@ struct DistributionCase {
   int catch_up_limit = DraftModelProposer::kDefaultCatchUpLimit;  // 1: restarts after plain steps
   DraftModelOptions draft = {};  // fuzzy drafting, calibration, token trees
   int draft_base = 1;            // runs alternate draft lengths draft_base and draft_base + 1
+  bool sdsat = false;            // the target drafts for itself with adaptive tokens (token 3)
 };
 
 // EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
@@ -257,7 +259,10 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     DraftModelOptions draft_options = c.draft;
     draft_options.catch_up_limit = c.catch_up_limit;
     DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
-    Proposer& proposer = c.ngram ? static_cast<Proposer&>(lookup) : draft_proposer;
+    SdsatProposer self_drafting({.adaptive_token = 3, .n_adaptive = o.draft_max});
+    Proposer& proposer = c.ngram   ? static_cast<Proposer&>(lookup)
+                         : c.sdsat ? static_cast<Proposer&>(self_drafting)
+                                   : draft_proposer;
     const auto out =
         GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);
     for (const auto& seq : out.sequences) {
@@ -393,6 +398,23 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .n_sequences = 2,
        .draft = Fuzzy(true, 2),
        .draft_base = 2},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "SDSAT adaptive tokens, rejection",
+       .should_pass = true,
+       .sdsat = true},
+      {.params = {0.8f, 8, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "SDSAT adaptive tokens, 2 completions, top-k 8, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .n_sequences = 2,
+       .sdsat = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = WrongResidual,
+       .name = "SDSAT adaptive tokens, residual drawn from p (a bug)",
+       .should_pass = false,
+       .sdsat = true},
   };
   for (const auto& c : cases) {
     const double p = SpeculativeTwoTokenPValue(c, 30000);

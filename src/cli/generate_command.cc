@@ -21,6 +21,7 @@
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
+#include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -85,8 +86,18 @@ int RunGenerate(const GenerateOptions& options) {
                 "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches it) "
                 "or models/specd-target-q8_0.gguf (set SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
     // The default pair decodes speculatively unless asked otherwise.
-    if (o.draft_model.empty() && o.strategy != "ar") o.draft_model = DefaultDraftModel();
+    if (o.draft_model.empty() && o.strategy != "ar" && o.strategy != "sdsat") {
+      o.draft_model = DefaultDraftModel();
+    }
   }
+  const bool sdsat = o.strategy == "sdsat";
+  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && !o.sdsat_unmerged),
+              "--adaptive-k, --adaptive-token and --sdsat-unmerged go with --strategy sdsat");
+  SPECD_CHECK(!sdsat || (o.draft_model.empty() && o.spec_type == "draft"),
+              "--strategy sdsat drafts with the target itself: drop -md / --spec-type");
+  SPECD_CHECK(!sdsat || (o.draft_max == 0 && !o.draft_auto && !o.draft_adaptive),
+              "--strategy sdsat drafts --adaptive-k tokens per step: drop --draft-max / "
+              "--draft-auto / --draft-adaptive");
   const bool ngram = o.spec_type == "ngram";
   SPECD_CHECK(!ngram || o.draft_model.empty() || options.draft_model.empty(),
               "--spec-type ngram drafts from the text itself: drop -md");
@@ -94,7 +105,7 @@ int RunGenerate(const GenerateOptions& options) {
   SPECD_CHECK(o.strategy != "spec" && o.strategy != "bass" ? true : ngram || !o.draft_model.empty(),
               "--strategy ", o.strategy,
               " needs a draft model (-md DRAFT.gguf) or --spec-type ngram");
-  const bool speculative = (ngram || !o.draft_model.empty()) && o.strategy != "ar";
+  const bool speculative = ((ngram || !o.draft_model.empty()) && o.strategy != "ar") || sdsat;
   const int n_prompt_sources =
       !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty() + !o.prompts_file.empty();
   SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
@@ -117,7 +128,7 @@ int RunGenerate(const GenerateOptions& options) {
   auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
-  if (speculative && !ngram) {
+  if (speculative && !ngram && !sdsat) {
     draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model));
     CheckDraftCompatible(*model, *draft);
   }
@@ -228,15 +239,21 @@ int RunGenerate(const GenerateOptions& options) {
               "--draft-auto and --draft-adaptive are two policies: choose one");
   spec_options.adaptive = o.draft_adaptive;
   // An n-gram lookup costs nothing to draft: a fixed length unless a policy is asked for.
-  spec_options.cost_aware = o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0);
+  spec_options.cost_aware =
+      !sdsat && (o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0));
+  const int adaptive_k = o.adaptive_k > 0 ? o.adaptive_k : 5;
   spec_options.draft_max = o.draft_max > 0 ? o.draft_max
+                           : sdsat         ? adaptive_k
                                            : (spec_options.adaptive ? 7
                                               : ngram               ? 4
                                                                     : 8);
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
   spec_options.draft =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
-  const int draft_room = spec_options.adaptive ? spec_options.l_limit : spec_options.draft_max;
+  // SDSAT's adaptive tokens follow the drafts in the verification forward.
+  const int draft_room = spec_options.adaptive ? spec_options.l_limit
+                         : sdsat               ? 2 * adaptive_k
+                                               : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
   const std::string draft_length_label =
@@ -287,6 +304,11 @@ int RunGenerate(const GenerateOptions& options) {
   } else if (draft) {
     result =
         GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request, spec_options, &stats);
+  } else if (sdsat) {
+    SdsatOptions sdsat_options = SdsatOptionsForModel(*model, adaptive_k, o.adaptive_token);
+    sdsat_options.merge = !o.sdsat_unmerged;
+    SdsatProposer proposer(sdsat_options);
+    result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
   } else if (speculative) {
     NgramProposer proposer(o.ngram_min, o.ngram_max, config.n_vocab);
     result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
@@ -295,10 +317,14 @@ int RunGenerate(const GenerateOptions& options) {
   }
   // As asked: `--strategy bass` at batch 1 is reported as bass (it runs the same step).
   const std::string strategy = !speculative           ? "ar"
+                               : sdsat                ? "sdsat"
                                : o.strategy == "bass" ? "bass"
                                : n_seq > 1            ? "bass"
                                                       : "spec";
-  const std::string proposer_label = ngram ? "n-gram lookup"
+  const std::string proposer_label =
+      sdsat   ? StrCat("the target's adaptive tokens (", o.sdsat_unmerged ? "two" : "merged",
+                       " forwards per loop)")
+      : ngram ? "n-gram lookup"
                                      : o.spec_type == "draft+ngram"
                                          ? "n-gram lookup, then " + o.draft_model
                                          : o.draft_model;

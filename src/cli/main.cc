@@ -19,6 +19,7 @@
 #include "bench/easyspec_bench.h"
 #include "bench/forward_bench.h"
 #include "bench/matmul_bench.h"
+#include "bench/sdsat_bench.h"
 #include "bench/spec_bench.h"
 #include "cli/commands.h"
 #include "model/model.h"
@@ -115,8 +116,20 @@ int main(int argc, char** argv) {
                        "draft model for speculative decoding (also -md)");
   generate
       ->add_option("--strategy", gen.strategy,
-                   "ar (plain), spec / bass (speculative; default when a draft is given)")
-      ->check(CLI::IsMember({"ar", "spec", "bass"}));
+                   "ar (plain), spec / bass (speculative; default when a draft is given), sdsat "
+                   "(the target drafts for itself with adaptive tokens; no draft model)")
+      ->check(CLI::IsMember({"ar", "spec", "bass", "sdsat"}));
+  generate
+      ->add_option("--adaptive-k", gen.adaptive_k,
+                   "sdsat: adaptive tokens appended per step = tokens drafted (default 5)")
+      ->check(CLI::Range(1, 64));
+  generate
+      ->add_option("--adaptive-token", gen.adaptive_token,
+                   "sdsat: the adaptive token id (default: the one the fine-tuned model records)")
+      ->check(CLI::NonNegativeNumber);
+  generate->add_flag("--sdsat-unmerged", gen.sdsat_unmerged,
+                     "sdsat: the paper's loop of two forwards (draft, then verify) instead of "
+                     "adaptive tokens riding on every verification");
   generate
       ->add_option("--draft-max", gen.draft_max,
                    "fixed draft length; with --draft-auto its cap, with --draft-adaptive its start")
@@ -388,6 +401,19 @@ int main(int argc, char** argv) {
       ->add_option("--spec-type", sb.spec_type,
                    "proposer of the speculative runs: draft, ngram or draft+ngram")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
+  std::string bench_strategy = "spec";
+  bench::SdsatBenchOptions sdsat_bench;
+  bench_spec
+      ->add_option("--strategy", bench_strategy,
+                   "spec (a proposer against plain) or sdsat (the target drafting for itself)")
+      ->check(CLI::IsMember({"spec", "sdsat"}));
+  bench_spec->add_option("--adaptive-ks", sdsat_bench.ks, "sdsat: adaptive tokens per step")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  bench_spec
+      ->add_option("--adaptive-token", sdsat_bench.adaptive_token,
+                   "sdsat: the adaptive token (default: the one the model records)")
+      ->check(CLI::NonNegativeNumber);
   bench_spec->add_option("--temps", sb.temperatures, "temperatures of the sampled settings")
       ->delimiter(',')
       ->check(CLI::Range(0.01, 10.0));
@@ -564,6 +590,18 @@ int main(int argc, char** argv) {
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_spec) {
       if (sb.target.empty()) sb.target = DefaultTargetModel();
+      const bool sdsat_flags =
+          bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") > 0;
+      SPECD_CHECK(bench_strategy == "sdsat" || !sdsat_flags,
+                  "--adaptive-ks and --adaptive-token go with --strategy sdsat");
+      if (bench_strategy == "sdsat") {
+        SPECD_CHECK(sb.draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
+                        bench_spec->count("--spec-type") == 0,
+                    "bench spec --strategy sdsat drafts with the target itself: drop -md, "
+                    "--draft-lengths and --spec-type");
+        bench::RunSdsatBench(sb, sdsat_bench);
+        return 0;
+      }
       if (sb.draft.empty()) sb.draft = DefaultDraftModel();
       bench::RunSpecBench(sb);
       return 0;

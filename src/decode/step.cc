@@ -286,6 +286,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
     }
   }
   std::vector<int> bases(decode.size());
+  std::vector<std::vector<int32_t>> riders(decode.size());  // rider tokens after the drafts
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
     bases[j] = kv_.Length(s.slot);
@@ -293,8 +294,18 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
     const int root_row = static_cast<int>(batch.size());
     batch.Add(s.last, bases[j], s.slot, true);
     if (!prop.is_tree()) {
-      for (size_t i = 0; i < prop.tokens.size(); ++i) {
-        batch.Add(prop.tokens[i], bases[j] + 1 + static_cast<int>(i), s.slot, true);
+      const int n_drafts = static_cast<int>(prop.tokens.size());
+      for (int i = 0; i < n_drafts; ++i) {
+        batch.Add(prop.tokens[i], bases[j] + 1 + i, s.slot, true);
+      }
+      if (k > 0) {
+        const int room = kv_.n_ctx() - (bases[j] + 1 + n_drafts);
+        proposer_->RiderTokens(s.id, std::max(room, 0), &riders[j]);
+        SPECD_CHECK(static_cast<int>(riders[j].size()) <= std::max(room, 0),
+                    "a proposer asked for more rider rows than the KV slot has room for");
+        for (size_t i = 0; i < riders[j].size(); ++i) {
+          batch.Add(riders[j][i], bases[j] + 1 + n_drafts + static_cast<int>(i), s.slot, true);
+        }
       }
       continue;
     }
@@ -335,7 +346,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
         }
         PenalizeRow(*decode[j], path, logits_.data() + (row + r) * n_vocab_rows);
       }
-      row += k + 1;
+      row += k + 1 + static_cast<int64_t>(riders[j].size());
     }
   }
 
@@ -367,9 +378,15 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
     const int drafted = static_cast<int>(proposals[j].tokens.size());
+    const int n_riders = static_cast<int>(riders[j].size());
+    if (n_riders > 0) {
+      proposer_->TakeRiderRows(
+          s.id, std::span<const float>(logits_.data() + (out_row + drafted + 1) * n_vocab,
+                                       n_riders * n_vocab));
+    }
     const int accepted =
         Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now, &report);
-    out_row += drafted + 1;
+    out_row += drafted + 1 + n_riders;  // rider KV entries go with Verify's truncation
     observe.verified.emplace_back(drafted, accepted);
     if (drafted > 0) ++stats_.n_drafts;
     if (s.finished()) report.finished.push_back(s.id);

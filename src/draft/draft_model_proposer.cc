@@ -106,22 +106,6 @@ void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
   }
 }
 
-int32_t DraftModelProposer::Draw(const DraftInput& in, int i, std::span<const float> row,
-                                 Proposal* out) const {
-  const SamplingParams& sampling = *in.sampling;
-  if (sampling.greedy()) return Argmax(row);
-  const uint64_t position = static_cast<uint64_t>(in.first_position + i);
-  if (in.mode == SpecSampling::kCoupled) {
-    // The target's own noise at this position: the draft's Gumbel-max sample agrees with the
-    // target's whenever the two distributions put the same token on top of that noise.
-    const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kSample};
-    return GumbelArgmax(ProcessLogits(row, sampling), key);
-  }
-  out->probs.push_back(ProcessedProbs(row, sampling));
-  const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kDraft};
-  return DrawFrom(out->probs.back(), UniformDouble(key));
-}
-
 int DraftModelProposer::BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings) {
   int k_max = 0;
   for (const DraftInput& in : inputs) {
@@ -178,7 +162,7 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
       const DraftInput& in = inputs[rows_of[r]];
       State& s = seqs_.at(in.seq);
       const std::span<const float> row(logits_.data() + r * n_vocab, n_vocab);
-      s.drafted.push_back(Draw(in, i, row, &(*out)[rows_of[r]]));
+      s.drafted.push_back(DrawDraftToken(in, i, row, &(*out)[rows_of[r]]));
     }
   }
   for (size_t j = 0; j < inputs.size(); ++j) (*out)[j].tokens = seqs_.at(inputs[j].seq).drafted;

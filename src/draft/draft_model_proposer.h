@@ -84,8 +84,6 @@ class DraftModelProposer : public Proposer {
   };
   // Reads every queued prompt in one forward.
   void RunPrefill(ProposerTimings* timings);
-  // Draws draft token i of `in` from a logits row.
-  int32_t Draw(const DraftInput& in, int i, std::span<const float> row, Proposal* out) const;
   // Sets up each drafting sequence's step (catch-up, KV marks); returns the largest k.
   int BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings);
   // One draft forward; the first of a step is exact under bonus calibration.

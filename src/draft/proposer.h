@@ -55,6 +55,11 @@ struct ProposerTimings {
   bool caught_up = false;  // a sequence first read tokens skipped by steps without drafts
 };
 
+// Draws draft token i of `in` (at position in.first_position + i) from a logits row: argmax when
+// greedy; coupled, the Gumbel-max under the target's own noise at that position; for rejection
+// sampling, a draw from the processed distribution, which is appended to out->probs.
+int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out);
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -80,6 +85,17 @@ class Proposer {
   virtual void AcceptPath(int seq, std::span<const int> path, int32_t next) {
     Accept(seq, static_cast<int>(path.size()), next);
   }
+  // Rider rows: tokens (at most `max_tokens`) the target reads in this step's verification
+  // forward right after `seq`'s chain of drafts, at the positions that follow it (SDSAT's
+  // adaptive tokens). Their KV entries are dropped after the step whatever is accepted; their
+  // output rows come back through TakeRiderRows before Accept. Asked after Propose, only in
+  // steps that speculate.
+  virtual void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) {
+    (void)seq, (void)max_tokens;
+    tokens->clear();
+  }
+  // The target's output rows for the rider tokens of `seq`, [n, n_vocab] (penalty-free logits).
+  virtual void TakeRiderRows(int seq, std::span<const float> rows) { (void)seq, (void)rows; }
 };
 
 }  // namespace specd

@@ -1,0 +1,166 @@
+#include "bench/sdsat_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.h"
+#include "bench/bench_prompts.h"
+#include "bench/machine.h"
+#include "draft/sdsat_proposer.h"
+#include "engine/generate.h"
+#include "engine/model_options.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specd::bench {
+namespace {
+
+struct Run {
+  double tokens_per_s = 0;
+  SpeculativeStats stats;
+};
+
+double TokensPerS(const GenerateResult& r) {
+  return r.n_tokens / ((r.t_prefill_ms + r.t_decode_ms) / 1000.0);
+}
+
+// Median by tokens/s.
+Run Median(std::vector<Run> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.tokens_per_s < b.tokens_per_s; });
+  return runs[runs.size() / 2];
+}
+
+std::string PerPosition(const SpeculativeStats& s, nlohmann::json* out) {
+  std::string text;
+  for (size_t i = 0; i < s.drafted_at_position.size(); ++i) {
+    const double rate =
+        s.drafted_at_position[i] ? double(s.accepted_at_position[i]) / s.drafted_at_position[i] : 0;
+    out->push_back(rate);
+    char cell[16];
+    std::snprintf(cell, sizeof(cell), "%s%.2f", i ? " " : "", rate);
+    text += cell;
+  }
+  return text;
+}
+
+}  // namespace
+
+void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
+  SPECD_CHECK(!o.target.empty(), "bench spec --strategy sdsat needs a target model (-m)");
+  ThreadPool pool(o.threads);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
+  auto target = Model::Load(o.target, &ctx, LoadOptionsForModel(o.weight_flags, o.target));
+  target->WarmUp(ctx);
+  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
+  const auto prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);
+  const int k_max = *std::max_element(so.ks.begin(), so.ks.end());
+  const SdsatOptions base = SdsatOptionsForModel(*target, k_max, so.adaptive_token);
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  auto kv = target->NewKvCache({max_batch, 512 + 2 * k_max + 1, o.cache_type});
+
+  struct Setting {
+    std::string name;
+    SamplingParams params;
+    SpecSampling mode;
+  };
+  std::vector<Setting> settings = {{"greedy", {0.0f, 0, 1.0f, 1}, SpecSampling::kRejection}};
+  for (float t : o.temperatures) {
+    for (const std::string& mode : o.spec_sampling) {
+      const bool coupled = mode == "coupled";
+      char name[64];
+      std::snprintf(name, sizeof(name), "t=%.1f top-k=10 top-p=0.95 %s", t, mode.c_str());
+      settings.push_back(
+          {name,
+           {t, 10, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
+           coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
+    }
+  }
+  nlohmann::json report = {{"date", Today()},         {"cpu", CpuName()},
+                           {"kernels", cpu.Name()},   {"target", o.target},
+                           {"threads", o.threads},    {"n_predict", o.n_predict},
+                           {"adaptive_token", base.adaptive_token},
+                           {"prompt_set", o.prompt_set}};
+  std::ostringstream md;
+  md << "SDSAT benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name() << " kernels), "
+     << o.threads << " threads, " << o.target << " drafting for itself with adaptive token "
+     << base.adaptive_token << ", " << o.n_predict << " new tokens per sequence, one "
+     << (o.prompt_set == "chat" ? "chat" : "Python") << " prompt per sequence, median of "
+     << o.reps << " round-robin runs. `merged`: adaptive tokens ride on every verification "
+     << "(one forward per loop when every draft is kept); `two-step`: the paper's loop.\n\n"
+     << "| sampling | batch | k | loop | plain tok/s | sdsat tok/s | speedup | acceptance | "
+        "mean accepted length | acceptance by position |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Setting& setting : settings) {
+    for (int batch : o.batches) {
+      GenerateRequest request;
+      for (int b = 0; b < batch; ++b) request.prompts.push_back(prompts[b % prompts.size()]);
+      request.prompt = request.prompts[0];
+      request.n_sequences = batch;
+      request.n_predict = o.n_predict;
+      request.sampling = setting.params;
+      request.stop_at_eos = false;
+      struct Candidate {
+        int k;
+        bool merge;
+        std::vector<Run> runs;
+      };
+      std::vector<Candidate> candidates;
+      for (int k : so.ks) {
+        candidates.push_back({k, true, {}});
+        if (so.unmerged_too) candidates.push_back({k, false, {}});
+      }
+      std::vector<Run> plain_runs;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        plain_runs.push_back({TokensPerS(GenerateAutoregressive(*target, ctx, *kv, request)), {}});
+        for (Candidate& c : candidates) {
+          SdsatOptions options = base;
+          options.n_adaptive = c.k;
+          options.merge = c.merge;
+          SdsatProposer proposer(options);
+          SpeculativeOptions spec;
+          spec.draft_max = c.k;
+          spec.spec_sampling = setting.mode;
+          Run run;
+          run.tokens_per_s = TokensPerS(
+              GenerateWithProposer(*target, ctx, *kv, proposer, request, spec, &run.stats));
+          c.runs.push_back(run);
+        }
+      }
+      const Run plain = Median(plain_runs);
+      for (const Candidate& c : candidates) {
+        const Run r = Median(c.runs);
+        nlohmann::json by_position = nlohmann::json::array();
+        const std::string positions = PerPosition(r.stats, &by_position);
+        char line[1024];
+        std::snprintf(line, sizeof(line),
+                      "| %s | %d | %d | %s | %.1f | %.1f | %.2fx | %.3f | %.2f | %s |\n",
+                      setting.name.c_str(), batch, c.k, c.merge ? "merged" : "two-step",
+                      plain.tokens_per_s, r.tokens_per_s, r.tokens_per_s / plain.tokens_per_s,
+                      r.stats.acceptance_rate(), r.stats.mean_accepted_length(),
+                      positions.c_str());
+        md << line;
+        std::fprintf(stderr, "[bench sdsat] %s", line);
+        report["runs"].push_back({{"sampling", setting.name},
+                                  {"batch", batch},
+                                  {"k", c.k},
+                                  {"merged", c.merge},
+                                  {"plain_tokens_per_s", plain.tokens_per_s},
+                                  {"tokens_per_s", r.tokens_per_s},
+                                  {"acceptance_rate", r.stats.acceptance_rate()},
+                                  {"mean_accepted_length", r.stats.mean_accepted_length()},
+                                  {"acceptance_by_position", by_position}});
+      }
+    }
+  }
+  std::printf("%s", md.str().c_str());
+  std::filesystem::create_directories(o.out_dir);
+  std::ofstream(o.out_dir + "/sdsat.md") << md.str();
+  std::ofstream(o.out_dir + "/sdsat.json") << report.dump(2) << "\n";
+}
+
+}  // namespace specd::bench

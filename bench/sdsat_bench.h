@@ -1,0 +1,24 @@
+// `specd bench spec --strategy sdsat`: SDSAT's self-drafting against plain decoding of the same
+// model, as the paper's Table 4 and Figures 3-4: tokens/s and speedup for each k (adaptive
+// tokens per step), greedy and sampled, merged forwards and the paper's two-forward loop, with
+// the acceptance at each draft position. Writes Markdown and JSON.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/spec_bench.h"
+
+namespace specd::bench {
+
+struct SdsatBenchOptions {
+  std::vector<int> ks = {1, 2, 3, 5, 7, 9, 11, 13};
+  int32_t adaptive_token = -1;  // -1: the model's own (specd.sdsat.adaptive_token)
+  bool unmerged_too = true;     // also the paper's two-forward loop
+};
+
+// Uses `spec`'s target, batches, n_predict, threads, reps, out_dir, prompt_set, temperatures,
+// spec_sampling and weights (its draft and draft lengths do not apply).
+void RunSdsatBench(const SpecBenchOptions& spec, const SdsatBenchOptions& sdsat);
+
+}  // namespace specd::bench

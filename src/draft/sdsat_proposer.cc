@@ -1,0 +1,102 @@
+#include "draft/sdsat_proposer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace specd {
+
+SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t token_flag) {
+  const GgufFile& f = model.gguf();
+  SdsatOptions o;
+  o.n_adaptive = n_adaptive;
+  o.adaptive_token = token_flag >= 0
+                         ? token_flag
+                         : static_cast<int32_t>(f.GetInt("specd.sdsat.adaptive_token", -1));
+  SPECD_CHECK(o.adaptive_token >= 0, f.path(),
+              " was not fine-tuned for SDSAT (no specd.sdsat.adaptive_token): pass "
+              "--adaptive-token ID (any token works, losslessly, but only a fine-tuned model "
+              "drafts well with it)");
+  SPECD_CHECK(o.adaptive_token < model.config().n_vocab, "--adaptive-token ", o.adaptive_token,
+              " is outside the vocabulary of ", model.config().n_vocab, " tokens");
+  SPECD_CHECK(n_adaptive >= 1 && n_adaptive <= 64, "--adaptive-k must be in 1..64, got ",
+              n_adaptive);
+  return o;
+}
+
+SdsatProposer::SdsatProposer(const SdsatOptions& options) : options_(options) {
+  SPECD_CHECK(options.adaptive_token >= 0 && options.n_adaptive >= 1,
+              "SDSAT needs an adaptive token and k >= 1");
+}
+
+void SdsatProposer::AddSequence(int seq, std::span<const int32_t>) { seqs_[seq] = State{}; }
+
+void SdsatProposer::ForkSequence(int src, int dst) {
+  seqs_[dst] = seqs_.at(src);
+  seqs_[dst].input.sampling = &seqs_[dst].sampling;
+}
+
+void SdsatProposer::RemoveSequence(int seq) { seqs_.erase(seq); }
+
+void SdsatProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+                            ProposerTimings*) {
+  out->assign(inputs.size(), Proposal{});
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    const DraftInput& in = inputs[j];
+    State& s = seqs_.at(in.seq);
+    s.sampling = *in.sampling;
+    s.input = in;
+    s.input.sampling = &s.sampling;
+    s.has_pending = false;
+    const int n = std::min<int>(in.k, static_cast<int>(s.ready.tokens.size()));
+    Proposal& p = (*out)[j];
+    p.tokens.assign(s.ready.tokens.begin(), s.ready.tokens.begin() + n);
+    if (!s.ready.probs.empty()) {
+      p.probs.assign(s.ready.probs.begin(), s.ready.probs.begin() + n);
+    }
+    s.proposed = n;
+    s.ready = Proposal{};
+  }
+}
+
+void SdsatProposer::RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) {
+  State& s = seqs_.at(seq);
+  tokens->clear();
+  s.n_riders = 0;
+  if (s.input.k <= 0 || (!options_.merge && s.proposed > 0)) return;
+  s.n_riders = std::min(options_.n_adaptive, max_tokens);
+  tokens->assign(s.n_riders, options_.adaptive_token);
+}
+
+void SdsatProposer::TakeRiderRows(int seq, std::span<const float> rows) {
+  State& s = seqs_.at(seq);
+  SPECD_CHECK(s.n_riders > 0 && rows.size() % s.n_riders == 0,
+              "SDSAT: rider rows do not match the adaptive tokens asked for");
+  const size_t n_vocab = rows.size() / s.n_riders;
+  // Adaptive row i predicts the token i + 1 places after the bonus token, which goes where this
+  // step's drafts end: position first_position + proposed.
+  DraftInput next = s.input;
+  next.first_position = s.input.first_position + s.proposed + 1;
+  s.pending = Proposal{};
+  for (int i = 0; i < s.n_riders; ++i) {
+    s.pending.tokens.push_back(
+        DrawDraftToken(next, i, rows.subspan(i * n_vocab, n_vocab), &s.pending));
+  }
+  s.has_pending = true;
+}
+
+void SdsatProposer::Accept(int seq, int n_accepted, int32_t) {
+  State& s = seqs_.at(seq);
+  if (s.has_pending && n_accepted == s.proposed) s.ready = std::move(s.pending);
+  s.pending = Proposal{};
+  s.has_pending = false;
+}
+
+void SdsatProposer::Append(int seq, std::span<const int32_t>) {
+  State& s = seqs_.at(seq);
+  s.ready = Proposal{};
+  s.pending = Proposal{};
+  s.has_pending = false;
+}
+
+}  // namespace specd

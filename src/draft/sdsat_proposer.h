@@ -1,0 +1,65 @@
+// SDSAT (Semantic Adaptive Tokens): the target drafts for itself. k copies of an adaptive token
+// appended after a sequence make ONE target forward propose k tokens (the row of adaptive token
+// i predicts the token i + 1 places after the next input). The adaptive tokens ride on the
+// engine's verification forward as rider rows, after the sequence's drafts:
+//   [last, d1..dD, a1..ak]  ->  verify d1..dD as usual; if all D are kept, the rows of a1..ak
+//                               are the next step's drafts (a1 sits where the bonus token goes);
+//                               otherwise the next step has no drafts and is [last, a1..ak].
+// A step without drafts is the paper's "draft step 1" (its first row gives the next token
+// exactly), a step with drafts its "draft step 2 + verification" (equation 3); merged, the
+// paper's two forwards per loop become one whenever every draft is kept. Adaptive-token KV
+// entries are dropped after every step; greedy output equals plain greedy output exactly,
+// sampled output follows the target's distribution (coupled or rejection verification).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "draft/proposer.h"
+#include "model/model.h"
+
+namespace specd {
+
+struct SdsatOptions {
+  int32_t adaptive_token = -1;
+  int n_adaptive = 5;  // k: adaptive tokens appended (drafts per step)
+  // Adaptive tokens also after a step's drafts (one forward per loop when all are kept); false:
+  // the paper's loop of two forwards, adaptive tokens only in steps without drafts.
+  bool merge = true;
+};
+
+// The adaptive token and max window a fine-tuned model records (specd.sdsat.adaptive_token,
+// specd.sdsat.max_window); `token_flag` >= 0 overrides the token. Throws an Error naming what to
+// pass when the model records none and no token is given, or the token is out of range.
+SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t token_flag);
+
+class SdsatProposer : public Proposer {
+ public:
+  explicit SdsatProposer(const SdsatOptions& options);
+
+  void AddSequence(int seq, std::span<const int32_t> prompt) override;
+  void ForkSequence(int src, int dst) override;
+  void RemoveSequence(int seq) override;
+  void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
+               ProposerTimings* timings) override;
+  void Accept(int seq, int n_accepted, int32_t next) override;
+  void Append(int seq, std::span<const int32_t> tokens) override;
+  void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) override;
+  void TakeRiderRows(int seq, std::span<const float> rows) override;
+
+ private:
+  struct State {
+    Proposal ready;    // drafts for the next step (from the last kept adaptive rows)
+    Proposal pending;  // drafts from this step's adaptive rows, kept if every draft is
+    bool has_pending = false;
+    int proposed = 0;  // drafts given this step
+    int n_riders = 0;  // adaptive tokens asked for this step
+    DraftInput input;  // this step's request (sampling copied: the caller's pointer expires)
+    SamplingParams sampling;
+  };
+  SdsatOptions options_;
+  std::map<int, State> seqs_;
+};
+
+}  // namespace specd

@@ -1,0 +1,162 @@
+// SDSAT merge gates: the target drafting for itself with adaptive tokens gives plain greedy
+// output token for token (k = 1..13, batch 1 and 4, merged and two-forward loops), its
+// coupled sampled output is plain Gumbel sampling's, adaptive-token KV entries never outlive a
+// step, and a model without SDSAT metadata is refused by name. (The sampled distribution test is
+// in speculative_test.cc with the other proposers'.)
+#include "draft/sdsat_proposer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "tests/test_util.h"
+
+namespace specd {
+namespace {
+
+using testing::Greedy;
+using testing::ModelPair;
+using testing::Prompt;
+
+SpeculativeOptions FixedLength(int k, SpecSampling mode = SpecSampling::kRejection) {
+  SpeculativeOptions o;
+  o.draft_max = k;
+  o.spec_sampling = mode;
+  return o;
+}
+
+std::vector<std::vector<int32_t>> Plain(Model& target, const KernelContext& ctx, KvCache& kv,
+                                        const GenerateRequest& request) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& s : GenerateAutoregressive(target, ctx, kv, request).sequences) {
+    out.push_back(s.tokens);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> SelfDrafted(Model& target, const KernelContext& ctx,
+                                              KvCache& kv, const GenerateRequest& request,
+                                              const SdsatOptions& sdsat, SpecSampling mode,
+                                              SpeculativeStats* stats) {
+  SdsatProposer proposer(sdsat);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& s : GenerateWithProposer(target, ctx, kv, proposer, request,
+                                            FixedLength(sdsat.n_adaptive, mode), stats)
+                           .sequences) {
+    out.push_back(s.tokens);
+  }
+  return out;
+}
+
+TEST(Sdsat, GreedyEqualsPlainForEveryKAtBatchOneAndFour) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/11);
+  auto kv = p.target->NewKvCache({4, 256});
+  for (int batch : {1, 4}) {
+    GenerateRequest request = Greedy(Prompt(7, 1), 40);
+    if (batch == 4) {
+      for (int b = 0; b < 4; ++b) request.prompts.push_back(Prompt(3 + 6 * b, b));  // ragged
+    }
+    const auto plain = Plain(*p.target, p.ctx, *kv, request);
+    for (int k = 1; k <= 13; ++k) {
+      for (bool merge : {true, false}) {
+        SpeculativeStats stats;
+        const auto out = SelfDrafted(*p.target, p.ctx, *kv, request,
+                                     {.adaptive_token = 5, .n_adaptive = k, .merge = merge},
+                                     SpecSampling::kRejection, &stats);
+        EXPECT_EQ(out, plain) << "batch " << batch << " k " << k << (merge ? "" : " unmerged");
+        EXPECT_GT(stats.n_drafted, 0) << "nothing was drafted: the test proves nothing";
+      }
+    }
+  }
+}
+
+// On the shipped 16.5M target (an untrained adaptive token still drafts some right), greedy
+// output stays plain's, and whole drafts get accepted, which exercises the merged path: the
+// adaptive rows of a fully accepted step are the next step's drafts.
+TEST(Sdsat, ShippedModelKeepsGreedyOutputAndAcceptsWholeDrafts) {
+  const std::string path = SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf";
+  ASSERT_TRUE(std::filesystem::exists(path));
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(path, &ctx);
+  auto kv = target->NewKvCache({2, 512});
+  GenerateRequest request = Greedy({}, 96);
+  request.prompts = {{1, 822, 12345 % 4000, 38}, {1, 1405, 326, 284, 366}};
+  const auto plain = Plain(*target, ctx, *kv, request);
+  for (int k : {1, 2, 4}) {
+    SpeculativeStats stats;
+    const auto out = SelfDrafted(*target, ctx, *kv, request,
+                                 {.adaptive_token = 5, .n_adaptive = k}, SpecSampling::kRejection,
+                                 &stats);
+    EXPECT_EQ(out, plain) << "k " << k;
+    EXPECT_GT(stats.n_accepted, 0) << "k " << k;
+    // Steps that verified drafts: after a fully accepted one the next also has drafts.
+    EXPECT_GT(stats.n_drafts, 0) << "k " << k;
+  }
+}
+
+TEST(Sdsat, CoupledSamplingEqualsPlainGumbelSampling) {
+  ModelPair p(DType::kF32, /*draft_seed=*/11);
+  auto kv = p.target->NewKvCache({3, 256});
+  GenerateRequest request = Greedy(Prompt(9, 2), 40);
+  request.n_sequences = 3;
+  request.sampling = {0.8f, 20, 0.95f, 77, SamplingMethod::kGumbel};
+  const auto plain = Plain(*p.target, p.ctx, *kv, request);
+  for (int k : {1, 4, 9}) {
+    SpeculativeStats stats;
+    const auto out =
+        SelfDrafted(*p.target, p.ctx, *kv, request, {.adaptive_token = 2, .n_adaptive = k},
+                    SpecSampling::kCoupled, &stats);
+    EXPECT_EQ(out, plain) << "k " << k;
+    EXPECT_GT(stats.n_drafted, 0);
+  }
+}
+
+// After every step each live sequence's KV holds exactly its committed tokens but the next
+// input: adaptive-token rows (and rejected drafts) are gone.
+TEST(Sdsat, AdaptiveTokenEntriesNeverOutliveAStep) {
+  ModelPair p(DType::kF32, /*draft_seed=*/11);
+  auto kv = p.target->NewKvCache({2, 128});
+  SdsatProposer proposer({.adaptive_token = 1, .n_adaptive = 6});
+  auto policy = MakeDraftLengthPolicy(FixedLength(6));
+  Engine engine(*p.target, *kv, p.ctx, StepOptions{}, &proposer, policy.get());
+  SequenceRequest r;
+  r.n_predict = 50;
+  r.stop_at_eos = false;
+  r.prompt = Prompt(5, 3);
+  const int a = engine.Add(r);
+  r.prompt = Prompt(11, 4);
+  const int b = engine.Add(r);
+  int steps = 0;
+  while (engine.HasWork()) {
+    engine.Step();
+    ++steps;
+    for (int id : {a, b}) {
+      const Sequence& s = engine.sequence(id);
+      if (s.finished()) continue;
+      EXPECT_EQ(kv->Length(s.slot),
+                static_cast<int>(s.request.prompt.size() + s.tokens.size()) - 1)
+          << "step " << steps;
+    }
+  }
+  EXPECT_GT(steps, 5);
+}
+
+TEST(Sdsat, ModelWithoutAdaptiveTokenIsRefusedByName) {
+  ModelPair p(DType::kF32, /*draft_seed=*/11);
+  try {
+    SdsatOptionsForModel(*p.target, 5, -1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--adaptive-token"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(SdsatOptionsForModel(*p.target, 5, p.target->config().n_vocab), Error);
+  EXPECT_THROW(SdsatOptionsForModel(*p.target, 0, 3), Error);
+  EXPECT_EQ(SdsatOptionsForModel(*p.target, 7, 3).adaptive_token, 3);
+}
+
+}  // namespace
+}  // namespace specd

@@ -10,13 +10,17 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "train/corpus.h"
 #include "train/llama_torch.h"
+#include "train/sdsat_data.h"
+#include "train/sdsat_trainer.h"
 #include "train/tokenizer_train.h"
 #include "train/trainer.h"
 
@@ -399,6 +403,222 @@ TEST(Train, ClusteredAcceptanceTreatsPromptsAsClusters) {
   EXPECT_EQ(ClusteredAcceptance({}, {}).first, 0.0);
   EXPECT_EQ(ClusteredAcceptance({5}, {2}).second, 0.0);  // one prompt: no estimate of spread
   EXPECT_THROW(ClusteredAcceptance({1, 2}, {1}), Error);
+}
+
+// --- SDSAT fine-tuning -------------------------------------------------------------------------
+
+std::vector<int32_t> CountingTokens(int n) {
+  std::vector<int32_t> real;
+  for (int i = 0; i < n; ++i) real.push_back(100 + i);
+  return real;
+}
+
+TEST(SdsatData, PlainRowIsCausalWithNextTokenLabels) {
+  const auto real = CountingTokens(20);
+  const SdsatRow row = PlainRow(real, 16);
+  ASSERT_EQ(row.length(), 16);
+  for (int64_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(row.tokens[i], real[i]);
+    EXPECT_EQ(row.positions[i], i);
+    EXPECT_EQ(row.labels[i], real[i + 1]);
+    for (int64_t j = 0; j < 16; ++j) EXPECT_EQ(row.visible[i * 16 + j], j <= i ? 1 : 0);
+  }
+  EXPECT_EQ(row.n_adaptive, 0);
+  EXPECT_THROW(PlainRow(real, 20), Error);  // needs one token more than its length
+}
+
+TEST(SdsatData, MixedRowShowsAdaptiveTokensOnlyTheContextTheyMeetInGeneration) {
+  constexpr int64_t kLength = 2000;
+  const SdsatLayout layout{/*adaptive_token=*/7, /*max_window=*/5, /*window_share=*/0.1};
+  const auto real = CountingTokens(kLength + 6);
+  const SdsatRow row = MixedRow(real, kLength, layout, 42);
+  ASSERT_EQ(row.length(), kLength);
+  int64_t next_real = 0, anchor_slot = -1, n_windows = 0;
+  std::vector<int64_t> real_slots;
+  for (int64_t i = 0; i < kLength; ++i) {
+    const uint8_t* sees = &row.visible[i * kLength];
+    if (row.offsets[i] == 0) {
+      // Real tokens come in order, at their own positions, without labels, and see real
+      // tokens up to themselves only.
+      EXPECT_EQ(row.tokens[i], real[next_real]);
+      EXPECT_EQ(row.positions[i], next_real);
+      EXPECT_EQ(row.labels[i], -1);
+      real_slots.push_back(i);
+      for (int64_t j = 0; j < kLength; ++j) {
+        const bool is_earlier_real = j <= i && row.offsets[j] == 0;
+        ASSERT_EQ(sees[j], is_earlier_real ? 1 : 0) << "real slot " << i << " vs slot " << j;
+      }
+      anchor_slot = i;
+      ++next_real;
+      continue;
+    }
+    // The j-th adaptive token after real token p: position p + j, label r[p + 1 + j]; it sees
+    // r[0..p] and its own window up to itself.
+    const int j = row.offsets[i];
+    const int64_t p = next_real - 1;
+    ASSERT_GE(anchor_slot, 0);
+    EXPECT_EQ(i - anchor_slot, j);
+    EXPECT_LE(j, layout.max_window);
+    n_windows += j == 1;
+    EXPECT_EQ(row.tokens[i], layout.adaptive_token);
+    EXPECT_EQ(row.positions[i], p + j);
+    EXPECT_EQ(row.labels[i], real[p + 1 + j]);
+    for (int64_t s = 0; s < kLength; ++s) {
+      const bool expected =
+          (row.offsets[s] == 0 && s <= anchor_slot) || (s > anchor_slot && s <= i);
+      ASSERT_EQ(sees[s], expected ? 1 : 0) << "adaptive slot " << i << " vs slot " << s;
+    }
+  }
+  EXPECT_EQ(row.n_adaptive, kLength - next_real);
+  // About 10% of real positions open a window (binomial: sd ~ 13 of ~170).
+  EXPECT_NEAR(double(n_windows) / next_real, 0.1, 0.03);
+  // Every window size 1..5 occurs; the mean is near 3.
+  EXPECT_NEAR(double(row.n_adaptive) / n_windows, 3.0, 0.4);
+  // Another seed puts the windows elsewhere.
+  EXPECT_NE(MixedRow(real, kLength, layout, 43).offsets, row.offsets);
+}
+
+TEST(SdsatData, FimReorderIsPsmOrCodeLlamasSpm) {
+  const std::vector<int32_t> t = {1, 2, 3, 4, 5, 6};
+  const FimTokens fim{90, 91, 92};  // prefix, middle, suffix
+  EXPECT_EQ(FimReorder(t, FimMode::kPsm, fim, 2, 4),
+            (std::vector<int32_t>{90, 1, 2, 92, 5, 6, 91, 3, 4}));
+  EXPECT_EQ(FimReorder(t, FimMode::kSpm, fim, 2, 4),
+            (std::vector<int32_t>{90, 92, 5, 6, 91, 1, 2, 3, 4}));
+  EXPECT_EQ(FimReorder(t, FimMode::kNone, fim, 2, 4), t);
+  EXPECT_THROW(FimReorder(t, FimMode::kPsm, fim, 4, 2), Error);
+  EXPECT_THROW(FimReorder(t, FimMode::kPsm, FimTokens{}, 2, 4), Error);
+
+  int counts[3] = {0, 0, 0};
+  for (uint64_t seed = 0; seed < 4000; ++seed) {
+    const FimChoice c = ChooseFim(100, fim, seed);
+    ++counts[static_cast<int>(c.mode)];
+    EXPECT_LE(c.cut_a, c.cut_b);
+    EXPECT_LE(c.cut_b, 100);
+    EXPECT_EQ(ChooseFim(100, FimTokens{}, seed).mode, FimMode::kNone);
+  }
+  EXPECT_NEAR(counts[0] / 4000.0, 0.5, 0.04);
+  EXPECT_NEAR(counts[1] / 4000.0, 0.25, 0.035);
+  EXPECT_NEAR(counts[2] / 4000.0, 0.25, 0.035);
+}
+
+torch::Tensor RowTensor(const std::vector<int64_t>& values) {
+  return torch::tensor(values, torch::kInt64).unsqueeze(0);
+}
+
+// The mask is exact: in one forward of a mixed row, every real token computes what it computes in
+// the plain row, and every adaptive token what it computes appended after its real prefix -- the
+// forward generation runs.
+TEST(SdsatTrain, MixedRowComputesThePlainAndTheGenerationForwards) {
+  torch::manual_seed(3);
+  LlamaShape shape;
+  shape.n_vocab = 256;
+  shape.dim = 64;
+  shape.n_layers = 2;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.ffn = 128;
+  Llama model(shape);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  std::vector<int32_t> real;
+  for (int i = 0; i < 80; ++i) real.push_back((i * 29 + 5) % 250);
+  const SdsatLayout layout{/*adaptive_token=*/255, /*max_window=*/4, /*window_share=*/0.3};
+  const SdsatRow row = MixedRow(real, 64, layout, 9);
+  ASSERT_GT(row.n_adaptive, 5);
+  std::vector<int64_t> tokens(row.tokens.begin(), row.tokens.end());
+  auto visible = torch::empty({1, 64, 64}, torch::kBool);
+  for (int64_t i = 0; i < 64 * 64; ++i) visible.data_ptr<bool>()[i] = row.visible[i] != 0;
+  const auto mixed = model->forward(RowTensor(tokens), RowTensor(row.positions), visible)[0];
+
+  const std::vector<int64_t> all_real(real.begin(), real.end());
+  const auto plain = model->forward(RowTensor(all_real))[0];  // [80, 256]
+  int64_t p = -1;
+  for (int64_t i = 0; i < 64; ++i) {
+    if (row.offsets[i] == 0) {
+      ++p;
+      EXPECT_LT((mixed[i] - plain[p]).abs().max().item<double>(), 1e-4) << "real slot " << i;
+      continue;
+    }
+    // Generation: r[0..p] followed by j adaptive tokens; the last row is this slot's.
+    std::vector<int64_t> appended(real.begin(), real.begin() + p + 1);
+    appended.insert(appended.end(), row.offsets[i], layout.adaptive_token);
+    const auto generated = model->forward(RowTensor(appended))[0];
+    EXPECT_LT((mixed[i] - generated[generated.size(0) - 1]).abs().max().item<double>(), 1e-4)
+        << "adaptive slot " << i;
+  }
+}
+
+// Code with a strong pattern, so that a tiny model learns to predict a few tokens ahead.
+std::string PatternCorpus() {
+  const std::string dir = specd::testing::TempDir() + "/pattern_corpus";
+  if (fs::exists(dir)) return dir;
+  fs::create_directories(dir);
+  for (int f = 0; f < 10; ++f) {
+    std::ofstream out(dir + "/gen" + std::to_string(f) + ".py");
+    for (int i = 0; i < 300; ++i) {
+      out << "def scale_" << i % 17 << "(values, factor=" << f << "):\n    return [v * factor for "
+          << "v in values]\n\n";
+    }
+  }
+  return dir;
+}
+
+TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
+  const std::string dir = specd::testing::TempDir() + "/sdsat";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrainOptions base = TinyTrainOptions(2, 4, 2, 160, 64);
+  base.corpus_dir = PatternCorpus();
+  base.out = dir + "/base.gguf";
+  base.batch = 8;
+  base.max_steps = 60;
+  base.warmup_steps = 5;
+  base.eval_windows = 4;
+  ASSERT_TRUE(Train(base).finished);
+
+  SdsatTrainOptions o;
+  o.base = base.out;
+  o.corpus_dir = base.corpus_dir;
+  o.validation_every = base.validation_every;
+  o.adaptive_token = "<unused0>";
+  o.max_window = 3;
+  o.window_share = 0.3;
+  o.ctx = 64;
+  o.batch = 8;
+  o.steps = 80;
+  o.lr = 3e-3;
+  o.warmup_steps = 5;
+  o.eval_windows = 16;
+  o.checkpoint_dir = dir + "/ckpt";
+  o.out = dir + "/sdsat.gguf";
+  o.stop_at_step = 40;
+  const SdsatTrainResult first = TrainSdsat(o);
+  EXPECT_FALSE(first.finished);
+  EXPECT_EQ(first.steps, 40);
+  EXPECT_FALSE(fs::exists(o.out));
+  const SdsatTrainResult r = TrainSdsat(o);  // resumes at 40
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.steps, 80);
+  EXPECT_EQ(r.adaptive_token, ResolveToken(base.out, "<unused0>"));
+  ASSERT_EQ(r.adaptive.accuracy.size(), 3u);
+  // The adaptive tokens learned: their held-out loss fell well below the untrained token's.
+  EXPECT_LT(r.adaptive.loss, r.base_adaptive.loss - 0.5)
+      << "base " << r.base_adaptive.loss << ", after " << r.adaptive.loss;
+  EXPECT_GT(r.base_perplexity, 1.0);
+  EXPECT_GT(r.validation_perplexity, 1.0);
+
+  auto f = GgufFile::Open(o.out);
+  EXPECT_EQ(f->GetInt("specd.sdsat.adaptive_token", -1), r.adaptive_token);
+  EXPECT_EQ(f->GetInt("specd.sdsat.max_window", -1), 3);
+  ThreadPool pool(1);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(o.out, &ctx);
+  EXPECT_EQ(SdsatOptionsForModel(*model, 4, -1).adaptive_token, r.adaptive_token);
+
+  EXPECT_THROW(ResolveToken(base.out, "<no such token>"), Error);
+  EXPECT_THROW(ResolveToken(base.out, "1024"), Error);
+  EXPECT_EQ(ResolveToken(base.out, "12"), 12);
 }
 
 }  // namespace

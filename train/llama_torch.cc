@@ -14,13 +14,13 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type()) * weight;
 }
 
-// x [B, T, H, hd]: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/hd).
+// x [B, T, H, hd]: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/hd); cos and sin
+// [1 or B, T, hd/2].
 torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto sizes = x.sizes();
   const auto pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
   const auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-  const auto c = cos.view({1, sizes[1], 1, sizes[3] / 2}),
-             s = sin.view({1, sizes[1], 1, sizes[3] / 2});
+  const auto c = cos.unsqueeze(2), s = sin.unsqueeze(2);  // [1 or B, T, 1, hd/2]
   return torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).reshape(sizes);
 }
 
@@ -79,14 +79,20 @@ int64_t LlamaImpl::NumParameters() {
   return n;
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& visible) {
   const int64_t batch = tokens.size(0), time = tokens.size(1);
   const int64_t hd = shape.head_dim(), group = shape.n_heads / shape.n_kv_heads;
-  const auto positions = torch::arange(time, torch::kFloat64);
+  const auto pos = positions.defined() ? positions.to(torch::kFloat64)
+                                       : torch::arange(time, torch::kFloat64).unsqueeze(0);
   const auto inv_freq = torch::pow(shape.rope_base, -torch::arange(0, hd, 2, torch::kFloat64) / hd);
-  const auto angles = torch::outer(positions, inv_freq);  // [T, hd/2]
+  const auto angles = pos.unsqueeze(-1) * inv_freq;  // [1 or B, T, hd/2]
   const auto cos = angles.cos().to(torch::kFloat32), sin = angles.sin().to(torch::kFloat32);
-  const auto mask = torch::full({time, time}, -INFINITY).triu(1);
+  // Additive mask: [T, T] causal, or [B, 1, T, T] from `visible`.
+  const auto mask = visible.defined() ? torch::zeros(visible.sizes(), torch::kFloat32)
+                                            .masked_fill(visible.logical_not(), -INFINITY)
+                                            .unsqueeze(1)
+                                      : torch::full({time, time}, -INFINITY).triu(1);
 
   auto x = embed->forward(tokens);  // [B, T, dim]
   for (const auto& module : *blocks) {
@@ -118,7 +124,8 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
 }
 
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
-                const std::string& name, const std::string& path) {
+                const std::string& name, const std::string& path,
+                const std::vector<std::pair<std::string, GgufValue>>& extra) {
   const LlamaShape& s = model->shape;
   auto tok = GgufFile::Open(tokenizer_gguf);
   GgufWriter w;
@@ -141,6 +148,7 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
   for (const auto& [key, value] : tok->metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.Set(key, value);
   }
+  for (const auto& [key, value] : extra) w.Set(key, value);
   torch::NoGradGuard no_grad;
   auto add = [&](const std::string& tensor_name, const torch::Tensor& t, DType t_type) {
     const auto f = t.detach().to(torch::kFloat32).contiguous();

@@ -5,7 +5,10 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "gguf/gguf.h"
 #include "tensor/dtype.h"
 
 namespace specd::train {
@@ -34,8 +37,12 @@ TORCH_MODULE(LlamaBlock);
 
 struct LlamaImpl : torch::nn::Module {
   explicit LlamaImpl(const LlamaShape& shape);
-  // tokens [batch, time] int64 -> logits [batch, time, n_vocab]
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [batch, time] int64 -> logits [batch, time, n_vocab]. By default row t sits at
+  // position t and sees rows 0..t; `positions` [batch, time] int64 and `visible` [batch, time,
+  // time] bool (row i may attend to row j) override both, for sequences with rows that later rows
+  // must not see (SDSAT's adaptive tokens).
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {},
+                        const torch::Tensor& visible = {});
   int64_t NumParameters();
   // Restricts the output layer to these token ids (FR-Spec): logits [batch, time, n_head] over
   // the listed tokens only, the embedding's rows for them as the output matrix.
@@ -56,8 +63,10 @@ TORCH_MODULE(Llama);
 
 // Writes a GGUF model (standard llama keys and tensor names) with matrices in `type` and the
 // tokenizer metadata copied from `tokenizer_gguf`.
+// `extra` metadata is written as given (e.g. specd.sdsat.*).
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
-                const std::string& name, const std::string& path);
+                const std::string& name, const std::string& path,
+                const std::vector<std::pair<std::string, GgufValue>>& extra = {});
 
 // Loads a llama GGUF (any supported type, dequantized to f32) into a torch model.
 Llama ImportGguf(const std::string& path);

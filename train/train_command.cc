@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "train/corpus.h"
+#include "train/sdsat_trainer.h"
 #include "train/tokenizer_train.h"
 #include "train/trainer.h"
 
@@ -101,6 +102,55 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                    "output layer over the N most frequent tokens only (FR-Spec; default: all)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 24));
 
+  auto sdsat_options = std::make_shared<SdsatTrainOptions>();
+  auto sdsat_type = std::make_shared<std::string>("f32");
+  auto* sdsat = train->add_subcommand(
+      "sdsat", "fine-tune a model so that appended adaptive tokens draft for it (SDSAT)");
+  {
+    SdsatTrainOptions& s = *sdsat_options;
+    sdsat->add_option("--base", s.base, "model GGUF to fine-tune (any supported type)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    sdsat->add_option("--corpus", s.corpus_dir, "folder of .py files")->required();
+    sdsat->add_option("-o,--output", s.out, "output GGUF")->required();
+    sdsat
+        ->add_option("--adaptive-token", s.adaptive_token,
+                     "the adaptive token: an id or a token's text (e.g. '<unused0>')")
+        ->required();
+    sdsat->add_option("--max-window", s.max_window, "L: adaptive windows are 1..L tokens long")
+        ->check(CLI::Range(1, 64));
+    sdsat->add_option("--window-share", s.window_share, "share of positions followed by a window")
+        ->check(CLI::Range(0.001, 1.0));
+    sdsat->add_option("--plain-share", s.plain_share, "share of each batch's rows kept plain")
+        ->check(CLI::Range(0.0, 1.0));
+    sdsat->add_option("--adaptive-weight", s.adaptive_weight, "w: weight of the adaptive loss")
+        ->check(CLI::Range(0.0, 100.0));
+    sdsat->add_flag("!--no-fim", s.fim, "no fill-in-the-middle reordering");
+    sdsat->add_option("--ctx", s.ctx, "training context")->check(CLI::Range(16, 65536));
+    sdsat->add_option("--batch", s.batch, "rows per step")->check(CLI::Range(1, 4096));
+    sdsat->add_option("--steps", s.steps, "steps")->check(CLI::Range(1, 100000000));
+    sdsat
+        ->add_option("--stop-at-step", s.stop_at_step,
+                     "checkpoint and stop after this step; the same command resumes")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+    sdsat->add_option("--lr", s.lr, "peak learning rate (default 5e-5, the paper's)")
+        ->check(CLI::Range(1e-8, 1.0));
+    sdsat->add_option("--min-lr-ratio", s.min_lr_ratio, "final / peak learning rate")
+        ->check(CLI::Range(0.0, 1.0));
+    sdsat->add_option("--warmup", s.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
+    sdsat->add_option("--checkpoint", s.checkpoint_dir, "checkpoint folder (resumes if present)");
+    sdsat->add_option("--checkpoint-every", s.checkpoint_every, "steps between checkpoints")
+        ->check(CLI::Range(1, 1000000));
+    sdsat->add_option("--eval-every", s.eval_every, "steps between held-out evaluations")
+        ->check(CLI::Range(1, 1000000));
+    sdsat->add_option("--type", *sdsat_type, "export type")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+    sdsat->add_option("--name", s.name, "general.name of the exported model");
+    sdsat->add_option("--seed", s.seed, "seed");
+    sdsat->add_option("-t,--threads", s.threads, "threads")->check(CLI::Range(1, 256));
+    sdsat->add_flag("!--no-bf16", s.bf16, "train in fp32 instead of bf16 autocast");
+  }
+
   struct MeasureState {
     std::string target, draft, corpus, chat;
     int max_prompts = 1000000;
@@ -164,6 +214,24 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       report_draft(MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads,
                                 m.draft_length, m.prompts_per_file),
                    m.draft_length);
+      return 0;
+    }
+    if (*sdsat) {
+      SdsatTrainOptions options = *sdsat_options;
+      options.export_type = *DTypeFromName(*sdsat_type);
+      const SdsatTrainResult r = TrainSdsat(options);
+      std::string accuracy;
+      for (double a : r.adaptive.accuracy) {
+        accuracy += (accuracy.empty() ? "" : ", ") + std::to_string(a);
+      }
+      std::printf(
+          "{\"steps\": %lld, \"finished\": %s, \"adaptive_token\": %d, \"train_loss\": %s, "
+          "\"base_perplexity\": %.4f, \"validation_perplexity\": %.4f, "
+          "\"base_adaptive_loss\": %.4f, \"adaptive_loss\": %.4f, \"adaptive_accuracy\": [%s], "
+          "\"tokens_per_s\": %.0f}\n",
+          static_cast<long long>(r.steps), r.finished ? "true" : "false", r.adaptive_token,
+          FormatTrainLoss(r.train_loss, "null").c_str(), r.base_perplexity, r.validation_perplexity,
+          r.base_adaptive.loss, r.adaptive.loss, accuracy.c_str(), r.tokens_per_s);
       return 0;
     }
     if (*tokenizer) {

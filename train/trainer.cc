@@ -20,30 +20,11 @@
 #include "tokenizer/prompt_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/corpus.h"
+#include "train/train_loop.h"
 
 namespace specd::train {
 namespace fs = std::filesystem;
 namespace {
-
-// bf16 autocast for the forward pass only (as torch.autocast does).
-class Autocast {
- public:
-  explicit Autocast(bool enabled) : enabled_(enabled) {
-    if (enabled_) {
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    }
-  }
-  ~Autocast() {
-    if (enabled_) {
-      at::autocast::clear_cache();
-      at::autocast::set_cpu_enabled(false);
-    }
-  }
-
- private:
-  bool enabled_;
-};
 
 // A batch of random windows: inputs [batch, ctx], targets [batch, ctx].
 std::pair<torch::Tensor, torch::Tensor> SampleBatch(const std::vector<int32_t>& stream, int batch,
@@ -83,53 +64,10 @@ std::pair<torch::Tensor, torch::Tensor> SampleSequences(
   return {x, y};
 }
 
-double Evaluate(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
-                bool bf16) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const int64_t available = static_cast<int64_t>(stream.size() - 1) / ctx;
-  const int64_t n = std::min<int64_t>(windows, available);
-  SPECD_CHECK(n > 0, "the held-out text is shorter than one context window");
-  double total = 0.0;
-  const int64_t stride = available / n;
-  for (int64_t w = 0; w < n; w += 8) {
-    const int64_t rows = std::min<int64_t>(8, n - w);
-    auto x = torch::empty({rows, ctx}, torch::kInt64), y = torch::empty({rows, ctx}, torch::kInt64);
-    auto* xp = x.data_ptr<int64_t>();
-    auto* yp = y.data_ptr<int64_t>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t start = (w + r) * stride * ctx;
-      for (int64_t t = 0; t < ctx; ++t) {
-        xp[r * ctx + t] = stream[start + t];
-        yp[r * ctx + t] = stream[start + t + 1];
-      }
-    }
-    torch::Tensor logits;
-    {
-      Autocast autocast(bf16);
-      logits = model->forward(x);
-    }
-    total +=
-        torch::nn::functional::cross_entropy(logits.to(torch::kFloat32).view({-1, logits.size(-1)}),
-                                             model->HeadTargets(y).view({-1}))
-            .item<double>() *
-        rows;
-  }
-  model->train();
-  return total / n;
-}
-
 // Whether item i of a series takes its turn when a share s of the items should, spread evenly:
 // when floor((i + 1) s) passes an integer (s = 0.5: every odd item).
 bool TakesTurn(int64_t i, double share) {
   return std::floor(double(i + 1) * share) > std::floor(double(i) * share);
-}
-
-std::string FormatSeconds(double s) {
-  char buf[32];
-  const int total = static_cast<int>(s);
-  std::snprintf(buf, sizeof(buf), "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
-  return buf;
 }
 
 }  // namespace
@@ -402,52 +340,14 @@ TrainResult Train(const TrainOptions& o) {
           ? o.max_steps
           : std::max<int64_t>(
                 1, static_cast<int64_t>(o.epochs * train_stream.size() / tokens_per_step));
-  // Weight decay on matrices only (not norms).
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->named_parameters())
-    (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(
-      decay, std::make_unique<torch::optim::AdamWOptions>(
-                 torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay)));
-  groups.emplace_back(no_decay,
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.0)));
-  torch::optim::AdamW optimizer(groups);
-
+  auto optimizer = MakeAdamW(model, o.lr, o.weight_decay);
   int64_t step = 0;
   // Smoothed training loss; carried in the checkpoint so that a resumed run (or a re-export of a
   // finished one) reports it instead of starting from nothing.
   double smoothed = std::nan("");
-  const std::string ckpt_model = o.checkpoint_dir + "/model.pt";
-  const std::string ckpt_optim = o.checkpoint_dir + "/optimizer.pt";
-  const std::string ckpt_step = o.checkpoint_dir + "/step.txt";
-  if (!o.checkpoint_dir.empty()) {
-    fs::create_directories(o.checkpoint_dir);
-    if (fs::exists(ckpt_step)) {
-      torch::load(model, ckpt_model);
-      torch::load(optimizer, ckpt_optim);
-      std::FILE* f = std::fopen(ckpt_step.c_str(), "r");
-      long long s = 0;
-      SPECD_CHECK(f && std::fscanf(f, "%lld", &s) == 1, "corrupt checkpoint step in ", ckpt_step);
-      double saved_loss = 0.0;
-      if (std::fscanf(f, "%lf", &saved_loss) == 1) smoothed = saved_loss;  // older files: none
-      std::fclose(f);
-      step = s;
-      std::fprintf(stderr, "resumed from %s at step %lld\n", o.checkpoint_dir.c_str(), s);
-    }
-  }
-  auto save_checkpoint = [&] {
-    if (o.checkpoint_dir.empty()) return;
-    torch::save(model, ckpt_model + ".tmp");
-    torch::save(optimizer, ckpt_optim + ".tmp");
-    fs::rename(ckpt_model + ".tmp", ckpt_model);
-    fs::rename(ckpt_optim + ".tmp", ckpt_optim);
-    std::FILE* f = std::fopen((ckpt_step + ".tmp").c_str(), "w");
-    std::fprintf(f, "%lld %.6f\n", static_cast<long long>(step), smoothed);
-    std::fclose(f);
-    fs::rename(ckpt_step + ".tmp", ckpt_step);
-  };
+  Checkpoint checkpoint(o.checkpoint_dir);
+  checkpoint.Load(model, *optimizer, &step, &smoothed);
+  auto save_checkpoint = [&] { checkpoint.Save(model, *optimizer, step, smoothed); };
 
   std::fprintf(stderr, "model: %lld parameters; %lld steps of %lld tokens (%.2f epochs)%s\n",
                static_cast<long long>(model->NumParameters()), static_cast<long long>(total_steps),
@@ -462,16 +362,8 @@ TrainResult Train(const TrainOptions& o) {
   result.train_loss = smoothed;
   model->train();
   while (step < total_steps) {
-    const double lr_scale =
-        step < o.warmup_steps
-            ? double(step + 1) / o.warmup_steps
-            : o.min_lr_ratio +
-                  (1.0 - o.min_lr_ratio) * 0.5 *
-                      (1.0 + std::cos(M_PI * double(step - o.warmup_steps) /
-                                      std::max<int64_t>(1, total_steps - o.warmup_steps)));
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(o.lr * lr_scale);
-    }
+    const double lr_scale = LearningRateScale(step, o.warmup_steps, total_steps, o.min_lr_ratio);
+    SetLearningRate(*optimizer, o.lr * lr_scale);
     const bool teacher_step = !teacher_text.empty() && TakesTurn(step, o.teacher_text_share);
     auto [x, y] = teacher_step ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
                                : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
@@ -496,10 +388,10 @@ TrainResult Train(const TrainOptions& o) {
           torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
       loss = o.distill_alpha * kl + (1.0 - o.distill_alpha) * loss;
     }
-    optimizer.zero_grad();
+    optimizer->zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
-    optimizer.step();
+    optimizer->step();
     ++step;
     smoothed = std::isnan(smoothed) ? ce : 0.98 * smoothed + 0.02 * ce;
     result.train_loss = smoothed;
@@ -507,17 +399,7 @@ TrainResult Train(const TrainOptions& o) {
     const double elapsed_s = timer.ElapsedMs() / 1000.0;
     const double tps = double(step - first_step) * tokens_per_step / std::max(elapsed_s, 1e-9);
     result.tokens_per_s = tps;
-    const bool report = tty || step % 50 == 0 || step == total_steps;
-    if (report) {
-      const double eta = double(total_steps - step) * tokens_per_step / std::max(tps, 1.0);
-      const int width = 30;
-      const int filled = static_cast<int>(width * double(step) / total_steps);
-      std::fprintf(stderr, "%s[%s%s] step %lld/%lld loss %.3f lr %.2e %.0f tok/s, %s left%s",
-                   tty ? "\r" : "", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), static_cast<long long>(step),
-                   static_cast<long long>(total_steps), smoothed, o.lr * lr_scale, tps,
-                   FormatSeconds(eta).c_str(), tty ? "  " : "\n");
-    }
+    ReportProgress(step, total_steps, smoothed, o.lr * lr_scale, tps, tokens_per_step);
     if (step == o.stop_at_step && step < total_steps) {
       save_checkpoint();
       result.steps = step;
@@ -528,7 +410,7 @@ TrainResult Train(const TrainOptions& o) {
     }
     if (step % o.checkpoint_every == 0) save_checkpoint();
     if (step % o.eval_every == 0 && !valid_stream.empty()) {
-      const double v = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+      const double v = HeldOutLoss(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
       std::fprintf(stderr, "%sstep %lld: validation loss %.4f, perplexity %.2f\n", tty ? "\n" : "",
                    static_cast<long long>(step), v, std::exp(v));
     }
@@ -536,7 +418,7 @@ TrainResult Train(const TrainOptions& o) {
   save_checkpoint();
   result.steps = step;
   result.finished = true;
-  result.validation_loss = Evaluate(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+  result.validation_loss = HeldOutLoss(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
   result.validation_perplexity = std::exp(result.validation_loss);
   std::fprintf(stderr,
                "%sdone: %lld steps, train loss %s, validation loss %.4f (perplexity %.2f)\n",

@@ -1,0 +1,290 @@
+#include "train/sdsat_trainer.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "gguf/gguf.h"
+#include "train/corpus.h"
+#include "train/llama_torch.h"
+#include "train/sdsat_data.h"
+#include "train/train_loop.h"
+#include "train/trainer.h"
+
+namespace specd::train {
+namespace {
+
+const std::vector<GgufValue>& Vocabulary(const GgufFile& f) {
+  return f.Get("tokenizer.ggml.tokens").AsArray("tokenizer.ggml.tokens").items;
+}
+
+int32_t FindToken(const GgufFile& f, const std::string& text) {
+  const auto& tokens = Vocabulary(f);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].AsString("token") == text) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+FimTokens FimTokensOf(const GgufFile& f) {
+  auto id = [&](const char* key, const char* text) {
+    const int64_t from_key = f.GetInt(key, -1);
+    return from_key >= 0 ? static_cast<int32_t>(from_key) : FindToken(f, text);
+  };
+  return {id("tokenizer.ggml.fim_pre_token_id", "<fim_prefix>"),
+          id("tokenizer.ggml.fim_mid_token_id", "<fim_middle>"),
+          id("tokenizer.ggml.fim_suf_token_id", "<fim_suffix>")};
+}
+
+uint64_t RowSeed(uint64_t seed, int64_t step, int row) {
+  const auto words = Philox4x32(
+      {seed, static_cast<uint64_t>(row), static_cast<uint64_t>(step), RngPurpose::kSample}, 7);
+  return (uint64_t{words[0]} << 32) | words[1];
+}
+
+// Row `row` of a batch: plain for the first `n_plain` rows, mixed after; each from a random
+// window of the stream, FIM-reordered half of the time when the tokenizer allows.
+SdsatRow MakeRow(const std::vector<int32_t>& stream, int64_t ctx, int row, int n_plain,
+                 const SdsatLayout& layout, const FimTokens& fim, uint64_t seed) {
+  const int64_t need = ctx + layout.max_window + 1;
+  const uint64_t span = stream.size() - need;
+  const size_t start = static_cast<size_t>(UniformDouble({seed, 0, 0, RngPurpose::kSample}) * span);
+  std::span<const int32_t> window(stream.data() + start, need);
+  const FimChoice fim_choice = ChooseFim(need - 3, fim, seed);
+  std::vector<int32_t> reordered;
+  if (fim_choice.mode != FimMode::kNone) {
+    reordered = FimReorder(window.subspan(0, need - 3), fim_choice.mode, fim, fim_choice.cut_a,
+                           fim_choice.cut_b);
+    window = reordered;
+  }
+  return row < n_plain ? PlainRow(window, ctx) : MixedRow(window, ctx, layout, seed);
+}
+
+struct BatchTensors {
+  torch::Tensor tokens;     // [B, T] int64
+  torch::Tensor positions;  // [B, T] int64
+  torch::Tensor visible;    // [B, T, T] bool
+  torch::Tensor labels;     // [B, T] int64, -100: no loss
+};
+
+BatchTensors ToTensors(const std::vector<SdsatRow>& rows) {
+  const int64_t b = static_cast<int64_t>(rows.size()), t = rows.front().length();
+  BatchTensors out{torch::empty({b, t}, torch::kInt64), torch::empty({b, t}, torch::kInt64),
+                   torch::empty({b, t, t}, torch::kBool), torch::empty({b, t}, torch::kInt64)};
+  auto* tok = out.tokens.data_ptr<int64_t>();
+  auto* pos = out.positions.data_ptr<int64_t>();
+  auto* vis = out.visible.data_ptr<bool>();
+  auto* lab = out.labels.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r) {
+    const SdsatRow& row = rows[r];
+    for (int64_t i = 0; i < t; ++i) {
+      tok[r * t + i] = row.tokens[i];
+      pos[r * t + i] = row.positions[i];
+      lab[r * t + i] = row.labels[i] < 0 ? -100 : row.labels[i];
+    }
+    for (int64_t i = 0; i < t * t; ++i) vis[r * t * t + i] = row.visible[i] != 0;
+  }
+  return out;
+}
+
+// Mean cross-entropy over labelled slots of rows [first, first + count); 0 when there are none.
+torch::Tensor RowsLoss(const torch::Tensor& logits, const torch::Tensor& labels, int64_t first,
+                       int64_t count) {
+  if (count == 0) return torch::zeros({}, torch::kFloat32);
+  const auto l = logits.narrow(0, first, count).to(torch::kFloat32);
+  const auto y = labels.narrow(0, first, count);
+  if ((y != -100).sum().item<int64_t>() == 0) return torch::zeros({}, torch::kFloat32);
+  return torch::nn::functional::cross_entropy(l.reshape({-1, l.size(-1)}), y.reshape({-1}));
+}
+
+// Adaptive tokens on mixed rows of held-out text: top-1 accuracy by their place in a window, and
+// cross-entropy.
+AdaptiveScore ScoreAdaptive(Llama& model, const std::vector<int32_t>& stream, int64_t ctx,
+                            const SdsatLayout& layout, int windows, bool bf16) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  std::vector<int64_t> hits(layout.max_window, 0), total(layout.max_window, 0);
+  double loss_sum = 0.0;
+  const FimTokens no_fim;
+  for (int w = 0; w < windows; w += 8) {
+    std::vector<SdsatRow> rows;
+    for (int r = w; r < std::min(windows, w + 8); ++r) {
+      rows.push_back(MakeRow(stream, ctx, r, 0, layout, no_fim, RowSeed(12345, -1, r)));
+    }
+    const BatchTensors batch = ToTensors(rows);
+    torch::Tensor logits;  // [rows, T, n_vocab]
+    {
+      Autocast autocast(bf16);
+      logits = model->forward(batch.tokens, batch.positions, batch.visible);
+    }
+    const auto flat = logits.to(torch::kFloat32).reshape({-1, logits.size(-1)});
+    loss_sum += torch::nn::functional::cross_entropy(
+                    flat, batch.labels.reshape({-1}),
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    const auto argmax = logits.argmax(-1).contiguous();  // [rows, T]
+    const auto* best = argmax.data_ptr<int64_t>();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (int64_t i = 0; i < ctx; ++i) {
+        const int j = rows[r].offsets[i];
+        if (j == 0) continue;
+        ++total[j - 1];
+        hits[j - 1] += best[r * ctx + i] == rows[r].labels[i];
+      }
+    }
+  }
+  model->train();
+  AdaptiveScore score;
+  int64_t n = 0;
+  for (int j = 0; j < layout.max_window; ++j) {
+    score.accuracy.push_back(total[j] > 0 ? double(hits[j]) / total[j] : 0.0);
+    n += total[j];
+  }
+  score.loss = n > 0 ? loss_sum / n : 0.0;
+  return score;
+}
+
+std::string Describe(const AdaptiveScore& score) {
+  std::string s =
+      "adaptive loss " + std::to_string(score.loss).substr(0, 6) + ", accuracy by place";
+  for (double a : score.accuracy) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), " %.3f", a);
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+int32_t ResolveToken(const std::string& tokenizer_gguf, const std::string& token) {
+  auto f = GgufFile::Open(tokenizer_gguf);
+  const int64_t n_vocab = static_cast<int64_t>(Vocabulary(*f).size());
+  int64_t id = -1;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
+  if (ec != std::errc() || end != token.data() + token.size()) id = FindToken(*f, token);
+  SPECD_CHECK(id >= 0, "--adaptive-token '", token, "' is neither a token id nor a token of ",
+              tokenizer_gguf);
+  SPECD_CHECK(id < n_vocab, "--adaptive-token ", id, " is outside the vocabulary of ", n_vocab,
+              " tokens");
+  return static_cast<int32_t>(id);
+}
+
+SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
+  SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
+              "stopping at a step needs a checkpoint folder to resume from");
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  SdsatLayout layout{ResolveToken(o.base, o.adaptive_token), o.max_window, o.window_share};
+  auto base_file = GgufFile::Open(o.base);
+  const FimTokens fim = o.fim ? FimTokensOf(*base_file) : FimTokens{};
+  const std::string base_name = base_file->Find("general.name") != nullptr
+                                    ? base_file->Get("general.name").AsString("general.name")
+                                    : "model";
+  base_file.reset();
+
+  const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);
+  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.base);
+  const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.base);
+  SPECD_CHECK(static_cast<int64_t>(train_stream.size()) > (o.ctx + o.max_window + 1) * 4,
+              "the corpus is too small for a context of ", o.ctx);
+  std::fprintf(stderr,
+               "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens); adaptive "
+               "token %d, windows 1..%d after %.0f%% of positions, FIM %s\n",
+               corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
+               valid_stream.size(), layout.adaptive_token, layout.max_window,
+               100.0 * layout.window_share,
+               fim.ok() ? "on" : (o.fim ? "off (no FIM tokens)" : "off"));
+
+  Llama model = ImportGguf(o.base);
+  SdsatTrainResult result;
+  result.adaptive_token = layout.adaptive_token;
+  result.base_perplexity =
+      std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16));
+  result.base_adaptive = ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16);
+  std::fprintf(stderr, "base: held-out perplexity %.3f, %s\n", result.base_perplexity,
+               Describe(result.base_adaptive).c_str());
+
+  auto optimizer = MakeAdamW(model, o.lr, o.weight_decay);
+  int64_t step = 0;
+  double smoothed = std::nan("");
+  Checkpoint checkpoint(o.checkpoint_dir);
+  checkpoint.Load(model, *optimizer, &step, &smoothed);
+
+  const int n_plain = static_cast<int>(std::lround(o.batch * o.plain_share));
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.ctx;
+  Timer timer;
+  const int64_t first_step = step;
+  model->train();
+  while (step < o.steps) {
+    const double lr = o.lr * LearningRateScale(step, o.warmup_steps, o.steps, o.min_lr_ratio);
+    SetLearningRate(*optimizer, lr);
+    std::vector<SdsatRow> rows;
+    for (int r = 0; r < o.batch; ++r) {
+      rows.push_back(
+          MakeRow(train_stream, o.ctx, r, n_plain, layout, fim, RowSeed(o.seed, step, r)));
+    }
+    const BatchTensors batch = ToTensors(rows);
+    torch::Tensor logits;  // [B, T, n_vocab]
+    {
+      Autocast autocast(o.bf16);
+      logits = model->forward(batch.tokens, batch.positions, batch.visible);
+    }
+    const auto plain_loss = RowsLoss(logits, batch.labels, 0, n_plain);
+    const auto adaptive_loss = RowsLoss(logits, batch.labels, n_plain, o.batch - n_plain);
+    const auto loss = 0.5 * (plain_loss + o.adaptive_weight * adaptive_loss);
+    optimizer->zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
+    optimizer->step();
+    ++step;
+    const double value = loss.item<double>();
+    smoothed = std::isnan(smoothed) ? value : 0.98 * smoothed + 0.02 * value;
+    const double tps =
+        double(step - first_step) * tokens_per_step / std::max(timer.ElapsedMs() / 1000.0, 1e-9);
+    result.tokens_per_s = tps;
+    ReportProgress(step, o.steps, smoothed, lr, tps, tokens_per_step);
+    if (step == o.stop_at_step && step < o.steps) {
+      checkpoint.Save(model, *optimizer, step, smoothed);
+      std::fprintf(stderr, "stopped at step %lld of %lld; checkpoint in %s\n",
+                   static_cast<long long>(step), static_cast<long long>(o.steps),
+                   o.checkpoint_dir.c_str());
+      result.steps = step;
+      result.train_loss = smoothed;
+      return result;
+    }
+    if (step % o.checkpoint_every == 0) checkpoint.Save(model, *optimizer, step, smoothed);
+    if (step % o.eval_every == 0 && step < o.steps) {
+      std::fprintf(
+          stderr, "step %lld: held-out perplexity %.3f, %s\n", static_cast<long long>(step),
+          std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16)),
+          Describe(ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16))
+              .c_str());
+    }
+  }
+  checkpoint.Save(model, *optimizer, step, smoothed);
+  result.steps = step;
+  result.finished = true;
+  result.train_loss = smoothed;
+  result.validation_perplexity =
+      std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16));
+  result.adaptive = ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16);
+  std::fprintf(stderr, "done: %lld steps; held-out perplexity %.3f (base %.3f, %+.2f%%), %s\n",
+               static_cast<long long>(step), result.validation_perplexity, result.base_perplexity,
+               100.0 * (result.validation_perplexity / result.base_perplexity - 1.0),
+               Describe(result.adaptive).c_str());
+  if (!o.out.empty()) {
+    ExportGguf(model, o.base, o.export_type, o.name.empty() ? base_name + "-sdsat" : o.name, o.out,
+               {{"specd.sdsat.adaptive_token", GgufValue::U32(layout.adaptive_token)},
+                {"specd.sdsat.max_window", GgufValue::U32(layout.max_window)}});
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+  return result;
+}
+
+}  // namespace specd::train

@@ -1,0 +1,61 @@
+// Parts every training loop here shares: bf16 autocast, AdamW with decay on matrices only, the
+// warm-up + cosine learning-rate schedule, checkpoints to resume from, held-out loss, progress.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/llama_torch.h"
+
+namespace specd::train {
+
+// bf16 autocast for the forward pass only (as torch.autocast does), while in scope.
+class Autocast {
+ public:
+  explicit Autocast(bool enabled);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool enabled_;
+};
+
+// AdamW (0.9, 0.95) with weight decay on matrices only (not norms).
+std::unique_ptr<torch::optim::AdamW> MakeAdamW(Llama& model, double lr, double weight_decay);
+
+// Multiplier of the peak learning rate at `step`: linear warm-up, then cosine down to
+// `min_ratio` at `total_steps`.
+double LearningRateScale(int64_t step, int64_t warmup_steps, int64_t total_steps, double min_ratio);
+void SetLearningRate(torch::optim::AdamW& optimizer, double lr);
+
+// Model, optimizer, step and smoothed loss in a folder; written atomically (each file renamed
+// into place). An empty folder disables both.
+class Checkpoint {
+ public:
+  explicit Checkpoint(std::string dir);
+  // Restores model and optimizer when the folder holds a checkpoint; returns whether it did.
+  bool Load(Llama& model, torch::optim::AdamW& optimizer, int64_t* step, double* smoothed_loss);
+  void Save(Llama& model, torch::optim::AdamW& optimizer, int64_t step, double smoothed_loss);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// Mean next-token cross-entropy over up to `windows` evenly spaced windows of `stream`.
+double HeldOutLoss(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
+                   bool bf16);
+
+// One progress line ("[###...] step 10/100 loss ... tok/s, h:mm:ss left"), redrawn in place on a
+// terminal, every 50 steps otherwise.
+void ReportProgress(int64_t step, int64_t total_steps, double loss, double lr, double tokens_per_s,
+                    int64_t tokens_per_step);
+
+std::string FormatSeconds(double s);
+
+}  // namespace specd::train

@@ -106,7 +106,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
   auto target = Model::Load(o.target, &ctx, LoadOptionsForModel(o.weight_flags, o.target));
-  auto draft = Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft));
+  auto draft = Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft, ModelRole::kDraft));
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
   const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);

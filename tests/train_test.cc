@@ -621,5 +621,80 @@ TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
   EXPECT_EQ(ResolveToken(base.out, "12"), 12);
 }
 
+// A LoRA fine-tune exports a llama.cpp adapter that specd merges at load into the model the
+// trainer ran: the same logits, the adaptive token's own row (input and tied output) included.
+TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdMergesIntoTheTrainersModel) {
+  const std::string dir = specd::testing::TempDir() + "/sdsat_lora";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrainOptions base = TinyTrainOptions(2, 4, 2, 160, 64);
+  base.corpus_dir = PatternCorpus();
+  base.out = dir + "/base.gguf";
+  base.batch = 8;
+  base.max_steps = 60;
+  base.warmup_steps = 5;
+  base.eval_windows = 4;
+  ASSERT_TRUE(Train(base).finished);
+
+  SdsatTrainOptions o;
+  o.base = base.out;
+  o.corpus_dir = base.corpus_dir;
+  o.validation_every = base.validation_every;
+  o.adaptive_token = "<unused0>";
+  o.max_window = 3;
+  o.window_share = 0.3;
+  o.ctx = 64;
+  o.batch = 8;
+  o.steps = 60;
+  o.lr = 1e-2;
+  o.warmup_steps = 5;
+  o.eval_windows = 16;
+  o.lora_rank = 4;
+  o.checkpoint_dir = dir + "/ckpt";
+  o.out = dir + "/adapter.gguf";
+  const SdsatTrainResult r = TrainSdsat(o);
+  ASSERT_TRUE(r.finished);
+  EXPECT_LT(r.adaptive.loss, r.base_adaptive.loss - 0.5)
+      << "base " << r.base_adaptive.loss << ", after " << r.adaptive.loss;
+
+  auto adapter = GgufFile::Open(o.out);
+  EXPECT_EQ(adapter->Get("general.type").AsString("type"), "adapter");
+  EXPECT_EQ(adapter->Get("adapter.type").AsString("type"), "lora");
+  EXPECT_EQ(adapter->GetFloat("adapter.lora.alpha", 0), 8.0);
+  EXPECT_EQ(adapter->GetTensor("blk.1.ffn_down.weight.lora_a").shape,
+            (std::vector<int64_t>{160, 4}));  // [in, rank]
+  EXPECT_EQ(adapter->GetTensor("blk.1.ffn_down.weight.lora_b").shape,
+            (std::vector<int64_t>{4, 64}));  // [rank, out]
+  EXPECT_EQ(adapter->GetTensor("token_embd.weight.lora_a").shape,
+            (std::vector<int64_t>{1, 1024}));  // llama.cpp's flipped embedding layout
+
+  // The trainer's model, from its last checkpoint.
+  Llama trained = ImportGguf(base.out);
+  trained->EnableLora(4, 8.0, r.adaptive_token);
+  torch::load(trained, o.checkpoint_dir + "/model.pt");
+  trained->eval();
+  const std::vector<int32_t> tokens = {5, 300, r.adaptive_token, 41, r.adaptive_token, 77, 12};
+  auto input = torch::empty({1, int64_t(tokens.size())}, torch::kInt64);
+  for (size_t i = 0; i < tokens.size(); ++i) input[0][i] = tokens[i];
+  torch::NoGradGuard no_grad;
+  const auto expected = trained->forward(input).squeeze(0).contiguous();  // [7, 1024]
+  std::vector<float> expected_values(expected.data_ptr<float>(),
+                                     expected.data_ptr<float>() + expected.numel());
+
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  ModelLoadOptions options;
+  options.lora = {{o.out, 1.0f}};
+  auto model = Model::Load(base.out, &ctx, options);
+  EXPECT_EQ(SdsatOptionsForModel(*model, 3, -1).adaptive_token, r.adaptive_token);
+  auto kv = model->NewKvCache({1, 64});
+  const int seq = kv->Acquire();
+  Batch batch;
+  for (size_t i = 0; i < tokens.size(); ++i) batch.Add(tokens[i], int(i), seq, true);
+  std::vector<float> logits;
+  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  EXPECT_LT(specd::testing::RelativeError(logits, expected_values), 1e-4);
+}
+
 }  // namespace
 }  // namespace specd::train

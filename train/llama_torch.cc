@@ -50,6 +50,32 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaShape& s) {
   w_down->weight.normal_(0.0, residual_std);
 }
 
+torch::nn::Linear& LlamaBlockImpl::matrix(int which) {
+  switch (which) {
+    case kWq:
+      return wq;
+    case kWk:
+      return wk;
+    case kWv:
+      return wv;
+    case kWo:
+      return wo;
+    case kWGate:
+      return w_gate;
+    case kWUp:
+      return w_up;
+    default:
+      return w_down;
+  }
+}
+
+torch::Tensor LlamaBlockImpl::Project(int which, const torch::Tensor& x) {
+  auto y = matrix(which)->forward(x);
+  if (!lora_a[which].defined()) return y;
+  const auto down = torch::matmul(x, lora_a[which].t().to(x.scalar_type()));  // [..., rank]
+  return y + lora_scale * torch::matmul(down, lora_b[which].t().to(x.scalar_type()));
+}
+
 LlamaImpl::LlamaImpl(const LlamaShape& s) : shape(s) {
   SPECD_CHECK(s.dim % s.n_heads == 0 && s.n_heads % s.n_kv_heads == 0 && s.head_dim() % 2 == 0,
               "bad model shape: dim ", s.dim, ", heads ", s.n_heads, ", kv heads ", s.n_kv_heads);
@@ -95,12 +121,15 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
                                       : torch::full({time, time}, -INFINITY).triu(1);
 
   auto x = embed->forward(tokens);  // [B, T, dim]
+  if (token_delta.defined()) {
+    x = x + (tokens == lora_token).unsqueeze(-1).to(x.scalar_type()) * token_delta;
+  }
   for (const auto& module : *blocks) {
     auto* block = module->as<LlamaBlockImpl>();
     const auto h = RmsNorm(x, block->attn_norm, shape.rms_eps);
-    auto q = block->wq->forward(h).view({batch, time, shape.n_heads, hd});
-    auto k = block->wk->forward(h).view({batch, time, shape.n_kv_heads, hd});
-    auto v = block->wv->forward(h).view({batch, time, shape.n_kv_heads, hd});
+    auto q = block->Project(kWq, h).view({batch, time, shape.n_heads, hd});
+    auto k = block->Project(kWk, h).view({batch, time, shape.n_kv_heads, hd});
+    auto v = block->Project(kWv, h).view({batch, time, shape.n_kv_heads, hd});
     q = Rope(q.to(torch::kFloat32), cos, sin).to(q.scalar_type());
     k = Rope(k.to(torch::kFloat32), cos, sin).to(k.scalar_type());
     if (group > 1) {
@@ -113,14 +142,47 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
     auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) / std::sqrt(double(hd));
     auto probs = torch::softmax(scores + mask, -1).to(v.scalar_type());
     auto att = torch::matmul(probs, v).transpose(1, 2).reshape({batch, time, shape.n_heads * hd});
-    x = x + block->wo->forward(att);
+    x = x + block->Project(kWo, att);
     const auto h2 = RmsNorm(x, block->ffn_norm, shape.rms_eps);
     x = x +
-        block->w_down->forward(torch::silu(block->w_gate->forward(h2)) * block->w_up->forward(h2));
+        block->Project(kWDown, torch::silu(block->Project(kWGate, h2)) * block->Project(kWUp, h2));
   }
   x = RmsNorm(x, final_norm, shape.rms_eps);
   const auto output = has_head() ? embed->weight.index_select(0, head_tokens) : embed->weight;
-  return torch::matmul(x, output.t().to(x.scalar_type()));
+  auto logits = torch::matmul(x, output.t().to(x.scalar_type()));  // [B, T, n_head]
+  if (token_delta.defined() && !has_head()) {
+    // Tied: the token's output row changes with its embedding.
+    const auto extra = torch::matmul(x, token_delta.to(x.scalar_type()));  // [B, T]
+    logits = logits.index_add(-1, torch::tensor({lora_token}), extra.unsqueeze(-1));
+  }
+  return logits;
+}
+
+void LlamaImpl::EnableLora(int64_t rank, double alpha, int64_t token) {
+  SPECD_CHECK(rank >= 1 && rank <= shape.dim, "LoRA rank must be in 1..", shape.dim, ", got ",
+              rank);
+  SPECD_CHECK(!has_head(), "LoRA on a model with a restricted head is not supported");
+  SPECD_CHECK(token < shape.n_vocab, "the LoRA token ", token, " is outside the vocabulary");
+  for (auto& p : parameters()) p.set_requires_grad(false);
+  lora_rank = rank;
+  lora_alpha = alpha;
+  lora_token = token;
+  const char* names[kNumLlamaMatrices] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
+  for (const auto& module : *blocks) {
+    auto* block = module->as<LlamaBlockImpl>();
+    block->lora_scale = alpha / static_cast<double>(rank);
+    for (int m = 0; m < kNumLlamaMatrices; ++m) {
+      const auto& w = block->matrix(m)->weight;  // [out, in]
+      // A ~ Kaiming-uniform-like, B = 0: training starts from the base model exactly.
+      const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));
+      block->lora_a[m] =
+          block->register_parameter(std::string(names[m]) + "_lora_a",
+                                    torch::empty({rank, w.size(1)}).uniform_(-bound, bound));
+      block->lora_b[m] = block->register_parameter(std::string(names[m]) + "_lora_b",
+                                                   torch::zeros({w.size(0), rank}));
+    }
+  }
+  if (token >= 0) token_delta = register_parameter("token_delta", torch::zeros({shape.dim}));
 }
 
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
@@ -187,6 +249,50 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     add(p + "ffn_gate.weight", b->w_gate->weight, type);
     add(p + "ffn_up.weight", b->w_up->weight, type);
     add(p + "ffn_down.weight", b->w_down->weight, type);
+  }
+  w.Write(path);
+}
+
+void ExportLoraAdapter(Llama& model, DType type, const std::string& name, const std::string& path,
+                       const std::vector<std::pair<std::string, GgufValue>>& extra) {
+  SPECD_CHECK(model->has_lora(), "the model has no LoRA to export");
+  GgufWriter w;
+  w.Set("general.architecture", GgufValue::Str("llama"));
+  w.Set("general.type", GgufValue::Str("adapter"));
+  w.Set("general.name", GgufValue::Str(name));
+  w.Set("adapter.type", GgufValue::Str("lora"));
+  w.Set("adapter.lora.alpha", GgufValue::F32(static_cast<float>(model->lora_alpha)));
+  for (const auto& [key, value] : extra) w.Set(key, value);
+  torch::NoGradGuard no_grad;
+  // A row-major [rows, cols] matrix as a GGUF tensor of ggml shape [cols, rows].
+  auto add = [&](const std::string& tensor_name, const torch::Tensor& t, DType t_type) {
+    const auto f = t.detach().to(torch::kFloat32).contiguous();
+    const int64_t rows = f.size(0), cols = f.size(1);
+    const int64_t row_bytes = RowBytes(t_type, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(t_type, f.data_ptr<float>() + r * cols, bytes.data() + r * row_bytes, cols);
+    }
+    w.AddTensor(tensor_name, t_type, {cols, rows}, std::move(bytes));
+  };
+  const char* names[kNumLlamaMatrices] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                          "ffn_gate", "ffn_up", "ffn_down"};
+  for (int64_t i = 0; i < model->shape.n_layers; ++i) {
+    auto* b = model->blocks[i]->as<LlamaBlockImpl>();
+    for (int m = 0; m < kNumLlamaMatrices; ++m) {
+      const std::string base = "blk." + std::to_string(i) + "." + names[m] + ".weight";
+      add(base + ".lora_a", b->lora_a[m], type);  // [rank, in]
+      add(base + ".lora_b", b->lora_b[m], type);  // [out, rank]
+    }
+  }
+  if (model->token_delta.defined()) {
+    // Rank 1, llama.cpp's embedding layout: a [n_vocab, 1] one-hot at the token, b [n_embd, 1]
+    // the row change over the adapter's scale (alpha / 1).
+    auto a = torch::zeros({model->shape.n_vocab, 1});
+    a[model->lora_token][0] = 1.0;
+    const double s = model->lora_alpha != 0.0 ? model->lora_alpha : 1.0;
+    add("token_embd.weight.lora_a", a, DType::kF32);
+    add("token_embd.weight.lora_b", (model->token_delta / s).unsqueeze(1), DType::kF32);
   }
   w.Write(path);
 }

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,11 +28,21 @@ struct LlamaShape {
   int64_t head_dim() const { return dim / n_heads; }
 };
 
+// The block's matrices in a fixed order (LoRA tensors are indexed by it).
+enum LlamaMatrix { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kNumLlamaMatrices };
+
 struct LlamaBlockImpl : torch::nn::Module {
   LlamaBlockImpl(const LlamaShape& shape);
+  torch::nn::Linear& matrix(int which);
+  // y = W x, plus s B A x when LoRA is on.
+  torch::Tensor Project(int which, const torch::Tensor& x);
+
   torch::Tensor attn_norm, ffn_norm;  // [dim]
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   torch::nn::Linear w_gate{nullptr}, w_up{nullptr}, w_down{nullptr};
+  // LoRA (empty when off): A [rank, in], B [out, rank] per matrix; B starts at 0.
+  std::array<torch::Tensor, kNumLlamaMatrices> lora_a, lora_b;
+  double lora_scale = 0.0;  // alpha / rank
 };
 TORCH_MODULE(LlamaBlock);
 
@@ -52,7 +63,17 @@ struct LlamaImpl : torch::nn::Module {
   // (cross_entropy's ignore_index) for tokens outside it. Identity without a head.
   torch::Tensor HeadTargets(const torch::Tensor& targets) const;
 
+  // LoRA fine-tuning: freezes every weight, adds rank-`rank` A / B pairs to each block matrix
+  // (scale alpha / rank), and, when token >= 0, a trainable change of that token's embedding row
+  // (input and, tied, output).
+  void EnableLora(int64_t rank, double alpha, int64_t token);
+  bool has_lora() const { return lora_rank > 0; }
+
   LlamaShape shape;
+  int64_t lora_rank = 0;
+  double lora_alpha = 0.0;
+  int64_t lora_token = -1;
+  torch::Tensor token_delta;            // [dim] the LoRA token's embedding change, or undefined
   torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output
   torch::Tensor head_tokens;            // [n_head] int64, empty: the whole vocabulary
   torch::Tensor head_index;             // [n_vocab] int64: position in head_tokens or -100
@@ -67,6 +88,12 @@ TORCH_MODULE(Llama);
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
                 const std::string& name, const std::string& path,
                 const std::vector<std::pair<std::string, GgufValue>>& extra = {});
+
+// Writes the LoRA of `model` as a llama.cpp adapter GGUF (general.type = adapter, adapter.type =
+// lora, adapter.lora.alpha; blk.N.<matrix>.weight.lora_a [in, rank] / .lora_b [rank, out] in
+// `type`; the token row as a rank-1 token_embd.weight LoRA in llama.cpp's flipped layout, f32).
+void ExportLoraAdapter(Llama& model, DType type, const std::string& name, const std::string& path,
+                       const std::vector<std::pair<std::string, GgufValue>>& extra = {});
 
 // Loads a llama GGUF (any supported type, dequantized to f32) into a torch model.
 Llama ImportGguf(const std::string& path);

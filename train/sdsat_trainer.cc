@@ -210,6 +210,10 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
   std::fprintf(stderr, "base: held-out perplexity %.3f, %s\n", result.base_perplexity,
                Describe(result.base_adaptive).c_str());
 
+  if (o.lora_rank > 0) {
+    model->EnableLora(o.lora_rank, o.lora_alpha > 0.0 ? o.lora_alpha : 2.0 * o.lora_rank,
+                      layout.adaptive_token);
+  }
   auto optimizer = MakeAdamW(model, o.lr, o.weight_decay);
   int64_t step = 0;
   double smoothed = std::nan("");
@@ -279,9 +283,15 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
                100.0 * (result.validation_perplexity / result.base_perplexity - 1.0),
                Describe(result.adaptive).c_str());
   if (!o.out.empty()) {
-    ExportGguf(model, o.base, o.export_type, o.name.empty() ? base_name + "-sdsat" : o.name, o.out,
-               {{"specd.sdsat.adaptive_token", GgufValue::U32(layout.adaptive_token)},
-                {"specd.sdsat.max_window", GgufValue::U32(layout.max_window)}});
+    const std::vector<std::pair<std::string, GgufValue>> metadata = {
+        {"specd.sdsat.adaptive_token", GgufValue::U32(layout.adaptive_token)},
+        {"specd.sdsat.max_window", GgufValue::U32(layout.max_window)}};
+    const std::string name = o.name.empty() ? base_name + "-sdsat" : o.name;
+    if (model->has_lora()) {
+      ExportLoraAdapter(model, o.export_type, name, o.out, metadata);
+    } else {
+      ExportGguf(model, o.base, o.export_type, name, o.out, metadata);
+    }
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
   return result;

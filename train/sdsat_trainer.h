@@ -27,6 +27,10 @@ struct SdsatTrainOptions {
   double plain_share = 0.5;      // of each batch's rows
   double adaptive_weight = 1.0;  // w
   bool fim = true;               // when the tokenizer has FIM tokens
+  // LoRA instead of a full fine-tune: the output is then a llama.cpp LoRA adapter (plus the
+  // adaptive token's embedding row) for `specd generate --lora`. 0: full fine-tune.
+  int lora_rank = 0;
+  double lora_alpha = 0.0;  // 0: 2 x rank
   int64_t ctx = 256;
   int batch = 8;
   int64_t steps = 1000;

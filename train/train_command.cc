@@ -126,6 +126,13 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     sdsat->add_option("--adaptive-weight", s.adaptive_weight, "w: weight of the adaptive loss")
         ->check(CLI::Range(0.0, 100.0));
     sdsat->add_flag("!--no-fim", s.fim, "no fill-in-the-middle reordering");
+    sdsat
+        ->add_option("--lora-rank", s.lora_rank,
+                     "train a LoRA of this rank (frozen base) and write it as a llama.cpp "
+                     "adapter for --lora; 0 (default): full fine-tune")
+        ->check(CLI::Range(0, 4096));
+    sdsat->add_option("--lora-alpha", s.lora_alpha, "LoRA alpha (default 2 x rank)")
+        ->check(CLI::Range(0.0, 1e6));
     sdsat->add_option("--ctx", s.ctx, "training context")->check(CLI::Range(16, 65536));
     sdsat->add_option("--batch", s.batch, "rows per step")->check(CLI::Range(1, 4096));
     sdsat->add_option("--steps", s.steps, "steps")->check(CLI::Range(1, 100000000));

@@ -129,7 +129,7 @@ int RunGenerate(const GenerateOptions& options) {
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
   if (speculative && !ngram && !sdsat) {
-    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model));
+    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
     CheckDraftCompatible(*model, *draft);
   }
   // Cold first forwards would be timed by the cost-aware draft length (and by the user).

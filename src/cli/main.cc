@@ -82,6 +82,28 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
                   "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
                   "prose, code and chat)")
       ->check(CLI::ExistingFile);
+  // llama.cpp's spellings: --lora FILE (repeatable), --lora-scaled FILE SCALE.
+  app->add_option_function<std::vector<std::string>>(
+         "--lora",
+         [flags](const std::vector<std::string>& paths) {
+           for (const auto& p : paths) flags->lora.push_back({p, 1.0f});
+         },
+         "LoRA adapter (llama.cpp's GGUF format) merged into the model at load; repeatable")
+      ->check(CLI::ExistingFile)
+      ->allow_extra_args(false);
+  app->add_option_function<std::vector<std::string>>(
+         "--lora-scaled",
+         [flags](const std::vector<std::string>& values) {
+           for (size_t i = 0; i + 1 < values.size(); i += 2) {
+             float scale = 0.0f;
+             SPECD_CHECK(CLI::detail::lexical_cast(values[i + 1], scale), "--lora-scaled: '",
+                         values[i + 1], "' is not a number");
+             flags->lora.push_back({values[i], scale});
+           }
+         },
+         "LoRA adapter with a scale: --lora-scaled FILE SCALE; repeatable")
+      ->expected(2)
+      ->allow_extra_args(false);
 }
 
 void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
@@ -305,16 +327,20 @@ int main(int argc, char** argv) {
       app.add_subcommand("quantize", "convert a model's matrices to another type (llama-quantize)");
   quantize->add_option("input", quant.input, "input GGUF")->required();
   quantize->add_option("output", quant.output, "output GGUF")->required();
-  quantize->add_option("--type", quant.type, "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16, f32 or i8 (specd only)")
+  quantize
+      ->add_option("--type", quant.type,
+                   "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16, f32 or i8 (specd only)")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1", "i8",
-                             "f16", "bf16", "f32"}));
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
+                             "i8", "f16", "bf16", "f32"}));
   quantize->add_option("-t,--threads", quant.threads, "threads")->check(CLI::Range(1, 256));
-  quantize->add_option("--smooth-alpha", quant.smooth_alpha,
-                       "i8: SmoothQuant migration strength (0 = none; default 0.5)")
+  quantize
+      ->add_option("--smooth-alpha", quant.smooth_alpha,
+                   "i8: SmoothQuant migration strength (0 = none; default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
-  quantize->add_option("--calibration", quant.calibration_file,
-                       "i8: calibration text (default: a built-in mix of prose, code and chat)")
+  quantize
+      ->add_option("--calibration", quant.calibration_file,
+                   "i8: calibration text (default: a built-in mix of prose, code and chat)")
       ->check(CLI::ExistingFile);
 
   auto* bench = app.add_subcommand("bench", "benchmarks");
@@ -347,8 +373,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->transform([](std::string form) { return form == "as-stored" ? std::string() : form; })
       ->check(CLI::IsMember({"", "i8"}));
-  bench_forward->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
-                            "matmul of i8 weights: auto, specd or onednn")
+  bench_forward
+      ->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
+                   "matmul of i8 weights: auto, specd or onednn")
       ->check(CLI::IsMember({"auto", "specd", "onednn"}));
 
   bench::AttentionBenchOptions ab;

@@ -88,7 +88,7 @@ int RunServe(const ServeOptions& options) {
   auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   std::unique_ptr<Model> draft;
   if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model));
+    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
     CheckDraftCompatible(*model, *draft);
   }
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());

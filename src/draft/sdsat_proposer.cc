@@ -7,14 +7,16 @@
 namespace specd {
 
 SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t token_flag) {
-  const GgufFile& f = model.gguf();
   SdsatOptions o;
   o.n_adaptive = n_adaptive;
-  o.adaptive_token = token_flag >= 0
-                         ? token_flag
-                         : static_cast<int32_t>(f.GetInt("specd.sdsat.adaptive_token", -1));
-  SPECD_CHECK(o.adaptive_token >= 0, f.path(),
-              " was not fine-tuned for SDSAT (no specd.sdsat.adaptive_token): pass "
+  const GgufValue* recorded = model.FindMetadata("specd.sdsat.adaptive_token");
+  o.adaptive_token = token_flag >= 0 ? token_flag
+                     : recorded != nullptr
+                         ? static_cast<int32_t>(recorded->AsInt("specd.sdsat.adaptive_token"))
+                         : -1;
+  SPECD_CHECK(o.adaptive_token >= 0, model.gguf().path(),
+              " was not fine-tuned for SDSAT (no specd.sdsat.adaptive_token in it or its --lora "
+              "adapter): pass "
               "--adaptive-token ID (any token works, losslessly, but only a fine-tuned model "
               "drafts well with it)");
   SPECD_CHECK(o.adaptive_token < model.config().n_vocab, "--adaptive-token ", o.adaptive_token,

@@ -59,14 +59,15 @@ bridge, with the library to be reconsidered in September.
 }
 
 ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string& path,
-                                     int max_tokens) {
+                                     ModelRole role, int max_tokens) {
   ModelLoadOptions options = LoadOptionsFromFlags(flags);
+  if (role == ModelRole::kDraft) options.lora.clear();
   if (!options.int8_weights || flags.smooth_alpha <= 0.0f) return options;
   SPECD_CHECK(flags.smooth_alpha <= 1.0f, "--smooth-alpha must be in [0, 1], got ",
               flags.smooth_alpha);
   options.smooth_alpha = flags.smooth_alpha;
-  const std::string text =
-      flags.calibration_file.empty() ? BuiltInCalibrationText() : ReadFileBytes(flags.calibration_file);
+  const std::string text = flags.calibration_file.empty() ? BuiltInCalibrationText()
+                                                          : ReadFileBytes(flags.calibration_file);
   auto file = GgufFile::Open(path);
   SPECD_CHECK(file->Find("tokenizer.ggml.model") != nullptr, path,
               " has no tokenizer to read the SmoothQuant calibration text with: add "
@@ -75,8 +76,7 @@ ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string
   std::vector<int32_t> tokens = tokenizer->Encode(text, /*add_special=*/true,
                                                   /*parse_special=*/true);
   if (static_cast<int>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
-  SPECD_CHECK(tokens.size() >= 2, "the calibration text is too short (", tokens.size(),
-              " tokens)");
+  SPECD_CHECK(tokens.size() >= 2, "the calibration text is too short (", tokens.size(), " tokens)");
   options.calibration_tokens = std::move(tokens);
   return options;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "base/error.h"
@@ -40,9 +41,9 @@ WeightView Matrix(const GgufFile& f, const std::string& name, int64_t cols, int6
                 f.path(), ": '", scale_name, "' must be f32 of shape [", rows, "]");
     w.row_scales = reinterpret_cast<const float*>(scale->data);
     if (const GgufTensorInfo* smooth = f.FindTensor(I8SmoothTensorName(name))) {
-      SPECD_CHECK(smooth->type == DType::kF32 && smooth->shape.size() == 1 &&
-                      smooth->shape[0] == cols,
-                  f.path(), ": '", smooth->name, "' must be f32 of shape [", cols, "]");
+      SPECD_CHECK(
+          smooth->type == DType::kF32 && smooth->shape.size() == 1 && smooth->shape[0] == cols,
+          f.path(), ": '", smooth->name, "' must be f32 of shape [", cols, "]");
       w.col_scales = reinterpret_cast<const float*>(smooth->data);
       for (int64_t j = 0; j < cols; ++j) {
         SPECD_CHECK(std::isfinite(w.col_scales[j]) && w.col_scales[j] > 0, f.path(), ": '",
@@ -172,6 +173,7 @@ ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
               "the file's own types)");
   ModelLoadOptions options;
   options.int8_weights = flags.weights == "i8";
+  options.lora = flags.lora;
   return options;
 }
 
@@ -182,7 +184,8 @@ Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cp
               "' is not one of auto, specd, onednn");
   // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
   SPECD_CHECK(cpu.avx512, "--int8-kernel onednn needs AVX-512 VNNI, which this CPU lacks");
-  SPECD_CHECK(flags.weights == "i8", "--int8-kernel onednn applies to i8 weights: add --weights i8");
+  SPECD_CHECK(flags.weights == "i8",
+              "--int8-kernel onednn applies to i8 weights: add --weights i8");
   return Int8Backend::kOneDnn;
 }
 
@@ -243,8 +246,13 @@ void Model::ConvertToI8(const std::vector<WeightView*>& parts, const std::vector
     } else {
       convert(0, source.rows);
     }
-    *w = WeightView{DType::kI8, matrix->values.data(), source.rows, cols, nullptr,
-                    matrix->scales.data(), s.empty() ? nullptr : matrix->smooth.data()};
+    *w = WeightView{DType::kI8,
+                    matrix->values.data(),
+                    source.rows,
+                    cols,
+                    nullptr,
+                    matrix->scales.data(),
+                    s.empty() ? nullptr : matrix->smooth.data()};
     i8_matrices_.push_back(std::move(matrix));
   }
 }
@@ -309,9 +317,9 @@ void Model::ForEachI8Matrix(
     const Layer& l = layers_[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     const std::pair<const char*, const WeightView*> named[] = {
-        {"attn_q.weight", &l.wq},     {"attn_k.weight", &l.wk},  {"attn_v.weight", &l.wv},
-        {"attn_output.weight", &l.wo}, {"ffn_gate.weight", &l.w_gate},
-        {"ffn_up.weight", &l.w_up},   {"ffn_down.weight", &l.w_down}};
+        {"attn_q.weight", &l.wq},      {"attn_k.weight", &l.wk},       {"attn_v.weight", &l.wv},
+        {"attn_output.weight", &l.wo}, {"ffn_gate.weight", &l.w_gate}, {"ffn_up.weight", &l.w_up},
+        {"ffn_down.weight", &l.w_down}};
     for (const auto& [name, w] : named) {
       if (w->type == DType::kI8) fn(p + name, *w);
     }
@@ -392,6 +400,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     }
     model->layers_.push_back(std::move(l));
   }
+  model->MergeLora(options.lora);
   const bool fast = ctx != nullptr && ctx->cpu.avx512;
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
@@ -404,6 +413,50 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   }
   model->file_ = std::move(file);
   return model;
+}
+
+void Model::MergeLora(const std::vector<LoraSpec>& adapters) {
+  if (adapters.empty()) return;
+  std::map<std::string, WeightView*> targets = {{"token_embd.weight", &token_embd_}};
+  if (!config_.tied_embeddings) targets["output.weight"] = &output_;
+  for (int i = 0; i < config_.n_layer; ++i) {
+    Layer& l = layers_[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    for (const auto& [name, view] : {std::pair{"attn_q", &l.wq},
+                                     {"attn_k", &l.wk},
+                                     {"attn_v", &l.wv},
+                                     {"attn_output", &l.wo},
+                                     {"ffn_gate", &l.w_gate},
+                                     {"ffn_up", &l.w_up},
+                                     {"ffn_down", &l.w_down}}) {
+      targets[p + name + ".weight"] = view;
+    }
+  }
+  for (const LoraSpec& spec : adapters) {
+    LoraAdapter adapter = ReadLoraAdapter(spec, config_.arch);
+    for (const LoraUpdate& u : adapter.updates) {
+      const auto it = targets.find(u.target);
+      SPECD_CHECK(it != targets.end(), spec.path, ": a LoRA for '", u.target,
+                  "', which this model has no matrix of (or cannot take one for)");
+      WeightView& w = *it->second;
+      SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
+                  u.target, "': load the original model with --lora (and --weights i8)");
+      SPECD_CHECK(u.rows == w.rows && u.cols == w.cols, spec.path, ": the LoRA for '", u.target,
+                  "' is [", u.rows, " x ", u.cols, "], the matrix [", w.rows, " x ", w.cols, "]");
+      lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
+          MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
+      w.data = lora_merged_.back()->data();
+    }
+    adapters_.push_back(std::move(adapter.file));
+  }
+  if (config_.tied_embeddings) output_ = token_embd_;  // the merged embedding is the head too
+}
+
+const GgufValue* Model::FindMetadata(const std::string& key) const {
+  for (auto it = adapters_.rbegin(); it != adapters_.rend(); ++it) {
+    if (const GgufValue* v = (*it)->Find(key)) return v;
+  }
+  return file_->Find(key);
 }
 
 void Model::PackWeights(const KernelContext& ctx) {

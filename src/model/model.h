@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/layer_groups.h"
+#include "model/lora.h"
 #include "threading/thread_pool.h"
 
 namespace specd {
@@ -142,6 +143,8 @@ struct ModelLoadOptions {
   // Empty: no migration.
   std::vector<int32_t> calibration_tokens;
   float smooth_alpha = 0.5f;
+  // LoRA adapters merged into the weights, in order, before anything else.
+  std::vector<LoraSpec> lora;
 };
 
 // Per input channel max |x| of every matrix input, over the rows of the forwards it watched.
@@ -155,10 +158,11 @@ struct ActivationMaxima {
 
 // --weights and --int8-kernel as the CLI spells them.
 struct WeightFlags {
-  std::string weights;                // "" (as stored) or "i8"
+  std::string weights;               // "" (as stored) or "i8"
   std::string int8_kernel = "auto";  // auto | specd | onednn
-  float smooth_alpha = 0.5f;          // i8: SmoothQuant's migration strength; 0: none
-  std::string calibration_file;       // i8: its calibration text (default: a built-in one)
+  float smooth_alpha = 0.5f;         // i8: SmoothQuant's migration strength; 0: none
+  std::string calibration_file;      // i8: its calibration text (default: a built-in one)
+  std::vector<LoraSpec> lora;        // --lora / --lora-scaled (the target model only)
 };
 // The load options and i8 backend those flags ask for; an Error names a bad value.
 ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags);
@@ -176,6 +180,9 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& gguf() const { return *file_; }
+  // A metadata key of the merged LoRA adapters (the last one first) or else of the model file:
+  // an adapter may say what its fine-tune is for (specd.sdsat.*). nullptr when none has it.
+  const GgufValue* FindMetadata(const std::string& key) const;
   // Bytes of weights read by one decode step (all matrices plus one embedding row).
   int64_t WeightBytesPerToken() const;
   // Multiply-accumulates of the matrices (layers and output head) for one row.
@@ -235,6 +242,8 @@ class Model {
   // Converts every matrix to i8 (options.int8_weights), with SmoothQuant when it has
   // calibration tokens.
   void ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& options);
+  // Merges the adapters into the matrices they name (owned copies, same types).
+  void MergeLora(const std::vector<LoraSpec>& adapters);
   // Replaces each of *parts (matrices reading one input) by its i8 form, a copy the model owns;
   // with input maxima (else nullptr), one SmoothQuant migration shared by the parts.
   void ConvertToI8(const std::vector<WeightView*>& parts, const std::vector<float>* input_max,
@@ -266,8 +275,10 @@ class Model {
   WeightView output_;      // [n_vocab or head_tokens.size(), n_embd]
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
-  std::vector<std::unique_ptr<PackedInt8Weights>> packed_;  // owned fast layouts
-  std::vector<std::unique_ptr<I8Matrix>> i8_matrices_;      // owned i8 conversions
+  std::vector<std::unique_ptr<PackedInt8Weights>> packed_;          // owned fast layouts
+  std::vector<std::unique_ptr<I8Matrix>> i8_matrices_;              // owned i8 conversions
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> lora_merged_;  // owned merged matrices
+  std::vector<std::unique_ptr<GgufFile>> adapters_;                 // for FindMetadata
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, gate_, up_, ffn_, out_rows_;

@@ -183,6 +183,37 @@ TEST(Lora, QuantizedMatricesAreMergedInTheirOwnTypeAndUntouchedRowsKeepTheirByte
   }
 }
 
+// A q4_0 matrix merged back into q4_0 would lose a small update to its grid: coarse types are
+// merged into q8_0, which keeps it.
+TEST(Lora, CoarseTypesAreMergedIntoQ8_0) {
+  EXPECT_EQ(LoraMergedType(DType::kQ4_0), DType::kQ8_0);
+  EXPECT_EQ(LoraMergedType(DType::kQ6_K), DType::kQ8_0);
+  EXPECT_EQ(LoraMergedType(DType::kF16), DType::kF16);
+  const std::string base = testing::TinyModel("tiny", DType::kQ4_0);
+  const ModelConfig c = Model::Load(base)->config();
+  auto pairs = SomePairs(c);
+  const std::string adapter = WriteAdapter("adapter_q4", pairs, 4.0f);
+  // The reference: the base dequantized to f32, merged by hand.
+  auto file = GgufFile::Open(base);
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) w.Set(key, value);
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const int64_t cols = t.shape[0], rows = t.NumElements() / cols;
+    std::vector<float> values(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t.type, t.data + r * RowBytes(t.type, cols), values.data() + r * cols, cols);
+    }
+    w.AddTensor(t.name, DType::kF32, t.shape, F32Bytes(values));
+  }
+  const std::string f32_base = testing::TempDir() + "/q4_as_f32.gguf";
+  w.Write(f32_base);
+  const auto expected = Logits(WriteMergedByHand(f32_base, pairs, 4.0f, "q4_by_hand"), {}, kTokens);
+  const auto merged = Logits(base, {{adapter, 1.0f}}, kTokens);
+  // q8_0's rounding of the merged matrices only.
+  EXPECT_LT(testing::RelativeError(merged, expected), 2e-2);
+  EXPECT_GT(testing::RelativeError(Logits(base, {}, kTokens), expected), 5e-2);
+}
+
 TEST(Lora, BadAdaptersAreNamedErrors) {
   const std::string base = testing::TinyModel("tiny", DType::kF32);
   const ModelConfig c = Model::Load(base)->config();

@@ -115,21 +115,38 @@ LoraAdapter ReadLoraAdapter(const LoraSpec& spec, const std::string& arch) {
   return adapter;
 }
 
+DType LoraMergedType(DType type) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+      return type;
+    default:
+      return DType::kQ8_0;
+  }
+}
+
 std::vector<uint8_t> MergeLoraUpdate(DType type, const uint8_t* base, const LoraUpdate& update) {
+  const DType merged_type = LoraMergedType(type);
   const int64_t row_bytes = RowBytes(type, update.cols);
-  std::vector<uint8_t> merged(row_bytes * update.rows);
+  const int64_t merged_row_bytes = RowBytes(merged_type, update.cols);
+  std::vector<uint8_t> merged(merged_row_bytes * update.rows);
   std::vector<float> row(update.cols), delta(update.cols);
   for (int64_t r = 0; r < update.rows; ++r) {
     const uint8_t* src = base + r * row_bytes;
-    uint8_t* dst = merged.data() + r * row_bytes;
-    if (!update.TouchesRow(r)) {
+    uint8_t* dst = merged.data() + r * merged_row_bytes;
+    const bool touched = update.TouchesRow(r);
+    if (!touched && merged_type == type) {
       std::memcpy(dst, src, row_bytes);
       continue;
     }
     DequantizeRow(type, src, row.data(), update.cols);
-    update.DeltaRow(r, delta.data());
-    for (int64_t j = 0; j < update.cols; ++j) row[j] += delta[j];
-    QuantizeRow(type, row.data(), dst, update.cols);
+    if (touched) {
+      update.DeltaRow(r, delta.data());
+      for (int64_t j = 0; j < update.cols; ++j) row[j] += delta[j];
+    }
+    QuantizeRow(merged_type, row.data(), dst, update.cols);
   }
   return merged;
 }

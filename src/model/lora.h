@@ -45,8 +45,12 @@ struct LoraAdapter {
 // names the file.
 LoraAdapter ReadLoraAdapter(const LoraSpec& spec, const std::string& arch);
 
-// W + delta of one matrix stored as `type` ([rows] rows of `cols`), re-quantized to the same
-// type; rows the update does not touch are copied unchanged.
+// The type a matrix of `type` is merged into: its own for f32, f16, bf16 and q8_0; q8_0 for the
+// coarser ones, whose grid would round a small low-rank update away.
+DType LoraMergedType(DType type);
+
+// W + delta of one matrix stored as `type` ([rows] rows of `cols`), in LoraMergedType(type);
+// rows the update does not touch are copied unchanged when the type stays.
 std::vector<uint8_t> MergeLoraUpdate(DType type, const uint8_t* base, const LoraUpdate& update);
 
 }  // namespace specd

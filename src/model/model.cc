@@ -446,6 +446,7 @@ void Model::MergeLora(const std::vector<LoraSpec>& adapters) {
       lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
           MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
       w.data = lora_merged_.back()->data();
+      w.type = LoraMergedType(w.type);
     }
     adapters_.push_back(std::move(adapter.file));
   }

@@ -23,10 +23,6 @@ struct Run {
   SpeculativeStats stats;
 };
 
-double TokensPerS(const GenerateResult& r) {
-  return r.n_tokens / ((r.t_prefill_ms + r.t_decode_ms) / 1000.0);
-}
-
 // Median by tokens/s.
 Run Median(std::vector<Run> runs) {
   std::sort(runs.begin(), runs.end(),
@@ -45,6 +41,39 @@ std::string PerPosition(const SpeculativeStats& s, nlohmann::json* out) {
     text += cell;
   }
   return text;
+}
+
+// Requests of `batch` sequences each that together cover every prompt once (the last one may
+// wrap around), so that batch 1 is not measured on a single prompt.
+std::vector<GenerateRequest> RequestsOverEveryPrompt(
+    const std::vector<std::vector<int32_t>>& prompts, int batch, int n_predict,
+    const SamplingParams& sampling) {
+  std::vector<GenerateRequest> requests;
+  for (size_t first = 0; first < prompts.size(); first += batch) {
+    GenerateRequest request;
+    for (int b = 0; b < batch; ++b) request.prompts.push_back(prompts[(first + b) % prompts.size()]);
+    request.prompt = request.prompts[0];
+    request.n_sequences = batch;
+    request.n_predict = n_predict;
+    request.sampling = sampling;
+    request.stop_at_eos = false;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+// Runs every request with `generate` and sums tokens and time (and, through it, statistics).
+template <typename Generate>
+Run RunAll(const std::vector<GenerateRequest>& requests, Generate generate) {
+  Run run;
+  double n_tokens = 0, ms = 0;
+  for (const GenerateRequest& request : requests) {
+    const GenerateResult r = generate(request, &run);
+    n_tokens += r.n_tokens;
+    ms += r.t_prefill_ms + r.t_decode_ms;
+  }
+  run.tokens_per_s = n_tokens / (ms / 1000.0);
+  return run;
 }
 
 }  // namespace
@@ -89,7 +118,9 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
   md << "SDSAT benchmark, " << Today() << ", " << CpuName() << " (" << cpu.Name() << " kernels), "
      << o.threads << " threads, " << o.target << " drafting for itself with adaptive token "
      << base.adaptive_token << ", " << o.n_predict << " new tokens per sequence, one "
-     << (o.prompt_set == "chat" ? "chat" : "Python") << " prompt per sequence, median of "
+     << (o.prompt_set == "chat" ? "chat" : "Python") << " prompt per sequence, every one of the "
+     << prompts.size() << " prompts in each setting (batch B: " << prompts.size()
+     << " / B batches in turn), median of "
      << o.reps << " round-robin runs. `merged`: adaptive tokens ride on every verification "
      << "(one forward per loop when every draft is kept); `two-step`: the paper's loop.\n\n"
      << "| sampling | batch | k | loop | plain tok/s | sdsat tok/s | speedup | acceptance | "
@@ -97,13 +128,8 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
      << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Setting& setting : settings) {
     for (int batch : o.batches) {
-      GenerateRequest request;
-      for (int b = 0; b < batch; ++b) request.prompts.push_back(prompts[b % prompts.size()]);
-      request.prompt = request.prompts[0];
-      request.n_sequences = batch;
-      request.n_predict = o.n_predict;
-      request.sampling = setting.params;
-      request.stop_at_eos = false;
+      const std::vector<GenerateRequest> requests =
+          RequestsOverEveryPrompt(prompts, batch, o.n_predict, setting.params);
       struct Candidate {
         int k;
         bool merge;
@@ -116,19 +142,24 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
       }
       std::vector<Run> plain_runs;
       for (int rep = 0; rep < o.reps; ++rep) {
-        plain_runs.push_back({TokensPerS(GenerateAutoregressive(*target, ctx, *kv, request)), {}});
+        plain_runs.push_back(RunAll(requests, [&](const GenerateRequest& request, Run* run) {
+          return GenerateAutoregressive(*target, ctx, *kv, request);
+        }));
         for (Candidate& c : candidates) {
           SdsatOptions options = base;
           options.n_adaptive = c.k;
           options.merge = c.merge;
-          SdsatProposer proposer(options);
           SpeculativeOptions spec;
           spec.draft_max = c.k;
           spec.spec_sampling = setting.mode;
-          Run run;
-          run.tokens_per_s = TokensPerS(
-              GenerateWithProposer(*target, ctx, *kv, proposer, request, spec, &run.stats));
-          c.runs.push_back(run);
+          c.runs.push_back(RunAll(requests, [&](const GenerateRequest& request, Run* run) {
+            SdsatProposer proposer(options);
+            SpeculativeStats stats;
+            GenerateResult result =
+                GenerateWithProposer(*target, ctx, *kv, proposer, request, spec, &stats);
+            run->stats.Add(stats);
+            return result;
+          }));
         }
       }
       const Run plain = Median(plain_runs);

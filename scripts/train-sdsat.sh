@@ -1,18 +1,40 @@
 #!/usr/bin/env bash
-# SDSAT fine-tunes (`specd train sdsat`): the shipped 16.5M target learns to draft for itself with
-# the adaptive token <unused0>. Resumes from checkpoints/ (not in git) if interrupted.
+# SDSAT fine-tunes (`specd train sdsat`), resumable from checkpoints/ (not in git):
 #
-#   bash scripts/train-sdsat.sh [BUILD_DIR]
+#   bash scripts/train-sdsat.sh            # the shipped 16.5M target (~25 min on 2 cores)
+#   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (hours)
 #
-# No FIM reordering: the base was trained on plain text only, and FIM rows would teach it a new
-# task at the cost of its plain perplexity (which must stay within 2% of the base's).
+# SDSAT_STOP_AT=N checkpoints and stops after step N; the same command resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build/release}
-corpus=/usr/lib/python3.11   # the base's own training files; every 20th file is held out
+which=${1:-16m}
+specd=${SPECD:-build/release/specd}
+corpus=/usr/lib/python3.11   # the 16.5M base's own training files; every 20th file is held out
+stop=()
+[[ -n "${SDSAT_STOP_AT:-}" ]] && stop=(--stop-at-step "$SDSAT_STOP_AT")
 
-"$build/specd" train sdsat --base models/specd-target-q8_0.gguf --corpus "$corpus" \
-  --adaptive-token '<unused0>' --max-window 5 --no-fim --ctx 256 --batch 8 --steps 1500 \
-  --lr 2e-4 --min-lr-ratio 0.1 --warmup 100 --eval-every 250 --checkpoint checkpoints/sdsat-16m \
-  --checkpoint-every 100 --type q8_0 --name specd-target-16m-sdsat \
-  -o models/specd-target-sdsat-q8_0.gguf
+case "$which" in
+  16m)
+    # No FIM reordering: the base was trained on plain text only, and FIM rows would teach it a
+    # new task at the cost of its plain perplexity (which must stay within 2% of the base's).
+    "$specd" train sdsat --base models/specd-target-q8_0.gguf --corpus "$corpus" \
+      --adaptive-token '<unused0>' --max-window 5 --no-fim --ctx 256 --batch 8 --steps 1500 \
+      --lr 2e-4 --min-lr-ratio 0.1 --warmup 100 --eval-every 250 \
+      --checkpoint checkpoints/sdsat-16m --checkpoint-every 100 "${stop[@]}" --type q8_0 \
+      --name specd-target-16m-sdsat -o models/specd-target-sdsat-q8_0.gguf
+    ;;
+  smollm2)
+    # A rank-16 LoRA (frozen base) plus the adaptive token <empty_output>'s embedding row, written
+    # as a llama.cpp adapter for --lora. SmolLM2's vocabulary has no FIM tokens.
+    "$specd" train sdsat --base pretrained/SmolLM2-135M-Instruct.Q4_1.gguf --corpus "$corpus" \
+      --adaptive-token '<empty_output>' --max-window 5 --lora-rank 16 --ctx 256 --batch 8 \
+      --steps 2000 --lr 1e-3 --min-lr-ratio 0.1 --warmup 50 --eval-every 100 \
+      --checkpoint checkpoints/sdsat-smollm2-lora16 --checkpoint-every 25 "${stop[@]}" \
+      --type f16 --name smollm2-135m-instruct-sdsat-lora16 \
+      -o models/smollm2-sdsat-lora16-f16.gguf
+    ;;
+  *)
+    echo "usage: $0 [16m|smollm2]" >&2
+    exit 2
+    ;;
+esac

@@ -226,6 +226,8 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     if (*sdsat) {
       SdsatTrainOptions options = *sdsat_options;
       options.export_type = *DTypeFromName(*sdsat_type);
+      WriteManifest(ListCorpus(options.corpus_dir, {".py"}, options.validation_every),
+                    options.corpus_dir, options.out + ".manifest");
       const SdsatTrainResult r = TrainSdsat(options);
       std::string accuracy;
       for (double a : r.adaptive.accuracy) {

@@ -51,7 +51,8 @@ std::vector<GenerateRequest> RequestsOverEveryPrompt(
   std::vector<GenerateRequest> requests;
   for (size_t first = 0; first < prompts.size(); first += batch) {
     GenerateRequest request;
-    for (int b = 0; b < batch; ++b) request.prompts.push_back(prompts[(first + b) % prompts.size()]);
+    for (int b = 0; b < batch; ++b)
+      request.prompts.push_back(prompts[(first + b) % prompts.size()]);
     request.prompt = request.prompts[0];
     request.n_sequences = batch;
     request.n_predict = n_predict;
@@ -109,9 +110,12 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
            coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
     }
   }
-  nlohmann::json report = {{"date", Today()},         {"cpu", CpuName()},
-                           {"kernels", cpu.Name()},   {"target", o.target},
-                           {"threads", o.threads},    {"n_predict", o.n_predict},
+  nlohmann::json report = {{"date", Today()},
+                           {"cpu", CpuName()},
+                           {"kernels", cpu.Name()},
+                           {"target", o.target},
+                           {"threads", o.threads},
+                           {"n_predict", o.n_predict},
                            {"adaptive_token", base.adaptive_token},
                            {"prompt_set", o.prompt_set}};
   std::ostringstream md;
@@ -120,8 +124,8 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
      << base.adaptive_token << ", " << o.n_predict << " new tokens per sequence, one "
      << (o.prompt_set == "chat" ? "chat" : "Python") << " prompt per sequence, every one of the "
      << prompts.size() << " prompts in each setting (batch B: " << prompts.size()
-     << " / B batches in turn), median of "
-     << o.reps << " round-robin runs. `merged`: adaptive tokens ride on every verification "
+     << " / B batches in turn), median of " << o.reps
+     << " round-robin runs. `merged`: adaptive tokens ride on every verification "
      << "(one forward per loop when every draft is kept); `two-step`: the paper's loop.\n\n"
      << "| sampling | batch | k | loop | plain tok/s | sdsat tok/s | speedup | acceptance | "
         "mean accepted length | acceptance by position |\n"
@@ -172,8 +176,7 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
                       "| %s | %d | %d | %s | %.1f | %.1f | %.2fx | %.3f | %.2f | %s |\n",
                       setting.name.c_str(), batch, c.k, c.merge ? "merged" : "two-step",
                       plain.tokens_per_s, r.tokens_per_s, r.tokens_per_s / plain.tokens_per_s,
-                      r.stats.acceptance_rate(), r.stats.mean_accepted_length(),
-                      positions.c_str());
+                      r.stats.acceptance_rate(), r.stats.mean_accepted_length(), positions.c_str());
         md << line;
         std::fprintf(stderr, "[bench sdsat] %s", line);
         report["runs"].push_back({{"sampling", setting.name},

@@ -3,13 +3,12 @@
 // coupled sampled output is plain Gumbel sampling's, adaptive-token KV entries never outlive a
 // step, and a model without SDSAT metadata is refused by name. (The sampled distribution test is
 // in speculative_test.cc with the other proposers'.)
-#include "draft/sdsat_proposer.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "base/error.h"
+#include "draft/sdsat_proposer.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "tests/test_util.h"
@@ -37,8 +36,8 @@ std::vector<std::vector<int32_t>> Plain(Model& target, const KernelContext& ctx,
   return out;
 }
 
-std::vector<std::vector<int32_t>> SelfDrafted(Model& target, const KernelContext& ctx,
-                                              KvCache& kv, const GenerateRequest& request,
+std::vector<std::vector<int32_t>> SelfDrafted(Model& target, const KernelContext& ctx, KvCache& kv,
+                                              const GenerateRequest& request,
                                               const SdsatOptions& sdsat, SpecSampling mode,
                                               SpeculativeStats* stats) {
   SdsatProposer proposer(sdsat);
@@ -88,14 +87,42 @@ TEST(Sdsat, ShippedModelKeepsGreedyOutputAndAcceptsWholeDrafts) {
   const auto plain = Plain(*target, ctx, *kv, request);
   for (int k : {1, 2, 4}) {
     SpeculativeStats stats;
-    const auto out = SelfDrafted(*target, ctx, *kv, request,
-                                 {.adaptive_token = 5, .n_adaptive = k}, SpecSampling::kRejection,
-                                 &stats);
+    const auto out = SelfDrafted(*target, ctx, *kv, request, {.adaptive_token = 5, .n_adaptive = k},
+                                 SpecSampling::kRejection, &stats);
     EXPECT_EQ(out, plain) << "k " << k;
     EXPECT_GT(stats.n_accepted, 0) << "k " << k;
     // Steps that verified drafts: after a fully accepted one the next also has drafts.
     EXPECT_GT(stats.n_drafts, 0) << "k " << k;
   }
+}
+
+// The shipped SDSAT fine-tune of that target: its adaptive token comes from its metadata, greedy
+// output stays plain's, and it drafts far better than the same token on the base model (the
+// fine-tuning learned something the engine uses).
+TEST(Sdsat, ShippedFineTuneDraftsBetterThanItsBase) {
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto tuned = Model::Load(SPECD_SOURCE_DIR "/models/specd-target-sdsat-q8_0.gguf", &ctx);
+  auto base = Model::Load(SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf", &ctx);
+  const SdsatOptions options = SdsatOptionsForModel(*tuned, 3, -1);
+  EXPECT_EQ(options.adaptive_token, 7);                     // <unused0>
+  EXPECT_THROW(SdsatOptionsForModel(*base, 3, -1), Error);  // the base records none
+  GenerateRequest request = Greedy({}, 64);
+  // Python-like prompts in the shipped tokenizer's ids (def, class, import, return lines).
+  request.prompts = {
+      {1, 336, 3875, 994, 394}, {1, 1405, 326, 284, 366}, {1, 822, 345, 38}, {1, 284, 348, 710}};
+  double acceptance[2];
+  int i = 0;
+  for (Model* model : {tuned.get(), base.get()}) {
+    auto kv = model->NewKvCache({4, 512});
+    const auto plain = Plain(*model, ctx, *kv, request);
+    SpeculativeStats stats;
+    EXPECT_EQ(SelfDrafted(*model, ctx, *kv, request, options, SpecSampling::kRejection, &stats),
+              plain);
+    acceptance[i++] = stats.acceptance_rate();
+  }
+  EXPECT_GT(acceptance[0], 2 * acceptance[1])
+      << "fine-tuned " << acceptance[0] << ", base " << acceptance[1];
 }
 
 TEST(Sdsat, CoupledSamplingEqualsPlainGumbelSampling) {
@@ -137,8 +164,7 @@ TEST(Sdsat, AdaptiveTokenEntriesNeverOutliveAStep) {
     for (int id : {a, b}) {
       const Sequence& s = engine.sequence(id);
       if (s.finished()) continue;
-      EXPECT_EQ(kv->Length(s.slot),
-                static_cast<int>(s.request.prompt.size() + s.tokens.size()) - 1)
+      EXPECT_EQ(kv->Length(s.slot), static_cast<int>(s.request.prompt.size() + s.tokens.size()) - 1)
           << "step " << steps;
     }
   }

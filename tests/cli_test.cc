@@ -502,9 +502,8 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
   const CliRun plain = RunSpecd("generate" + common + " --strategy ar");
   ASSERT_EQ(plain.exit_code, 0) << plain.out;
   for (const char* flags : {" --adaptive-k 1", " --adaptive-k 4", " --adaptive-k 13",
-                            " --adaptive-k 3 --sdsat-unmerged", " --batch 3 --attention pad"}) {
-    const CliRun r =
-        RunSpecd("generate" + common + " --strategy sdsat --adaptive-token 4" + flags);
+                            " --adaptive-k 3 --sdsat-loop merged", " --batch 3 --attention pad"}) {
+    const CliRun r = RunSpecd("generate" + common + " --strategy sdsat --adaptive-token 4" + flags);
     ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
     const auto lines = parse(r.out);
     ASSERT_GE(lines.size(), 2u) << r.out;
@@ -518,11 +517,9 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
       {"generate" + common + " --strategy sdsat", "--adaptive-token"},
       {"generate" + common + " --adaptive-k 3", "--strategy sdsat"},
       {"generate" + common + " --strategy sdsat --adaptive-token 4 -md " + draft, "drop -md"},
-      {"generate" + common + " --strategy sdsat --adaptive-token 4 --draft-max 3",
-       "--draft-max"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --draft-max 3", "--draft-max"},
       {"generate" + common + " --strategy sdsat --adaptive-token 100000", "outside the vocab"},
-      {"generate" + common + " --strategy sdsat --adaptive-token 4 --adaptive-k 0",
-       "--adaptive-k"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --adaptive-k 0", "--adaptive-k"},
       {"bench spec --adaptive-ks 3 -m " + target, "--strategy sdsat"},
       {"bench spec --strategy sdsat --draft-lengths 2 -m " + target, "drop -md"},
   };

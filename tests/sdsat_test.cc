@@ -87,7 +87,8 @@ TEST(Sdsat, ShippedModelKeepsGreedyOutputAndAcceptsWholeDrafts) {
   const auto plain = Plain(*target, ctx, *kv, request);
   for (int k : {1, 2, 4}) {
     SpeculativeStats stats;
-    const auto out = SelfDrafted(*target, ctx, *kv, request, {.adaptive_token = 5, .n_adaptive = k},
+    const auto out = SelfDrafted(*target, ctx, *kv, request,
+                                 {.adaptive_token = 5, .n_adaptive = k, .merge = true},
                                  SpecSampling::kRejection, &stats);
     EXPECT_EQ(out, plain) << "k " << k;
     EXPECT_GT(stats.n_accepted, 0) << "k " << k;
@@ -133,12 +134,14 @@ TEST(Sdsat, CoupledSamplingEqualsPlainGumbelSampling) {
   request.sampling = {0.8f, 20, 0.95f, 77, SamplingMethod::kGumbel};
   const auto plain = Plain(*p.target, p.ctx, *kv, request);
   for (int k : {1, 4, 9}) {
-    SpeculativeStats stats;
-    const auto out =
-        SelfDrafted(*p.target, p.ctx, *kv, request, {.adaptive_token = 2, .n_adaptive = k},
-                    SpecSampling::kCoupled, &stats);
-    EXPECT_EQ(out, plain) << "k " << k;
-    EXPECT_GT(stats.n_drafted, 0);
+    for (bool merge : {true, false}) {
+      SpeculativeStats stats;
+      const auto out = SelfDrafted(*p.target, p.ctx, *kv, request,
+                                   {.adaptive_token = 2, .n_adaptive = k, .merge = merge},
+                                   SpecSampling::kCoupled, &stats);
+      EXPECT_EQ(out, plain) << "k " << k << (merge ? " merged" : "");
+      EXPECT_GT(stats.n_drafted, 0);
+    }
   }
 }
 
@@ -147,7 +150,8 @@ TEST(Sdsat, CoupledSamplingEqualsPlainGumbelSampling) {
 TEST(Sdsat, AdaptiveTokenEntriesNeverOutliveAStep) {
   ModelPair p(DType::kF32, /*draft_seed=*/11);
   auto kv = p.target->NewKvCache({2, 128});
-  SdsatProposer proposer({.adaptive_token = 1, .n_adaptive = 6});
+  // Merged: adaptive tokens after the drafts too, the case with the most rows to drop.
+  SdsatProposer proposer({.adaptive_token = 1, .n_adaptive = 6, .merge = true});
   auto policy = MakeDraftLengthPolicy(FixedLength(6));
   Engine engine(*p.target, *kv, p.ctx, StepOptions{}, &proposer, policy.get());
   SequenceRequest r;

@@ -197,6 +197,7 @@ struct DistributionCase {
   DraftModelOptions draft = {};  // fuzzy drafting, calibration, token trees
   int draft_base = 1;            // runs alternate draft lengths draft_base and draft_base + 1
   bool sdsat = false;            // the target drafts for itself with adaptive tokens (token 3)
+  bool sdsat_merged = false;     // ... on every verification, not only steps without drafts
 };
 
 // EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
@@ -259,7 +260,8 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     DraftModelOptions draft_options = c.draft;
     draft_options.catch_up_limit = c.catch_up_limit;
     DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
-    SdsatProposer self_drafting({.adaptive_token = 3, .n_adaptive = o.draft_max});
+    SdsatProposer self_drafting(
+        {.adaptive_token = 3, .n_adaptive = o.draft_max, .merge = c.sdsat_merged});
     Proposer& proposer = c.ngram   ? static_cast<Proposer&>(lookup)
                          : c.sdsat ? static_cast<Proposer&>(self_drafting)
                                    : draft_proposer;
@@ -400,12 +402,13 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .draft_base = 2},
       {.params = {1.0f, 0, 1.0f, 0},
        .verify = VerifySampled,
-       .name = "SDSAT adaptive tokens, rejection",
+       .name = "SDSAT adaptive tokens, merged loop, rejection",
        .should_pass = true,
-       .sdsat = true},
+       .sdsat = true,
+       .sdsat_merged = true},
       {.params = {0.8f, 8, 1.0f, 0},
        .verify = VerifySampled,
-       .name = "SDSAT adaptive tokens, 2 completions, top-k 8, coupled",
+       .name = "SDSAT adaptive tokens, two-step loop, 2 completions, top-k 8, coupled",
        .should_pass = true,
        .mode = SpecSampling::kCoupled,
        .n_sequences = 2,

@@ -11,13 +11,13 @@ namespace specd::cli {
 
 struct GenerateOptions {
   std::string model;
-  std::string draft_model;      // -md: speculative decoding with this draft
-  std::string strategy;  // ar | spec | bass | sdsat (empty: spec when a draft is available)
+  std::string draft_model;  // -md: speculative decoding with this draft
+  std::string strategy;     // ar | spec | bass | sdsat (empty: spec when a draft is available)
   // SDSAT (--strategy sdsat): adaptive tokens per step (0: 5), the adaptive token (-1: the one
   // the model records), and the paper's two-forward loop instead of merged forwards.
   int adaptive_k = 0;
   int32_t adaptive_token = -1;
-  bool sdsat_unmerged = false;
+  std::string sdsat_loop;       // "" (the default, two-step), "two-step" or "merged"
   int draft_max = 0;            // > 0 alone: fixed draft length; with a policy: its cap / start
   bool draft_auto = false;      // cost-aware draft length in 0..draft_max (8 when not given)
   bool draft_adaptive = false;  // BASS Algorithm 1 (starting at draft_max, 7 when not given)

@@ -14,7 +14,6 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "engine/model_options.h"
 #include "base/escapes.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
@@ -23,6 +22,7 @@
 #include "draft/ngram_proposer.h"
 #include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/prompt_file.h"
@@ -91,8 +91,8 @@ int RunGenerate(const GenerateOptions& options) {
     }
   }
   const bool sdsat = o.strategy == "sdsat";
-  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && !o.sdsat_unmerged),
-              "--adaptive-k, --adaptive-token and --sdsat-unmerged go with --strategy sdsat");
+  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && o.sdsat_loop.empty()),
+              "--adaptive-k, --adaptive-token and --sdsat-loop go with --strategy sdsat");
   SPECD_CHECK(!sdsat || (o.draft_model.empty() && o.spec_type == "draft"),
               "--strategy sdsat drafts with the target itself: drop -md / --spec-type");
   SPECD_CHECK(!sdsat || (o.draft_max == 0 && !o.draft_auto && !o.draft_adaptive),
@@ -129,7 +129,8 @@ int RunGenerate(const GenerateOptions& options) {
   const ModelConfig& config = model->config();
   std::unique_ptr<Model> draft;
   if (speculative && !ngram && !sdsat) {
-    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
+    draft = Model::Load(o.draft_model, &ctx,
+                        LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
     CheckDraftCompatible(*model, *draft);
   }
   // Cold first forwards would be timed by the cost-aware draft length (and by the user).
@@ -306,7 +307,7 @@ int RunGenerate(const GenerateOptions& options) {
         GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request, spec_options, &stats);
   } else if (sdsat) {
     SdsatOptions sdsat_options = SdsatOptionsForModel(*model, adaptive_k, o.adaptive_token);
-    sdsat_options.merge = !o.sdsat_unmerged;
+    sdsat_options.merge = o.sdsat_loop == "merged";
     SdsatProposer proposer(sdsat_options);
     result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
   } else if (speculative) {
@@ -322,12 +323,11 @@ int RunGenerate(const GenerateOptions& options) {
                                : n_seq > 1            ? "bass"
                                                       : "spec";
   const std::string proposer_label =
-      sdsat   ? StrCat("the target's adaptive tokens (", o.sdsat_unmerged ? "two" : "merged",
-                       " forwards per loop)")
-      : ngram ? "n-gram lookup"
-                                     : o.spec_type == "draft+ngram"
-                                         ? "n-gram lookup, then " + o.draft_model
-                                         : o.draft_model;
+      sdsat                          ? StrCat("the target's adaptive tokens (",
+                     o.sdsat_loop == "merged" ? "merged" : "two-step", " loop)")
+      : ngram                        ? "n-gram lookup"
+      : o.spec_type == "draft+ngram" ? "n-gram lookup, then " + o.draft_model
+                                     : o.draft_model;
   // Per-token latency (BASS): a sequence's wall time from the request's start to its last token,
   // over the tokens it generated; of the first and last finished sequences and their mean.
   double ptl_first = 0, ptl_last = 0, ptl_all = 0, first_ms = 1e300, last_ms = -1;

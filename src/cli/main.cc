@@ -149,9 +149,12 @@ int main(int argc, char** argv) {
       ->add_option("--adaptive-token", gen.adaptive_token,
                    "sdsat: the adaptive token id (default: the one the fine-tuned model records)")
       ->check(CLI::NonNegativeNumber);
-  generate->add_flag("--sdsat-unmerged", gen.sdsat_unmerged,
-                     "sdsat: the paper's loop of two forwards (draft, then verify) instead of "
-                     "adaptive tokens riding on every verification");
+  generate
+      ->add_option("--sdsat-loop", gen.sdsat_loop,
+                   "sdsat: two-step (the paper's loop: adaptive tokens ride on steps without "
+                   "drafts; the default, faster on CPUs) or merged (they ride on every "
+                   "verification: one forward per loop while every draft is kept)")
+      ->check(CLI::IsMember({"two-step", "merged"}));
   generate
       ->add_option("--draft-max", gen.draft_max,
                    "fixed draft length; with --draft-auto its cap, with --draft-adaptive its start")

@@ -20,7 +20,8 @@ for t in "${targets[@]}"; do
   if ! build/fuzz/fuzz_$t -max_total_time="$seconds" -print_final_stats=1 \
       -artifact_prefix="$findings" "$work" "fuzz/corpus/$t" >"build/fuzz/$t.log" 2>&1; then
     echo "fuzz_$t FOUND A PROBLEM (log: build/fuzz/$t.log, input in $findings):"
-    grep -E "ERROR|runtime error|SUMMARY|abort" "build/fuzz/$t.log" | head -5
+    # The harness's own message (or the uncaught exception) comes just before the report.
+    grep -v -E '^#[0-9]+|^"|^\s+NEW_FUNC' "build/fuzz/$t.log" | grep -B3 -A10 -m1 "ERROR" | head -16
     status=1
   else
     grep -E "stat::number_of_executed_units|Done" "build/fuzz/$t.log" | tail -1

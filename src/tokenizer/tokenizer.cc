@@ -173,6 +173,10 @@ int32_t Tokenizer::Find(std::string_view text) const {
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
+bool Tokenizer::HasByteToken(uint8_t byte) const {
+  return kind_ == TokenizerKind::kBpe ? byte_symbol_[byte] < n_vocab() : byte_tokens_[byte] >= 0;
+}
+
 int32_t Tokenizer::ByteToken(uint8_t byte) const {
   if (byte_tokens_[byte] >= 0) return byte_tokens_[byte];
   const int32_t plain = Find(std::string_view(reinterpret_cast<const char*>(&byte), 1));

@@ -66,6 +66,10 @@ class Tokenizer {
   TokenType Type(int32_t id) const { return types_.at(id); }
   // Id of a token's exact text, or -1.
   int32_t Find(std::string_view text) const;
+  // Whether a byte has a token of its own (byte-level BPE: its mapped character; SPM: <0xXX>).
+  // Some vocabularies lack bytes their training text never held (starcoder's and SmolLM2's
+  // 0xF1, falcon's 0x03); encoding drops such bytes, as llama.cpp does.
+  bool HasByteToken(uint8_t byte) const;
 
  private:
   Tokenizer() = default;

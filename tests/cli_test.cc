@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/cpu_features.h"
 #include "base/escapes.h"
 #include "base/file_util.h"
 #include "tests/test_util.h"
@@ -467,6 +468,13 @@ TEST(Cli, Int8WeightsKeepGreedyOutputAndRejectMisuse) {
                             " --int8-kernel onednn --attention row", " --smooth-alpha 0"}) {
     const CliRun spec =
         RunSpecd("generate" + common + " -md " + draft + " --draft-max 3 --weights i8" + flags);
+    // oneDNN's int8 matmul is exact only with VNNI (AVX2's vpmaddubsw saturates), so without
+    // it the kernel is refused by name.
+    if (std::string(flags).find("onednn") != std::string::npos && !CpuFeatures::Detect().avx512) {
+      EXPECT_NE(spec.exit_code, 0);
+      EXPECT_NE(spec.out.find("needs AVX-512 VNNI"), std::string::npos) << spec.out;
+      continue;
+    }
     ASSERT_EQ(spec.exit_code, 0) << flags << "\n" << spec.out;
     if (std::string(flags) != " --smooth-alpha 0") {
       EXPECT_EQ(first_line(spec.out), first_line(plain.out)) << flags;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/vector_clones.h"
 #include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
 
@@ -13,6 +14,23 @@ namespace {
 
 // Portable fallback for CPUs without AVX-512: dequantize each weight row once, then dot it with
 // every activation row. Per-row results are independent of m, like the fast path.
+// A dot product summed in one fixed order (16 partial sums, then a fixed tree), which the
+// compiler vectorizes in every clone: the result does not depend on the clone, the row count or
+// the thread split.
+SPECD_VECTOR_CLONES float DotGeneric(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float partial[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] += a[k + j] * b[k + j];
+  }
+  for (; k < n; ++k) partial[k % kLanes] += a[k] * b[k];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+  }
+  return partial[0];
+}
+
 void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
   pool->ParallelFor(
       w.rows, 16,
@@ -20,12 +38,8 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
         std::vector<float> row(w.cols);
         for (int64_t n = begin; n < end; ++n) {
           DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
-          for (int64_t i = 0; i < m; ++i) {
-            const float* xi = x + i * w.cols;
-            float sum = 0.0f;
-            for (int64_t k = 0; k < w.cols; ++k) sum += xi[k] * row[k];
-            y[i * w.rows + n] = sum;
-          }
+          for (int64_t i = 0; i < m; ++i)
+            y[i * w.rows + n] = DotGeneric(x + i * w.cols, row.data(), w.cols);
         }
       },
       MinItemsPerThread(m * w.cols));
@@ -91,9 +105,12 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
                       float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                       float* scores, float* out) {
   float max = -std::numeric_limits<float>::infinity();
+  constexpr int kMaxHeadDim = 512;
+  SPECD_CHECK(head_dim <= kMaxHeadDim, "head_dim ", head_dim, " is over ", kMaxHeadDim);
+  float key[kMaxHeadDim];
   for (int32_t t = 0; t < n_compute; ++t) {
-    float dot = 0.0f;
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * KvValue(k[t * kv_stride + d]);
+    for (int d = 0; d < head_dim; ++d) key[d] = KvValue(k[t * kv_stride + d]);
+    const float dot = DotGeneric(q, key, head_dim);
     const bool visible = t < n_visible && (mask == nullptr || mask[t] != 0);
     scores[t] = visible ? dot * scale : -std::numeric_limits<float>::infinity();
     max = std::max(max, scores[t]);

@@ -146,6 +146,8 @@ void Model::ReadConfig(const GgufFile& f) {
   c.head_dim = bounded(Key(a, "attention.key_length"),
                        f.GetInt(Key(a, "attention.key_length"), c.n_embd / c.n_head), 2, 1024);
   SPECD_CHECK(c.head_dim % 2 == 0, f.path(), ": head dimension ", c.head_dim, " must be even");
+  SPECD_CHECK(c.head_dim <= 512, f.path(), ": head dimension ", c.head_dim,
+              " is over 512, the most the attention kernels take");
   c.n_ctx_train =
       bounded(Key(a, "context_length"), f.GetInt(Key(a, "context_length"), 2048), 1, 1 << 24);
   c.rms_eps = static_cast<float>(
@@ -182,10 +184,10 @@ Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cp
   if (flags.int8_kernel == "specd") return Int8Backend::kSpecd;
   SPECD_CHECK(flags.int8_kernel == "onednn", "--int8-kernel: '", flags.int8_kernel,
               "' is not one of auto, specd, onednn");
-  // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
-  SPECD_CHECK(cpu.avx512, "--int8-kernel onednn needs AVX-512 VNNI, which this CPU lacks");
   SPECD_CHECK(flags.weights == "i8",
               "--int8-kernel onednn applies to i8 weights: add --weights i8");
+  // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
+  SPECD_CHECK(cpu.avx512, "--int8-kernel onednn needs AVX-512 VNNI, which this CPU lacks");
   return Int8Backend::kOneDnn;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "base/vector_clones.h"
 
 namespace specd {
 
@@ -39,14 +40,6 @@ void PenalizeRepeats(std::span<float> logits, std::span<const int32_t> recent, f
 }
 
 namespace {
-
-// One clone per ISA, chosen at load by an ifunc resolver. ThreadSanitizer's runtime is not up
-// when resolvers run (they crash), so its build uses the default clone only.
-#ifdef SPECD_NO_TARGET_CLONES
-#define SPECD_VECTOR_CLONES
-#else
-#define SPECD_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 
 // exp(x) in float, branch-free so that the loops below vectorize (one clone per ISA): x = n ln2
 // + r, a degree-6 polynomial for exp(r), 2^n built in the exponent bits. Relative error ~2e-7;

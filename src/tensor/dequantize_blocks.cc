@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "base/vector_clones.h"
+
 namespace specd {
 namespace {
 
@@ -30,7 +32,7 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
 
 }  // namespace
 
-void DequantizeQ4_1(const BlockQ4_1& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ4_1(const BlockQ4_1& b, float* y) {
   const float d = Half(b.d), m = Half(b.m);
   for (int j = 0; j < kQuantBlock / 2; ++j) {
     y[j] = (b.qs[j] & 0x0F) * d + m;
@@ -38,7 +40,7 @@ void DequantizeQ4_1(const BlockQ4_1& b, float* y) {
   }
 }
 
-void DequantizeQ5_0(const BlockQ5_0& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ5_0(const BlockQ5_0& b, float* y) {
   const float d = Half(b.d);
   const uint32_t qh = HighBits(b.qh);
   for (int j = 0; j < kQuantBlock / 2; ++j) {
@@ -49,7 +51,7 @@ void DequantizeQ5_0(const BlockQ5_0& b, float* y) {
   }
 }
 
-void DequantizeQ5_1(const BlockQ5_1& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ5_1(const BlockQ5_1& b, float* y) {
   const float d = Half(b.d), m = Half(b.m);
   const uint32_t qh = HighBits(b.qh);
   for (int j = 0; j < kQuantBlock / 2; ++j) {
@@ -60,7 +62,7 @@ void DequantizeQ5_1(const BlockQ5_1& b, float* y) {
   }
 }
 
-void DequantizeQ2_K(const BlockQ2_K& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ2_K(const BlockQ2_K& b, float* y) {
   const float d = Half(b.d), min = Half(b.dmin);
   const uint8_t* q = b.qs;
   int is = 0;
@@ -93,7 +95,7 @@ void UnpackQ3_KScales(const uint8_t packed[12], int8_t scales[16]) {
   for (int i = 0; i < 16; ++i) scales[i] = static_cast<int8_t>(bytes[i] - 32);
 }
 
-void DequantizeQ3_K(const BlockQ3_K& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ3_K(const BlockQ3_K& b, float* y) {
   const float d_all = Half(b.d);
   int8_t scales[16];
   UnpackQ3_KScales(b.scales, scales);
@@ -120,7 +122,7 @@ void ScalesMinsK4(const uint8_t packed[12], uint8_t scales[8], uint8_t mins[8]) 
   for (int j = 0; j < 8; ++j) ScaleMinK4(j, packed, &scales[j], &mins[j]);
 }
 
-void DequantizeQ4_K(const BlockQ4_K& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ4_K(const BlockQ4_K& b, float* y) {
   const float d = Half(b.d), min = Half(b.dmin);
   uint8_t sc[8], mn[8];
   ScalesMinsK4(b.scales, sc, mn);
@@ -134,7 +136,7 @@ void DequantizeQ4_K(const BlockQ4_K& b, float* y) {
   }
 }
 
-void DequantizeQ5_K(const BlockQ5_K& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ5_K(const BlockQ5_K& b, float* y) {
   const float d = Half(b.d), min = Half(b.dmin);
   uint8_t sc[8], mn[8];
   ScalesMinsK4(b.scales, sc, mn);
@@ -151,7 +153,7 @@ void DequantizeQ5_K(const BlockQ5_K& b, float* y) {
   }
 }
 
-void DequantizeQ6_K(const BlockQ6_K& b, float* y) {
+SPECD_VECTOR_CLONES void DequantizeQ6_K(const BlockQ6_K& b, float* y) {
   const float d = Half(b.d);
   const uint8_t* ql = b.ql;
   const uint8_t* qh = b.qh;

@@ -167,33 +167,6 @@ int64_t RowBytes(DType t, int64_t n) {
   return n / BlockElements(t) * BlockBytes(t);
 }
 
-float Fp16ToFp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400u) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      mantissa &= 0x3ffu;
-      bits = sign | (exponent << 23) | (mantissa << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 uint16_t Fp32ToFp16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);

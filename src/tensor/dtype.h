@@ -137,7 +137,23 @@ int64_t BlockBytes(DType t);
 int64_t RowBytes(DType t, int64_t n);
 
 // IEEE half and bfloat16 conversions (exact, round-to-nearest-even, NaN preserved).
-float Fp16ToFp32(uint16_t h);
+// Branch-free (so that loops over it vectorize): the half's exponent and mantissa moved into a
+// float's fields give the value times 2^-112 for normal and subnormal halves alike, and the
+// multiplication by 2^112 is exact; infinities and NaNs are put back by a select.
+inline float Fp16ToFp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  float scaled;
+  std::memcpy(&scaled, &magnitude, 4);
+  scaled *= 0x1p112f;
+  uint32_t bits;
+  std::memcpy(&bits, &scaled, 4);
+  bits = (h & 0x7c00u) == 0x7c00u ? 0x7f800000u | magnitude : bits;
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 uint16_t Fp32ToFp16(float f);
 inline float Bf16ToFp32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;

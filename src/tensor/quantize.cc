@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/vector_clones.h"
 #include "tensor/dequantize_blocks.h"
 
 namespace specd {
@@ -167,7 +168,7 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
   }
 }
 
-void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+SPECD_VECTOR_CLONES void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   SPECD_CHECK(n % BlockElements(t) == 0, "cannot read a row of ", n, " values of ", DTypeName(t));
   switch (t) {
     case DType::kF32:

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ, VNNI, plus FMA and F16C: every int8 / f32 kernel
   bool avx512_bf16 = false;  // AVX512_BF16 as well: the bf16-weight kernel
   bool amx_int8 = false;     // AMX-TILE + AMX-INT8, enabled by the OS (oneDNN's i8 path uses it)
+  bool f16c = false;         // half conversions in hardware (the portable attention's f16 cache)
 
   static CpuFeatures Detect() {
     CpuFeatures f;
@@ -22,6 +23,7 @@ struct CpuFeatures {
                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && HasF16c();
     f.avx512_bf16 = f.avx512 && HasAvx512Bf16();
     f.amx_int8 = HasAmxInt8();
+    f.f16c = HasF16c();
     return f;
   }
   // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").

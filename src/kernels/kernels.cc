@@ -1,5 +1,7 @@
 #include "kernels/kernels.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -96,21 +98,52 @@ bool UseOneDnn(const KernelContext& ctx, int64_t m) {
   return false;
 }
 
-inline float KvValue(float x) { return x; }
-inline float KvValue(uint16_t h) { return Fp16ToFp32(h); }
+SPECD_VECTOR_CLONES void HalfsToFloats(const uint16_t* h, float* f, int n) {
+  for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
 
-// Portable attention of one (row, head); same contract as avx512::AttendRow.
-template <typename KvT>
+// The same with F16C's vcvtph2ps (exact, like Fp16ToFp32; only NaNs come out quieted).
+__attribute__((target("avx,f16c"))) void HalfsToFloatsF16c(const uint16_t* h, float* f, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(f + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+// y += a x.
+SPECD_VECTOR_CLONES void AddScaled(float a, const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Row t of a KV cache as floats: f32 rows in place, f16 rows converted into `buffer`.
+template <bool kF16c>
+const float* KvRow(const float* rows, int64_t offset, int, float*) {
+  return rows + offset;
+}
+template <bool kF16c>
+const float* KvRow(const uint16_t* rows, int64_t offset, int n, float* buffer) {
+  if constexpr (kF16c) {
+    HalfsToFloatsF16c(rows + offset, buffer, n);
+  } else {
+    HalfsToFloats(rows + offset, buffer, n);
+  }
+  return buffer;
+}
+
+// Portable attention of one (row, head); same contract as avx512::AttendRow. kF16c: the CPU
+// converts halves (f16 caches).
+template <typename KvT, bool kF16c>
 void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
                       float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                       float* scores, float* out) {
-  float max = -std::numeric_limits<float>::infinity();
   constexpr int kMaxHeadDim = 512;
   SPECD_CHECK(head_dim <= kMaxHeadDim, "head_dim ", head_dim, " is over ", kMaxHeadDim);
-  float key[kMaxHeadDim];
+  float buffer[kMaxHeadDim];
+  float max = -std::numeric_limits<float>::infinity();
   for (int32_t t = 0; t < n_compute; ++t) {
-    for (int d = 0; d < head_dim; ++d) key[d] = KvValue(k[t * kv_stride + d]);
-    const float dot = DotGeneric(q, key, head_dim);
+    const float dot = DotGeneric(q, KvRow<kF16c>(k, t * kv_stride, head_dim, buffer), head_dim);
     const bool visible = t < n_visible && (mask == nullptr || mask[t] != 0);
     scores[t] = visible ? dot * scale : -std::numeric_limits<float>::infinity();
     max = std::max(max, scores[t]);
@@ -119,7 +152,8 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
   for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
   std::fill(out, out + head_dim, 0.0f);
   for (int32_t t = 0; t < n_visible; ++t) {
-    for (int d = 0; d < head_dim; ++d) out[d] += scores[t] * KvValue(v[t * kv_stride + d]);
+    if (scores[t] == 0.0f) continue;  // masked (or underflowed): adds exactly nothing
+    AddScaled(scores[t], KvRow<kF16c>(v, t * kv_stride, head_dim, buffer), out, head_dim);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < head_dim; ++d) out[d] *= inv;
@@ -289,8 +323,9 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
   using AttendFn = void (*)(const float*, const KvT*, const KvT*, int64_t, int, float, int32_t,
                             int32_t, const uint8_t*, float*, float*);
-  const AttendFn attend_row = fast ? static_cast<AttendFn>(avx512::AttendRow)
-                                   : static_cast<AttendFn>(AttendRowGeneric<KvT>);
+  const AttendFn attend_row = fast           ? static_cast<AttendFn>(avx512::AttendRow)
+                              : ctx.cpu.f16c ? static_cast<AttendFn>(AttendRowGeneric<KvT, true>)
+                                             : static_cast<AttendFn>(AttendRowGeneric<KvT, false>);
   int32_t n_padded = 0;
   for (int64_t r = 0; r < rows.n_rows; ++r) n_padded = std::max(n_padded, rows.n_visible[r]);
 

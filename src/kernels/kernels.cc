@@ -16,21 +16,44 @@ namespace {
 
 // Portable fallback for CPUs without AVX-512: dequantize each weight row once, then dot it with
 // every activation row. Per-row results are independent of m, like the fast path.
-// A dot product summed in one fixed order (16 partial sums, then a fixed tree), which the
-// compiler vectorizes in every clone: the result does not depend on the clone, the row count or
-// the thread split.
-SPECD_VECTOR_CLONES float DotGeneric(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float partial[kLanes] = {};
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    for (int j = 0; j < kLanes; ++j) partial[j] += a[k + j] * b[k + j];
-  }
-  for (; k < n; ++k) partial[k % kLanes] += a[k] * b[k];
-  for (int width = kLanes / 2; width > 0; width /= 2) {
+// Dot products summed in one fixed order (16 partial sums, then a fixed tree), which the
+// compiler vectorizes in every clone: a result does not depend on the row count or the thread
+// split (the clone, fixed per machine, may contract into FMA).
+constexpr int kDotLanes = 16;
+
+// The fixed tree that ends every generic dot product.
+inline float SumPartials(float* partial) {
+  for (int width = kDotLanes / 2; width > 0; width /= 2) {
     for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
   }
   return partial[0];
+}
+
+SPECD_VECTOR_CLONES float DotGeneric(const float* a, const float* b, int64_t n) {
+  float partial[kDotLanes] = {};
+  int64_t k = 0;
+  for (; k + kDotLanes <= n; k += kDotLanes) {
+    for (int j = 0; j < kDotLanes; ++j) partial[j] += a[k + j] * b[k + j];
+  }
+  for (; k < n; ++k) partial[k % kDotLanes] += a[k] * b[k];
+  return SumPartials(partial);
+}
+
+// Four rows of a (a_stride apart) dotted with b, each summed exactly as DotGeneric sums it, so
+// that a row's result does not depend on the group it was computed in; b is read once for four.
+SPECD_VECTOR_CLONES void Dot4Generic(const float* a, int64_t a_stride, const float* b, int64_t n,
+                                     float* out, int64_t out_stride) {
+  float partial[4][kDotLanes] = {};
+  int64_t k = 0;
+  for (; k + kDotLanes <= n; k += kDotLanes) {
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < kDotLanes; ++j) partial[r][j] += a[r * a_stride + k + j] * b[k + j];
+    }
+  }
+  for (; k < n; ++k) {
+    for (int r = 0; r < 4; ++r) partial[r][k % kDotLanes] += a[r * a_stride + k] * b[k];
+  }
+  for (int r = 0; r < 4; ++r) out[r * out_stride] = SumPartials(partial[r]);
 }
 
 void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y) {
@@ -40,8 +63,11 @@ void MatmulGeneric(ThreadPool* pool, const float* x, int64_t m, const WeightView
         std::vector<float> row(w.cols);
         for (int64_t n = begin; n < end; ++n) {
           DequantizeRow(w.type, w.Row(n), row.data(), w.cols);
-          for (int64_t i = 0; i < m; ++i)
-            y[i * w.rows + n] = DotGeneric(x + i * w.cols, row.data(), w.cols);
+          int64_t i = 0;
+          for (; i + 4 <= m; i += 4) {
+            Dot4Generic(x + i * w.cols, w.cols, row.data(), w.cols, y + i * w.rows + n, w.rows);
+          }
+          for (; i < m; ++i) y[i * w.rows + n] = DotGeneric(x + i * w.cols, row.data(), w.cols);
         }
       },
       MinItemsPerThread(m * w.cols));

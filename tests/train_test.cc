@@ -564,32 +564,39 @@ std::string PatternCorpus() {
   return dir;
 }
 
-TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
-  const std::string dir = specd::testing::TempDir() + "/sdsat";
+// A fresh `dir` with a tiny base model trained on the pattern corpus (*base), and SDSAT options
+// on it that both fine-tune tests share: adaptive token <unused0>, windows of 1..3.
+SdsatTrainOptions TinySdsatSetup(const std::string& dir, TrainOptions* base) {
   fs::remove_all(dir);
   fs::create_directories(dir);
-  TrainOptions base = TinyTrainOptions(2, 4, 2, 160, 64);
-  base.corpus_dir = PatternCorpus();
-  base.out = dir + "/base.gguf";
-  base.batch = 8;
-  base.max_steps = 60;
-  base.warmup_steps = 5;
-  base.eval_windows = 4;
-  ASSERT_TRUE(Train(base).finished);
-
+  *base = TinyTrainOptions(2, 4, 2, 160, 64);
+  base->corpus_dir = PatternCorpus();
+  base->out = dir + "/base.gguf";
+  base->batch = 8;
+  base->max_steps = 60;
+  base->warmup_steps = 5;
+  base->eval_windows = 4;
+  EXPECT_TRUE(Train(*base).finished);
   SdsatTrainOptions o;
-  o.base = base.out;
-  o.corpus_dir = base.corpus_dir;
-  o.validation_every = base.validation_every;
+  o.base = base->out;
+  o.corpus_dir = base->corpus_dir;
+  o.validation_every = base->validation_every;
   o.adaptive_token = "<unused0>";
   o.max_window = 3;
   o.window_share = 0.3;
   o.ctx = 64;
   o.batch = 8;
-  o.steps = 80;
-  o.lr = 3e-3;
   o.warmup_steps = 5;
   o.eval_windows = 16;
+  return o;
+}
+
+TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
+  const std::string dir = specd::testing::TempDir() + "/sdsat";
+  TrainOptions base;
+  SdsatTrainOptions o = TinySdsatSetup(dir, &base);
+  o.steps = 80;
+  o.lr = 3e-3;
   o.checkpoint_dir = dir + "/ckpt";
   o.out = dir + "/sdsat.gguf";
   o.stop_at_step = 40;
@@ -625,30 +632,10 @@ TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
 // trainer ran: the same logits, the adaptive token's own row (input and tied output) included.
 TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdMergesIntoTheTrainersModel) {
   const std::string dir = specd::testing::TempDir() + "/sdsat_lora";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrainOptions base = TinyTrainOptions(2, 4, 2, 160, 64);
-  base.corpus_dir = PatternCorpus();
-  base.out = dir + "/base.gguf";
-  base.batch = 8;
-  base.max_steps = 60;
-  base.warmup_steps = 5;
-  base.eval_windows = 4;
-  ASSERT_TRUE(Train(base).finished);
-
-  SdsatTrainOptions o;
-  o.base = base.out;
-  o.corpus_dir = base.corpus_dir;
-  o.validation_every = base.validation_every;
-  o.adaptive_token = "<unused0>";
-  o.max_window = 3;
-  o.window_share = 0.3;
-  o.ctx = 64;
-  o.batch = 8;
+  TrainOptions base;
+  SdsatTrainOptions o = TinySdsatSetup(dir, &base);
   o.steps = 60;
   o.lr = 1e-2;
-  o.warmup_steps = 5;
-  o.eval_windows = 16;
   o.lora_rank = 4;
   o.checkpoint_dir = dir + "/ckpt";
   o.out = dir + "/adapter.gguf";

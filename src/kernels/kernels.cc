@@ -16,6 +16,7 @@ namespace {
 
 // Portable fallback for CPUs without AVX-512: dequantize each weight row once, then dot it with
 // every activation row. Per-row results are independent of m, like the fast path.
+//
 // Dot products summed in one fixed order (16 partial sums, then a fixed tree), which the
 // compiler vectorizes in every clone: a result does not depend on the row count or the thread
 // split (the clone, fixed per machine, may contract into FMA).

@@ -91,7 +91,10 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
   const int k_max = *std::max_element(so.ks.begin(), so.ks.end());
   const SdsatOptions base = SdsatOptionsForModel(*target, k_max, so.adaptive_token);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  auto kv = target->NewKvCache({max_batch, 512 + 2 * k_max + 1, o.cache_type});
+  const int max_nodes =
+      so.tree_nodes.empty() ? 0 : *std::max_element(so.tree_nodes.begin(), so.tree_nodes.end());
+  auto kv =
+      target->NewKvCache({max_batch, 512 + std::max(2 * k_max, max_nodes) + 1, o.cache_type});
 
   struct Setting {
     std::string name;
@@ -126,7 +129,9 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
      << prompts.size() << " prompts in each setting (batch B: " << prompts.size()
      << " / B batches in turn), median of " << o.reps
      << " round-robin runs. `merged`: adaptive tokens ride on every verification "
-     << "(one forward per loop when every draft is kept); `two-step`: the paper's loop.\n\n"
+     << "(one forward per loop when every draft is kept); `two-step`: the paper's loop; "
+     << "`tree of N`: the two-step loop drafting a token tree of N nodes (width " << so.tree_width
+     << "), as deep as k.\n\n"
      << "| sampling | batch | k | loop | plain tok/s | sdsat tok/s | speedup | acceptance | "
         "mean accepted length | acceptance by position |\n"
      << "|---|---|---|---|---|---|---|---|---|---|\n";
@@ -137,12 +142,18 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
       struct Candidate {
         int k;
         bool merge;
+        int tree_nodes;
         std::vector<Run> runs;
+        std::string Loop() const {
+          return merge ? "merged"
+                       : tree_nodes > 0 ? StrCat("two-step, tree of ", tree_nodes) : "two-step";
+        }
       };
       std::vector<Candidate> candidates;
       for (int k : so.ks) {
-        candidates.push_back({k, true, {}});
-        if (so.unmerged_too) candidates.push_back({k, false, {}});
+        candidates.push_back({k, true, 0, {}});
+        if (so.unmerged_too) candidates.push_back({k, false, 0, {}});
+        for (int nodes : so.tree_nodes) candidates.push_back({k, false, nodes, {}});
       }
       std::vector<Run> plain_runs;
       for (int rep = 0; rep < o.reps; ++rep) {
@@ -153,8 +164,10 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
           SdsatOptions options = base;
           options.n_adaptive = c.k;
           options.merge = c.merge;
+          options.tree_nodes = c.tree_nodes;
+          options.tree_width = so.tree_width;
           SpeculativeOptions spec;
-          spec.draft_max = c.k;
+          spec.draft_max = c.tree_nodes > 0 ? c.tree_nodes : c.k;
           spec.spec_sampling = setting.mode;
           c.runs.push_back(RunAll(requests, [&](const GenerateRequest& request, Run* run) {
             SdsatProposer proposer(options);
@@ -174,7 +187,7 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
         char line[1024];
         std::snprintf(line, sizeof(line),
                       "| %s | %d | %d | %s | %.1f | %.1f | %.2fx | %.3f | %.2f | %s |\n",
-                      setting.name.c_str(), batch, c.k, c.merge ? "merged" : "two-step",
+                      setting.name.c_str(), batch, c.k, c.Loop().c_str(),
                       plain.tokens_per_s, r.tokens_per_s, r.tokens_per_s / plain.tokens_per_s,
                       r.stats.acceptance_rate(), r.stats.mean_accepted_length(), positions.c_str());
         md << line;
@@ -183,6 +196,7 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
                                   {"batch", batch},
                                   {"k", c.k},
                                   {"merged", c.merge},
+                                  {"tree_nodes", c.tree_nodes},
                                   {"plain_tokens_per_s", plain.tokens_per_s},
                                   {"tokens_per_s", r.tokens_per_s},
                                   {"acceptance_rate", r.stats.acceptance_rate()},

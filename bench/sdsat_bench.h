@@ -1,7 +1,7 @@
 // `specd bench spec --strategy sdsat`: SDSAT's self-drafting against plain decoding of the same
 // model, as the paper's Table 4 and Figures 3-4: tokens/s and speedup for each k (adaptive
-// tokens per step), greedy and sampled, merged forwards and the paper's two-forward loop, with
-// the acceptance at each draft position. Writes Markdown and JSON.
+// tokens per step), greedy and sampled, merged forwards and the paper's two-forward loop, chains
+// and token trees, with the acceptance at each draft position. Writes Markdown and JSON.
 #pragma once
 
 #include <string>
@@ -15,6 +15,9 @@ struct SdsatBenchOptions {
   std::vector<int> ks = {1, 2, 3, 5, 7, 9, 11, 13};
   int32_t adaptive_token = -1;  // -1: the model's own (specd.sdsat.adaptive_token)
   bool unmerged_too = true;     // also the paper's two-forward loop
+  // Token trees of these many nodes (two-step loop, width tree_width) besides chains.
+  std::vector<int> tree_nodes;
+  int tree_width = 10;
 };
 
 // Uses `spec`'s target, batches, n_predict, threads, reps, out_dir, prompt_set, temperatures,

@@ -5,6 +5,8 @@
 // in speculative_test.cc with the other proposers'.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.h"
@@ -42,8 +44,9 @@ std::vector<std::vector<int32_t>> SelfDrafted(Model& target, const KernelContext
                                               SpeculativeStats* stats) {
   SdsatProposer proposer(sdsat);
   std::vector<std::vector<int32_t>> out;
+  const int k = sdsat.tree_nodes > 0 ? sdsat.tree_nodes : sdsat.n_adaptive;
   for (const auto& s : GenerateWithProposer(target, ctx, kv, proposer, request,
-                                            FixedLength(sdsat.n_adaptive, mode), stats)
+                                            FixedLength(k, mode), stats)
                            .sequences) {
     out.push_back(s.tokens);
   }
@@ -68,6 +71,81 @@ TEST(Sdsat, GreedyEqualsPlainForEveryKAtBatchOneAndFour) {
         EXPECT_EQ(out, plain) << "batch " << batch << " k " << k << (merge ? "" : " unmerged");
         EXPECT_GT(stats.n_drafted, 0) << "nothing was drafted: the test proves nothing";
       }
+    }
+  }
+}
+
+// Nucleus sampling's token trees (and the same trees under greedy): output is still plain
+// decoding's, greedy and coupled, for shallow and deep, narrow and wide trees.
+TEST(Sdsat, TokenTreesKeepGreedyAndCoupledOutput) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/11);
+  auto kv = p.target->NewKvCache({4, 256});
+  struct Shape {
+    int depth, nodes, width;
+  };
+  for (int batch : {1, 4}) {
+    for (bool greedy : {true, false}) {
+      GenerateRequest request = Greedy(Prompt(7, 1), 40);
+      if (batch == 4) {
+        for (int b = 0; b < 4; ++b) request.prompts.push_back(Prompt(3 + 6 * b, b));
+      }
+      if (!greedy) request.sampling = {0.8f, 10, 0.95f, 5, SamplingMethod::kGumbel};
+      const auto plain = Plain(*p.target, p.ctx, *kv, request);
+      for (const Shape& t : {Shape{1, 3, 3}, Shape{3, 6, 2}, Shape{5, 12, 4}, Shape{13, 20, 10}}) {
+        SpeculativeStats stats;
+        const auto out = SelfDrafted(
+            *p.target, p.ctx, *kv, request,
+            {.adaptive_token = 5, .n_adaptive = t.depth, .tree_nodes = t.nodes, .tree_width = t.width},
+            greedy ? SpecSampling::kRejection : SpecSampling::kCoupled, &stats);
+        EXPECT_EQ(out, plain) << "batch " << batch << (greedy ? " greedy" : " coupled")
+                              << " depth " << t.depth << " nodes " << t.nodes;
+        EXPECT_GT(stats.n_drafted, 0) << "nothing was drafted: the test proves nothing";
+      }
+    }
+  }
+}
+
+// The tree's shape from hand-made rows over 8 tokens: best first by path probability, and
+// sampled trees with distinct siblings drawn from each row's q.
+TEST(Sdsat, TokenTreeGrowsBestFirstAndSamplesDistinctSiblings) {
+  auto logits = [](std::vector<float> probs) {
+    for (float& x : probs) x = std::log(std::max(x, 1e-9f));
+    return probs;
+  };
+  std::vector<float> rows = logits({0.0f, 0.6f, 0.3f, 0.1f, 0.0f, 0.0f, 0.0f, 0.0f});
+  const std::vector<float> second = logits({0.0f, 0.0f, 0.0f, 0.0f, 0.9f, 0.05f, 0.05f, 0.0f});
+  rows.insert(rows.end(), second.begin(), second.end());
+  SamplingParams greedy{0.0f, 0, 1.0f, 0};
+  DraftInput in{.seq = 0, .k = 8, .first_position = 10, .sampling = &greedy};
+  // 1 (0.6), 1 -> 4 (0.54), 2 (0.3): the chain first, then a sibling.
+  Proposal tree = AdaptiveTokenTree(in, rows, 2, 3, 3);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{1, 4, 2}));
+  EXPECT_EQ(tree.parents, (std::vector<int32_t>{-1, 0, -1}));
+  EXPECT_TRUE(tree.probs.empty());
+  // Width 1: a chain, however many nodes are allowed.
+  tree = AdaptiveTokenTree(in, rows, 2, 8, 1);
+  EXPECT_EQ(tree.tokens, (std::vector<int32_t>{1, 4}));
+
+  SamplingParams sampled{1.0f, 0, 1.0f, 0};
+  in.sampling = &sampled;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    sampled.seed = seed;
+    tree = AdaptiveTokenTree(in, rows, 2, 12, 10);
+    // Row 0 has 3 tokens, row 1 three: every node drawn, 3 + 3 * 3 = 12.
+    ASSERT_EQ(tree.tokens.size(), 12u);
+    ASSERT_EQ(tree.probs.size(), 13u);
+    EXPECT_EQ(tree.probs[0].size(), 8u);
+    for (int parent = -1; parent < 12; ++parent) {
+      std::vector<int32_t> children;
+      for (size_t i = 0; i < tree.tokens.size(); ++i) {
+        if (tree.parents[i] == parent) children.push_back(tree.tokens[i]);
+      }
+      std::vector<int32_t> distinct = children;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      EXPECT_EQ(distinct.size(), children.size()) << "repeated sibling, seed " << seed;
+      EXPECT_EQ(tree.probs[parent + 1].empty(), children.empty());
+      for (int32_t c : children) EXPECT_GT(tree.probs[parent + 1][c], 0.0f);
     }
   }
 }

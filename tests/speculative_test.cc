@@ -198,6 +198,8 @@ struct DistributionCase {
   int draft_base = 1;            // runs alternate draft lengths draft_base and draft_base + 1
   bool sdsat = false;            // the target drafts for itself with adaptive tokens (token 3)
   bool sdsat_merged = false;     // ... on every verification, not only steps without drafts
+  int sdsat_tree_nodes = 0;      // ... drafting trees (depth 2, width 3) of draft_max nodes
+  int n_predict = 4;             // tokens per sequence (tokens 2 and 3 are counted)
 };
 
 // EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
@@ -242,7 +244,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   for (int s = 0; s < n_runs; ++s) {
     GenerateRequest r;
     r.prompt = prompt;
-    r.n_predict = 4;
+    r.n_predict = c.n_predict;
     r.n_sequences = c.n_sequences;
     r.stop_at_eos = false;
     r.sampling = c.params;
@@ -260,8 +262,12 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     DraftModelOptions draft_options = c.draft;
     draft_options.catch_up_limit = c.catch_up_limit;
     DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
-    SdsatProposer self_drafting(
-        {.adaptive_token = 3, .n_adaptive = o.draft_max, .merge = c.sdsat_merged});
+    const bool tree = c.sdsat_tree_nodes > 0;
+    SdsatProposer self_drafting({.adaptive_token = 3,
+                                 .n_adaptive = tree ? 2 : o.draft_max,
+                                 .merge = c.sdsat_merged,
+                                 .tree_nodes = tree ? o.draft_max : 0,
+                                 .tree_width = 3});
     Proposer& proposer = c.ngram   ? static_cast<Proposer&>(lookup)
                          : c.sdsat ? static_cast<Proposer&>(self_drafting)
                                    : draft_proposer;
@@ -269,8 +275,8 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
         GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);
     for (const auto& seq : out.sequences) {
       const auto& t = seq.tokens;
-      EXPECT_EQ(t.size(), 4u);
-      if (t.size() == 4) ++counts[t[1] * v + t[2]];
+      EXPECT_EQ(t.size(), static_cast<size_t>(c.n_predict));
+      if (t.size() >= 3) ++counts[t[1] * v + t[2]];
     }
   }
   n_samples = n_runs * c.n_sequences;
@@ -413,6 +419,23 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .mode = SpecSampling::kCoupled,
        .n_sequences = 2,
        .sdsat = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "SDSAT token trees of 3-4 nodes, width 3, rejection",
+       .should_pass = true,
+       .draft_base = 3,
+       .sdsat = true,
+       .sdsat_tree_nodes = 3,
+       .n_predict = 6},
+      {.params = {0.8f, 8, 0.95f, 0},
+       .verify = VerifySampled,
+       .name = "SDSAT token trees, top-k 8, top-p 0.95, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .draft_base = 3,
+       .sdsat = true,
+       .sdsat_tree_nodes = 3,
+       .n_predict = 6},
       {.params = {1.0f, 0, 1.0f, 0},
        .verify = WrongResidual,
        .name = "SDSAT adaptive tokens, residual drawn from p (a bug)",

@@ -114,7 +114,7 @@ TEST(Tree, GreedyWalkFollowsTheTargetsChoices) {
   EXPECT_EQ(none.next, 4);
 }
 
-// Two-level trees drawn i.i.d. from the draft (2 children at each level) over a 6-token
+// Two-level trees drawn from the draft (2 distinct children at each level) over a 6-token
 // vocabulary: the first two emitted tokens (a second one drawn from the target when the tree
 // ended after one) must follow p(x1) p(x2 | x1).
 double TreeSamplingPValue(bool correct, int n_samples) {
@@ -137,17 +137,16 @@ double TreeSamplingPValue(bool correct, int n_samples) {
     auto sample = [&](const std::vector<float>& d, uint32_t i) {
       return DrawFrom(d, UniformDouble(draw, i));
     };
+    // Two children of a node: the second drawn from q without the first.
     TokenTree tree;
-    for (int c = 0; c < 2; ++c) {
-      tree.tokens.push_back(sample(q0, c));
-      tree.parents.push_back(-1);
-    }
-    for (int c = 0; c < 2; ++c) {
-      for (int g = 0; g < 2; ++g) {
-        tree.tokens.push_back(sample(q1[tree.tokens[c]], 2 + 2 * c + g));
-        tree.parents.push_back(c);
-      }
-    }
+    auto add_children = [&](const std::vector<float>& q, int parent, uint32_t index) {
+      const int32_t first = sample(q, index);
+      const int32_t second = sample(WithoutToken(q, first), index + 1);
+      tree.tokens.insert(tree.tokens.end(), {first, second});
+      tree.parents.insert(tree.parents.end(), {parent, parent});
+    };
+    add_children(q0, -1, 0);
+    for (int c = 0; c < 2; ++c) add_children(q1[tree.tokens[c]], c, 2 + 2 * c);
     std::vector<std::vector<float>> target = {p0}, draft = {q0};
     for (int n = 0; n < tree.size(); ++n) {
       target.push_back(n < 2 ? p1[tree.tokens[n]] : p0);  // depth-2 rows: any distribution

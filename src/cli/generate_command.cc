@@ -91,8 +91,12 @@ int RunGenerate(const GenerateOptions& options) {
     }
   }
   const bool sdsat = o.strategy == "sdsat";
-  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && o.sdsat_loop.empty()),
-              "--adaptive-k, --adaptive-token and --sdsat-loop go with --strategy sdsat");
+  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && o.sdsat_loop.empty() &&
+                        o.sdsat_tree.empty()),
+              "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --strategy "
+              "sdsat");
+  const SdsatOptions sdsat_shape =
+      SdsatOptionsWithTree({.merge = o.sdsat_loop == "merged"}, o.sdsat_tree);
   SPECD_CHECK(!sdsat || (o.draft_model.empty() && o.spec_type == "draft"),
               "--strategy sdsat drafts with the target itself: drop -md / --spec-type");
   SPECD_CHECK(!sdsat || (o.draft_max == 0 && !o.draft_auto && !o.draft_adaptive),
@@ -244,7 +248,8 @@ int RunGenerate(const GenerateOptions& options) {
       !sdsat && (o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0));
   const int adaptive_k = o.adaptive_k > 0 ? o.adaptive_k : 5;
   spec_options.draft_max = o.draft_max > 0 ? o.draft_max
-                           : sdsat         ? adaptive_k
+                           : sdsat         ? (sdsat_shape.tree_nodes > 0 ? sdsat_shape.tree_nodes
+                                                                           : adaptive_k)
                                            : (spec_options.adaptive ? 7
                                               : ngram               ? 4
                                                                     : 8);
@@ -253,7 +258,7 @@ int RunGenerate(const GenerateOptions& options) {
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
   // SDSAT's adaptive tokens follow the drafts in the verification forward.
   const int draft_room = spec_options.adaptive ? spec_options.l_limit
-                         : sdsat               ? 2 * adaptive_k
+                         : sdsat ? std::max(2 * adaptive_k, sdsat_shape.tree_nodes)
                                                : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
@@ -307,7 +312,9 @@ int RunGenerate(const GenerateOptions& options) {
         GenerateSpeculative(*model, *draft, ctx, *kv, *draft_kv, request, spec_options, &stats);
   } else if (sdsat) {
     SdsatOptions sdsat_options = SdsatOptionsForModel(*model, adaptive_k, o.adaptive_token);
-    sdsat_options.merge = o.sdsat_loop == "merged";
+    sdsat_options.merge = sdsat_shape.merge;
+    sdsat_options.tree_nodes = sdsat_shape.tree_nodes;
+    sdsat_options.tree_width = sdsat_shape.tree_width;
     SdsatProposer proposer(sdsat_options);
     result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
   } else if (speculative) {
@@ -323,8 +330,13 @@ int RunGenerate(const GenerateOptions& options) {
                                : n_seq > 1            ? "bass"
                                                       : "spec";
   const std::string proposer_label =
-      sdsat                          ? StrCat("the target's adaptive tokens (",
-                     o.sdsat_loop == "merged" ? "merged" : "two-step", " loop)")
+      sdsat ? StrCat("the target's adaptive tokens (",
+                     o.sdsat_loop == "merged" ? "merged" : "two-step", " loop",
+                     sdsat_shape.tree_nodes > 0
+                         ? StrCat(", trees of ", sdsat_shape.tree_nodes, " nodes, width ",
+                                  sdsat_shape.tree_width)
+                         : std::string(),
+                     ")")
       : ngram                        ? "n-gram lookup"
       : o.spec_type == "draft+ngram" ? "n-gram lookup, then " + o.draft_model
                                      : o.draft_model;

@@ -155,6 +155,10 @@ int main(int argc, char** argv) {
                    "drafts; the default, faster on CPUs) or merged (they ride on every "
                    "verification: one forward per loop while every draft is kept)")
       ->check(CLI::IsMember({"two-step", "merged"}));
+  generate->add_option("--sdsat-tree", gen.sdsat_tree,
+                       "sdsat: draft a token tree of at most NODES nodes, as deep as "
+                       "--adaptive-k, each node with at most WIDTH children (default 10), "
+                       "verified in one forward: NODES[,WIDTH]");
   generate
       ->add_option("--draft-max", gen.draft_max,
                    "fixed draft length; with --draft-auto its cap, with --draft-adaptive its start")
@@ -441,6 +445,13 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
   bench_spec
+      ->add_option("--sdsat-trees", sdsat_bench.tree_nodes,
+                   "sdsat: also token trees of these many nodes (two-step loop)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  bench_spec->add_option("--sdsat-tree-width", sdsat_bench.tree_width, "sdsat: tree width")
+      ->check(CLI::Range(1, 64));
+  bench_spec
       ->add_option("--adaptive-token", sdsat_bench.adaptive_token,
                    "sdsat: the adaptive token (default: the one the model records)")
       ->check(CLI::NonNegativeNumber);
@@ -621,9 +632,12 @@ int main(int argc, char** argv) {
     if (*bench_spec) {
       if (sb.target.empty()) sb.target = DefaultTargetModel();
       const bool sdsat_flags =
-          bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") > 0;
+          bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
+              bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
+          0;
       SPECD_CHECK(bench_strategy == "sdsat" || !sdsat_flags,
-                  "--adaptive-ks and --adaptive-token go with --strategy sdsat");
+                  "--adaptive-ks, --adaptive-token, --sdsat-trees and --sdsat-tree-width go with "
+                  "--strategy sdsat");
       if (bench_strategy == "sdsat") {
         SPECD_CHECK(sb.draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
                         bench_spec->count("--spec-type") == 0,

@@ -26,9 +26,33 @@ SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t to
   return o;
 }
 
+SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_flag) {
+  if (tree_flag.empty()) return options;
+  const size_t comma = tree_flag.find(',');
+  auto number = [&](const std::string& text, int max) {
+    size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SPECD_CHECK(used == text.size() && value >= 1 && value <= max, "--sdsat-tree '", tree_flag,
+                "': expected NODES[,WIDTH] with NODES in 1..256 and WIDTH in 1..64");
+    return value;
+  };
+  options.tree_nodes = number(tree_flag.substr(0, comma), 256);
+  if (comma != std::string::npos) options.tree_width = number(tree_flag.substr(comma + 1), 64);
+  SPECD_CHECK(!options.merge, "--sdsat-tree drafts trees in the two-step loop: drop "
+                              "--sdsat-loop merged");
+  return options;
+}
+
 SdsatProposer::SdsatProposer(const SdsatOptions& options) : options_(options) {
   SPECD_CHECK(options.adaptive_token >= 0 && options.n_adaptive >= 1,
               "SDSAT needs an adaptive token and k >= 1");
+  SPECD_CHECK(options.tree_nodes == 0 || !options.merge,
+              "SDSAT token trees go with the two-step loop, not the merged one");
 }
 
 void SdsatProposer::AddSequence(int seq, std::span<const int32_t>) { seqs_[seq] = State{}; }
@@ -50,8 +74,18 @@ void SdsatProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
     s.input = in;
     s.input.sampling = &s.sampling;
     s.has_pending = false;
-    const int n = std::min<int>(in.k, static_cast<int>(s.ready.tokens.size()));
     Proposal& p = (*out)[j];
+    if (options_.tree_nodes > 0) {
+      const int n_rows = static_cast<int>(s.ready_rows.size() / s.row_size);
+      if (n_rows > 0 && in.k > 0) {
+        p = AdaptiveTokenTree(in, s.ready_rows, n_rows, std::min(in.k, options_.tree_nodes),
+                              options_.tree_width);
+      }
+      s.proposed = static_cast<int>(p.tokens.size());
+      s.ready_rows.clear();
+      continue;
+    }
+    const int n = std::min<int>(in.k, static_cast<int>(s.ready.tokens.size()));
     p.tokens.assign(s.ready.tokens.begin(), s.ready.tokens.begin() + n);
     if (!s.ready.probs.empty()) {
       p.probs.assign(s.ready.probs.begin(), s.ready.probs.begin() + n);
@@ -75,6 +109,12 @@ void SdsatProposer::TakeRiderRows(int seq, std::span<const float> rows) {
   SPECD_CHECK(s.n_riders > 0 && rows.size() % s.n_riders == 0,
               "SDSAT: rider rows do not match the adaptive tokens asked for");
   const size_t n_vocab = rows.size() / s.n_riders;
+  if (options_.tree_nodes > 0) {
+    s.pending_rows.assign(rows.begin(), rows.end());
+    s.row_size = n_vocab;
+    s.has_pending = true;
+    return;
+  }
   // Adaptive row i predicts the token i + 1 places after the bonus token, which goes where this
   // step's drafts end: position first_position + proposed.
   DraftInput next = s.input;
@@ -89,8 +129,12 @@ void SdsatProposer::TakeRiderRows(int seq, std::span<const float> rows) {
 
 void SdsatProposer::Accept(int seq, int n_accepted, int32_t) {
   State& s = seqs_.at(seq);
-  if (s.has_pending && n_accepted == s.proposed) s.ready = std::move(s.pending);
+  if (s.has_pending && n_accepted == s.proposed) {
+    s.ready = std::move(s.pending);
+    s.ready_rows.swap(s.pending_rows);
+  }
   s.pending = Proposal{};
+  s.pending_rows.clear();
   s.has_pending = false;
 }
 
@@ -98,6 +142,8 @@ void SdsatProposer::Append(int seq, std::span<const int32_t>) {
   State& s = seqs_.at(seq);
   s.ready = Proposal{};
   s.pending = Proposal{};
+  s.ready_rows.clear();
+  s.pending_rows.clear();
   s.has_pending = false;
 }
 

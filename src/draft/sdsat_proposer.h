@@ -28,12 +28,28 @@ struct SdsatOptions {
   // (the default): the paper's loop of two forwards, adaptive tokens only in steps without
   // drafts, which measured faster on CPUs, where every extra verification row costs.
   bool merge = false;
+  // Nucleus sampling with a token tree (the paper's 2.1.2): at most tree_nodes > 0 nodes, as
+  // deep as the adaptive rows (n_adaptive), each node with at most tree_width children; 0: a
+  // chain. Steps with drafts carry no adaptive tokens then (the two-step loop).
+  int tree_nodes = 0;
+  int tree_width = 10;
 };
+
+// The token tree of one step (sdsat_tree.cc) from a previous step's adaptive rows
+// ([n_rows, n_vocab], row d the distribution of the token d + 1 places after the tree's root):
+// at most max_nodes nodes, at most max_children children per node. Greedy and coupled trees
+// hold the likeliest paths; for rejection sampling the tree's `probs` are each row's q.
+Proposal AdaptiveTokenTree(const DraftInput& in, std::span<const float> rows, int n_rows,
+                           int max_nodes, int max_children);
 
 // The adaptive token and max window a fine-tuned model records (specd.sdsat.adaptive_token,
 // specd.sdsat.max_window); `token_flag` >= 0 overrides the token. Throws an Error naming what to
 // pass when the model records none and no token is given, or the token is out of range.
 SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t token_flag);
+
+// `options` with the tree asked for by --sdsat-tree NODES[,WIDTH] (empty: a chain). Throws an
+// Error naming a bad value.
+SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_flag);
 
 class SdsatProposer : public Proposer {
  public:
@@ -53,6 +69,9 @@ class SdsatProposer : public Proposer {
   struct State {
     Proposal ready;    // drafts for the next step (from the last kept adaptive rows)
     Proposal pending;  // drafts from this step's adaptive rows, kept if every draft is
+    // Trees: the adaptive rows themselves ([n, n_vocab]), the tree drawn when the step comes.
+    std::vector<float> ready_rows, pending_rows;
+    size_t row_size = 1;  // n_vocab, once rows came
     bool has_pending = false;
     int proposed = 0;  // drafts given this step
     int n_riders = 0;  // adaptive tokens asked for this step

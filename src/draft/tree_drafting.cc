@@ -11,9 +11,10 @@
 // keeping per-node visibility of earlier forwards' entries. After verification the accepted
 // path is re-read as a chain (as in bonus calibration).
 //
-// Rejection sampling needs each node's children drawn independently from the draft's q, their
-// number fixed before they are drawn: the root gets tree_width draws, every later node one, so
-// the tree is tree_width sampled chains sharing the root. Greedy and coupled verification accept
+// Rejection sampling needs each node's children drawn from the draft's q one after another
+// without replacement, their number not chosen by looking at the draws: the root gets tree_width
+// distinct draws (fewer if q has fewer tokens), every later node one, so the tree is up to
+// tree_width sampled chains sharing the root. Greedy and coupled verification accept
 // any tree and get the ranked one.
 #include <algorithm>
 #include <cmath>
@@ -89,9 +90,15 @@ void GrowLevel(const DraftInput& in, int width, int level, const float* rows, in
     const int n_children = std::min(node < 0 ? width : 1, budget - static_cast<int>(f));
     const RngKey key{in.sampling->seed, in.rng_sequence,
                      static_cast<uint64_t>(in.first_position + level - 1), RngPurpose::kDraft};
-    for (int c = 0; c < n_children; ++c) {
+    // One after another without replacement (as the verifier assumes), until q is used up.
+    std::vector<float> remaining = b->probs[node + 1];
+    int support = 0;
+    for (float x : remaining) support += x > 0.0f;
+    for (int c = 0; c < std::min(n_children, support); ++c) {
       const uint32_t index = static_cast<uint32_t>((node + 1) * width + c);
-      candidates.push_back({0.0, DrawFrom(b->probs[node + 1], UniformDouble(key, index)), node});
+      const int32_t token = DrawFrom(remaining, UniformDouble(key, index));
+      remaining[token] = 0.0f;
+      candidates.push_back({0.0, token, node});
     }
   }
   if (!sampled) {

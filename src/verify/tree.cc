@@ -66,9 +66,14 @@ TreeOutcome VerifyTreeSampled(const TokenTree& tree,
   int node = -1;
   while (true) {
     const int depth = static_cast<int>(out.path.size());
-    const std::vector<float>& q = draft_probs[node + 1];
     std::vector<float> p = target_probs[node + 1];
     const std::vector<int> children = Children(tree, node);
+    std::vector<float> q;
+    if (!children.empty()) {
+      q = draft_probs[node + 1];
+      SPECD_CHECK(q.size() == p.size(), "tree verify: row ", node + 1,
+                  " has children but no draft distribution of the target's size");
+    }
     int accepted = -1;
     for (size_t j = 0; j < children.size() && accepted < 0; ++j) {
       const int32_t c = tree.tokens[children[j]];
@@ -79,6 +84,7 @@ TreeOutcome VerifyTreeSampled(const TokenTree& tree,
         accepted = children[j];
       } else {
         p = Residual(p, q);
+        q = WithoutToken(q, c);  // siblings are distinct: the next one was drawn without c
       }
     }
     if (accepted < 0) {

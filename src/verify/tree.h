@@ -33,12 +33,16 @@ struct TreeOutcome {
 // the target's own choice, so the output is plain decoding's: greedy's, or coupled sampling's.
 TreeOutcome VerifyTreeByMatch(const TokenTree& tree, std::span<const int32_t> choices);
 
-// Sampled verification by multi-candidate rejection sampling (SpecInfer): at the current row, with
-// the target's distribution p, try its children in node order: accept child c with probability
-// min(1, p(c) / q(c)), else p <- norm(max(0, p - q)) and try the next; when all are rejected the
-// next token is drawn from p; a leaf's bonus token from its row. target_probs [K + 1] are the
-// target's rows, draft_probs [K + 1] the distribution q each row's children were drawn from.
-// Lossless when the children of each node were drawn independently from q (with replacement).
+// Sampled verification by multi-candidate rejection sampling without replacement (SpecInfer's
+// algorithm with the drawn siblings removed from q, as in recursive speculative decoding): at the
+// current row, with the target's distribution p and the draft's q, try its children in node
+// order: accept child c with probability min(1, p(c) / q(c)), else p <- norm(max(0, p - q)) and
+// q <- q without c, renormalized, and try the next; when all are rejected the next token is drawn
+// from p; a leaf's bonus token from its row. target_probs [K + 1] are the target's rows,
+// draft_probs [K + 1] the distribution q each row's children were drawn from (empty for a row
+// without children). Lossless when the children of each node were drawn one after another from
+// q without replacement (each from q minus the siblings before it), however many were drawn, as
+// long as whether to draw another never depended on the draw itself.
 TreeOutcome VerifyTreeSampled(const TokenTree& tree,
                               std::span<const std::vector<float>> target_probs,
                               std::span<const std::vector<float>> draft_probs, const RngKey& key);

@@ -35,6 +35,18 @@ int32_t DrawFrom(std::span<const float> probs, double u) {
   return last_nonzero;  // rounding: u fell past the last cumulative sum
 }
 
+std::vector<float> WithoutToken(std::span<const float> q, int32_t token) {
+  SPECD_CHECK(token >= 0 && static_cast<size_t>(token) < q.size(), "token ", token,
+              " is outside the distribution");
+  std::vector<float> out(q.begin(), q.end());
+  out[token] = 0.0f;
+  double total = 0.0;
+  for (float x : out) total += x;
+  if (total <= 0.0) return std::vector<float>(q.size(), 0.0f);
+  for (float& x : out) x = static_cast<float>(x / total);
+  return out;
+}
+
 VerifyOutcome VerifySampled(std::span<const std::vector<float>> target_probs,
                             std::span<const std::vector<float>> draft_probs,
                             std::span<const int32_t> drafted, const RngKey& key) {

@@ -28,6 +28,10 @@ std::vector<float> Residual(std::span<const float> p, std::span<const float> q);
 // Draws a token from a probability vector with a uniform number u in [0, 1).
 int32_t DrawFrom(std::span<const float> probs, double u);
 
+// q with `token` removed and the rest renormalized: the distribution of the next of a node's
+// children when they are drawn without replacement. All zeros when nothing is left.
+std::vector<float> WithoutToken(std::span<const float> q, int32_t token);
+
 // target_probs: K + 1 rows of p (the last for the bonus token); draft_probs: K rows of q;
 // drafted: K tokens. Random draws use `key` with purposes kAccept / kResidual / kBonus and the
 // draft position as the index, so every decision reproduces.

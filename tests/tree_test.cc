@@ -117,7 +117,9 @@ TEST(Tree, GreedyWalkFollowsTheTargetsChoices) {
 // Two-level trees drawn from the draft (2 distinct children at each level) over a 6-token
 // vocabulary: the first two emitted tokens (a second one drawn from the target when the tree
 // ended after one) must follow p(x1) p(x2 | x1).
-double TreeSamplingPValue(bool correct, int n_samples) {
+enum class TreeBug { kNone, kResidualIgnored, kSiblingsWithReplacement };
+
+double TreeSamplingPValue(TreeBug bug, int n_samples) {
   constexpr int kV = 6;
   SplitMix64 rng(5);
   auto random_dist = [&](double sharp) {
@@ -141,7 +143,8 @@ double TreeSamplingPValue(bool correct, int n_samples) {
     TokenTree tree;
     auto add_children = [&](const std::vector<float>& q, int parent, uint32_t index) {
       const int32_t first = sample(q, index);
-      const int32_t second = sample(WithoutToken(q, first), index + 1);
+      const int32_t second = sample(
+          bug == TreeBug::kSiblingsWithReplacement ? q : WithoutToken(q, first), index + 1);
       tree.tokens.insert(tree.tokens.end(), {first, second});
       tree.parents.insert(tree.parents.end(), {parent, parent});
     };
@@ -154,7 +157,7 @@ double TreeSamplingPValue(bool correct, int n_samples) {
     }
     const RngKey key{static_cast<uint64_t>(s), 0, 0, RngPurpose::kAccept};
     TreeOutcome out = VerifyTreeSampled(tree, target, draft, key);
-    if (!correct && out.path.empty()) out.next = sample(p0, 99);  // a bug: ignore the residual
+    if (bug == TreeBug::kResidualIgnored && out.path.empty()) out.next = sample(p0, 99);
     std::vector<int32_t> emitted;
     for (int n : out.path) emitted.push_back(tree.tokens[n]);
     emitted.push_back(out.next);
@@ -169,12 +172,16 @@ double TreeSamplingPValue(bool correct, int n_samples) {
 }
 
 TEST(Tree, SampledVerificationKeepsTheTargetDistribution) {
-  const double p_ok = TreeSamplingPValue(true, 40000);
+  const double p_ok = TreeSamplingPValue(TreeBug::kNone, 40000);
   std::printf("tree sampling: chi-square p = %.3g\n", p_ok);
   EXPECT_GT(p_ok, 0.001);
-  const double p_bug = TreeSamplingPValue(false, 40000);
-  std::printf("tree sampling with the residual ignored (a bug): p = %.3g\n", p_bug);
-  EXPECT_LT(p_bug, 0.001);
+  for (const auto& [bug, name] :
+       {std::pair{TreeBug::kResidualIgnored, "the residual ignored"},
+        std::pair{TreeBug::kSiblingsWithReplacement, "siblings drawn with replacement"}}) {
+    const double p_bug = TreeSamplingPValue(bug, 40000);
+    std::printf("tree sampling with %s (a bug): p = %.3g\n", name, p_bug);
+    EXPECT_LT(p_bug, 0.001) << name;
+  }
 }
 
 }  // namespace

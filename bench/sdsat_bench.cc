@@ -93,8 +93,7 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const int max_nodes =
       so.tree_nodes.empty() ? 0 : *std::max_element(so.tree_nodes.begin(), so.tree_nodes.end());
-  auto kv =
-      target->NewKvCache({max_batch, 512 + std::max(2 * k_max, max_nodes) + 1, o.cache_type});
+  auto kv = target->NewKvCache({max_batch, 512 + std::max(2 * k_max, max_nodes) + 1, o.cache_type});
 
   struct Setting {
     std::string name;
@@ -145,8 +144,9 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
         int tree_nodes;
         std::vector<Run> runs;
         std::string Loop() const {
-          return merge ? "merged"
-                       : tree_nodes > 0 ? StrCat("two-step, tree of ", tree_nodes) : "two-step";
+          return merge            ? "merged"
+                 : tree_nodes > 0 ? StrCat("two-step, tree of ", tree_nodes)
+                                  : "two-step";
         }
       };
       std::vector<Candidate> candidates;
@@ -187,8 +187,8 @@ void RunSdsatBench(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
         char line[1024];
         std::snprintf(line, sizeof(line),
                       "| %s | %d | %d | %s | %.1f | %.1f | %.2fx | %.3f | %.2f | %s |\n",
-                      setting.name.c_str(), batch, c.k, c.Loop().c_str(),
-                      plain.tokens_per_s, r.tokens_per_s, r.tokens_per_s / plain.tokens_per_s,
+                      setting.name.c_str(), batch, c.k, c.Loop().c_str(), plain.tokens_per_s,
+                      r.tokens_per_s, r.tokens_per_s / plain.tokens_per_s,
                       r.stats.acceptance_rate(), r.stats.mean_accepted_length(), positions.c_str());
         md << line;
         std::fprintf(stderr, "[bench sdsat] %s", line);

@@ -509,8 +509,10 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
   };
   const CliRun plain = RunSpecd("generate" + common + " --strategy ar");
   ASSERT_EQ(plain.exit_code, 0) << plain.out;
-  for (const char* flags : {" --adaptive-k 1", " --adaptive-k 4", " --adaptive-k 13",
-                            " --adaptive-k 3 --sdsat-loop merged", " --batch 3 --attention pad"}) {
+  for (const char* flags :
+       {" --adaptive-k 1", " --adaptive-k 4", " --adaptive-k 13",
+        " --adaptive-k 3 --sdsat-loop merged", " --batch 3 --attention pad",
+        " --adaptive-k 3 --sdsat-tree 8", " --adaptive-k 5 --sdsat-tree 12,3 --batch 2"}) {
     const CliRun r = RunSpecd("generate" + common + " --strategy sdsat --adaptive-token 4" + flags);
     ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
     const auto lines = parse(r.out);
@@ -528,7 +530,16 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
       {"generate" + common + " --strategy sdsat --adaptive-token 4 --draft-max 3", "--draft-max"},
       {"generate" + common + " --strategy sdsat --adaptive-token 100000", "outside the vocab"},
       {"generate" + common + " --strategy sdsat --adaptive-token 4 --adaptive-k 0", "--adaptive-k"},
+      {"generate" + common + " --sdsat-tree 8", "--strategy sdsat"},
+      {"generate" + common +
+           " --strategy sdsat --adaptive-token 4 --sdsat-tree 8 --sdsat-loop merged",
+       "two-step loop"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --sdsat-tree 0",
+       "NODES[,WIDTH]"},
+      {"generate" + common + " --strategy sdsat --adaptive-token 4 --sdsat-tree 4,x",
+       "NODES[,WIDTH]"},
       {"bench spec --adaptive-ks 3 -m " + target, "--strategy sdsat"},
+      {"bench spec --sdsat-trees 3 -m " + target, "--strategy sdsat"},
       {"bench spec --strategy sdsat --draft-lengths 2 -m " + target, "drop -md"},
   };
   for (const auto& c : cases) {
@@ -538,15 +549,17 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
   }
   // The benchmark on the shipped 16.5M target (it has a tokenizer for the bench prompts).
   const std::string out_dir = testing::TempDir() + "/sdsat_bench";
-  const CliRun bench = RunSpecd("bench spec --strategy sdsat -m " SPECD_SOURCE_DIR
-                                "/models/specd-target-q8_0.gguf --adaptive-token 5 "
-                                "--adaptive-ks 2 --batches 1,2 --reps 1 -n 8 --temps 1 "
-                                "--spec-sampling coupled --out " +
-                                out_dir);
+  const CliRun bench =
+      RunSpecd("bench spec --strategy sdsat -m " SPECD_SOURCE_DIR
+               "/models/specd-target-q8_0.gguf --adaptive-token 5 "
+               "--adaptive-ks 2 --sdsat-trees 4 --batches 1,2 --reps 1 -n 8 --temps 1 "
+               "--spec-sampling coupled --out " +
+               out_dir);
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
   const std::string table = ReadFileBytes(out_dir + "/sdsat.md");
   for (const char* row : {"| greedy | 1 | 2 | merged |", "| greedy | 2 | 2 | two-step |",
-                          "| t=1.0 top-k=10 top-p=0.95 coupled | 2 | 2 | merged |"}) {
+                          "| t=1.0 top-k=10 top-p=0.95 coupled | 2 | 2 | merged |",
+                          "| t=1.0 top-k=10 top-p=0.95 coupled | 1 | 2 | two-step, tree of 4 |"}) {
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   }
 }

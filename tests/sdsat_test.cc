@@ -45,9 +45,9 @@ std::vector<std::vector<int32_t>> SelfDrafted(Model& target, const KernelContext
   SdsatProposer proposer(sdsat);
   std::vector<std::vector<int32_t>> out;
   const int k = sdsat.tree_nodes > 0 ? sdsat.tree_nodes : sdsat.n_adaptive;
-  for (const auto& s : GenerateWithProposer(target, ctx, kv, proposer, request,
-                                            FixedLength(k, mode), stats)
-                           .sequences) {
+  for (const auto& s :
+       GenerateWithProposer(target, ctx, kv, proposer, request, FixedLength(k, mode), stats)
+           .sequences) {
     out.push_back(s.tokens);
   }
   return out;
@@ -93,12 +93,15 @@ TEST(Sdsat, TokenTreesKeepGreedyAndCoupledOutput) {
       const auto plain = Plain(*p.target, p.ctx, *kv, request);
       for (const Shape& t : {Shape{1, 3, 3}, Shape{3, 6, 2}, Shape{5, 12, 4}, Shape{13, 20, 10}}) {
         SpeculativeStats stats;
-        const auto out = SelfDrafted(
-            *p.target, p.ctx, *kv, request,
-            {.adaptive_token = 5, .n_adaptive = t.depth, .tree_nodes = t.nodes, .tree_width = t.width},
-            greedy ? SpecSampling::kRejection : SpecSampling::kCoupled, &stats);
-        EXPECT_EQ(out, plain) << "batch " << batch << (greedy ? " greedy" : " coupled")
-                              << " depth " << t.depth << " nodes " << t.nodes;
+        const auto out =
+            SelfDrafted(*p.target, p.ctx, *kv, request,
+                        {.adaptive_token = 5,
+                         .n_adaptive = t.depth,
+                         .tree_nodes = t.nodes,
+                         .tree_width = t.width},
+                        greedy ? SpecSampling::kRejection : SpecSampling::kCoupled, &stats);
+        EXPECT_EQ(out, plain) << "batch " << batch << (greedy ? " greedy" : " coupled") << " depth "
+                              << t.depth << " nodes " << t.nodes;
         EXPECT_GT(stats.n_drafted, 0) << "nothing was drafted: the test proves nothing";
       }
     }

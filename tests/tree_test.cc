@@ -143,8 +143,8 @@ double TreeSamplingPValue(TreeBug bug, int n_samples) {
     TokenTree tree;
     auto add_children = [&](const std::vector<float>& q, int parent, uint32_t index) {
       const int32_t first = sample(q, index);
-      const int32_t second = sample(
-          bug == TreeBug::kSiblingsWithReplacement ? q : WithoutToken(q, first), index + 1);
+      const int32_t second =
+          sample(bug == TreeBug::kSiblingsWithReplacement ? q : WithoutToken(q, first), index + 1);
       tree.tokens.insert(tree.tokens.end(), {first, second});
       tree.parents.insert(tree.parents.end(), {parent, parent});
     };

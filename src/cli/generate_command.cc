@@ -248,17 +248,17 @@ int RunGenerate(const GenerateOptions& options) {
       !sdsat && (o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0));
   const int adaptive_k = o.adaptive_k > 0 ? o.adaptive_k : 5;
   spec_options.draft_max = o.draft_max > 0 ? o.draft_max
-                           : sdsat         ? (sdsat_shape.tree_nodes > 0 ? sdsat_shape.tree_nodes
-                                                                           : adaptive_k)
-                                           : (spec_options.adaptive ? 7
-                                              : ngram               ? 4
-                                                                    : 8);
+                           : sdsat
+                               ? (sdsat_shape.tree_nodes > 0 ? sdsat_shape.tree_nodes : adaptive_k)
+                               : (spec_options.adaptive ? 7
+                                  : ngram               ? 4
+                                                        : 8);
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
   spec_options.draft =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
   // SDSAT's adaptive tokens follow the drafts in the verification forward.
   const int draft_room = spec_options.adaptive ? spec_options.l_limit
-                         : sdsat ? std::max(2 * adaptive_k, sdsat_shape.tree_nodes)
+                         : sdsat               ? std::max(2 * adaptive_k, sdsat_shape.tree_nodes)
                                                : spec_options.draft_max;
   const char* draft_policy =
       spec_options.cost_aware ? "cost" : (spec_options.adaptive ? "adaptive" : "fixed");
@@ -330,13 +330,12 @@ int RunGenerate(const GenerateOptions& options) {
                                : n_seq > 1            ? "bass"
                                                       : "spec";
   const std::string proposer_label =
-      sdsat ? StrCat("the target's adaptive tokens (",
+      sdsat                          ? StrCat("the target's adaptive tokens (",
                      o.sdsat_loop == "merged" ? "merged" : "two-step", " loop",
-                     sdsat_shape.tree_nodes > 0
-                         ? StrCat(", trees of ", sdsat_shape.tree_nodes, " nodes, width ",
-                                  sdsat_shape.tree_width)
-                         : std::string(),
-                     ")")
+                     sdsat_shape.tree_nodes > 0 ? StrCat(", trees of ", sdsat_shape.tree_nodes,
+                                                                                  " nodes, width ", sdsat_shape.tree_width)
+                                                                         : std::string(),
+                                              ")")
       : ngram                        ? "n-gram lookup"
       : o.spec_type == "draft+ngram" ? "n-gram lookup, then " + o.draft_model
                                      : o.draft_model;

@@ -43,8 +43,9 @@ SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_
   };
   options.tree_nodes = number(tree_flag.substr(0, comma), 256);
   if (comma != std::string::npos) options.tree_width = number(tree_flag.substr(comma + 1), 64);
-  SPECD_CHECK(!options.merge, "--sdsat-tree drafts trees in the two-step loop: drop "
-                              "--sdsat-loop merged");
+  SPECD_CHECK(!options.merge,
+              "--sdsat-tree drafts trees in the two-step loop: drop "
+              "--sdsat-loop merged");
   return options;
 }
 

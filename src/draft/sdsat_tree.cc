@@ -61,8 +61,7 @@ DepthChoices ChoicesAt(const DraftInput& in, int depth, std::span<const float> r
 
 Proposal AdaptiveTokenTree(const DraftInput& in, std::span<const float> rows, int n_rows,
                            int max_nodes, int max_children) {
-  SPECD_CHECK(n_rows > 0 && rows.size() % n_rows == 0 && max_children >= 1 &&
-                  max_children <= 64,
+  SPECD_CHECK(n_rows > 0 && rows.size() % n_rows == 0 && max_children >= 1 && max_children <= 64,
               "SDSAT tree: bad rows or width");
   const size_t n_vocab = rows.size() / n_rows;
   const bool sampled = !in.sampling->greedy() && in.mode == SpecSampling::kRejection;
@@ -101,8 +100,8 @@ Proposal AdaptiveTokenTree(const DraftInput& in, std::span<const float> rows, in
       if (left.empty()) left = c.q;
       const RngKey key{in.sampling->seed, in.rng_sequence,
                        static_cast<uint64_t>(in.first_position + d), RngPurpose::kDraft};
-      token = DrawFrom(left, UniformDouble(key, static_cast<uint32_t>(
-                                                    (slot.parent + 1) * 64 + slot.child)));
+      token = DrawFrom(
+          left, UniformDouble(key, static_cast<uint32_t>((slot.parent + 1) * 64 + slot.child)));
       logprob = std::log(c.q[token]);
       left[token] = 0.0f;
       more = slot.child + 1 < std::min(max_children, c.support);

@@ -1,7 +1,8 @@
 #include "bench/machine.h"
 
 #include <ctime>
-#include <fstream>
+
+#include "base/cpu_features.h"
 
 namespace specd::bench {
 
@@ -12,13 +13,6 @@ std::string Today() {
   return buf;
 }
 
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
+std::string CpuName() { return CpuModelName(); }
 
 }  // namespace specd::bench

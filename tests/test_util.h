@@ -53,8 +53,9 @@ struct CliRun {
   std::string out;
 };
 // Runs the specd binary; without pretrained_default, SPECD_PRETRAINED_DIR points nowhere so
-// that the default model is the shipped 16.5M pair.
+// that the default model is the shipped 16.5M pair; SPECD_CACHE_DIR is empty (no draft-length
+// memory) unless extra_env ("VAR=value ...") sets it.
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "",
-                bool pretrained_default = false);
+                bool pretrained_default = false, const std::string& extra_env = "");
 
 }  // namespace specd::testing

@@ -59,4 +59,7 @@ struct CpuFeatures {
   }
 };
 
+// The CPU's model name from /proc/cpuinfo ("unknown" where there is none).
+std::string CpuModelName();
+
 }  // namespace specd

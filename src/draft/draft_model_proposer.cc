@@ -1,6 +1,7 @@
 #include "draft/draft_model_proposer.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -26,21 +27,10 @@ DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* dr
               std::min(flags.lp, n_layer) - 1);
   o.calibrate = !flags.no_calibration;
   if (!flags.tree.empty()) {
-    const size_t comma = flags.tree.find(',');
-    auto number = [&](const std::string& text) {
-      size_t used = 0;
-      int value = -1;
-      try {
-        value = std::stoi(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      SPECD_CHECK(used == text.size() && value >= 1 && value <= 64, "--draft-tree '", flags.tree,
-                  "': expected WIDTH[,DEPTH] with numbers in 1..64");
-      return value;
-    };
-    o.tree_width = number(flags.tree.substr(0, comma));
-    if (comma != std::string::npos) o.tree_depth = number(flags.tree.substr(comma + 1));
+    const auto parsed = ParseNumberPair(flags.tree, 64, 64);
+    SPECD_CHECK(parsed.has_value(), "--draft-tree '", flags.tree,
+                "': expected WIDTH[,DEPTH] with numbers in 1..64");
+    std::tie(o.tree_width, o.tree_depth) = *parsed;
     SPECD_CHECK(o.tree_width >= 2, "--draft-tree: a width of 1 is a chain; use --draft-max");
   }
   return o;

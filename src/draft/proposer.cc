@@ -19,4 +19,23 @@ int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, 
   return DrawFrom(out->probs.back(), UniformDouble(key));
 }
 
+std::optional<std::pair<int, int>> ParseNumberPair(const std::string& text, int max_first,
+                                                   int max_second) {
+  auto number = [](const std::string& part, int max) -> int {
+    size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      return -1;
+    }
+    return used == part.size() && value >= 1 && value <= max ? value : -1;
+  };
+  const size_t comma = text.find(',');
+  const int first = number(text.substr(0, comma), max_first);
+  const int second = comma == std::string::npos ? 0 : number(text.substr(comma + 1), max_second);
+  if (first < 0 || second < 0) return std::nullopt;
+  return std::pair{first, second};
+}
+
 }  // namespace specd

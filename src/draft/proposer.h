@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -59,6 +62,11 @@ struct ProposerTimings {
 // greedy; coupled, the Gumbel-max under the target's own noise at that position; for rejection
 // sampling, a draw from the processed distribution, which is appended to out->probs.
 int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out);
+
+// A flag's "A[,B]" (--draft-tree WIDTH[,DEPTH], --sdsat-tree NODES[,WIDTH]): A in 1..max_first,
+// B in 1..max_second or 0 when absent; nullopt when malformed or out of range.
+std::optional<std::pair<int, int>> ParseNumberPair(const std::string& text, int max_first,
+                                                   int max_second);
 
 class Proposer {
  public:

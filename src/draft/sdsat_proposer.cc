@@ -28,21 +28,11 @@ SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t to
 
 SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_flag) {
   if (tree_flag.empty()) return options;
-  const size_t comma = tree_flag.find(',');
-  auto number = [&](const std::string& text, int max) {
-    size_t used = 0;
-    int value = -1;
-    try {
-      value = std::stoi(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SPECD_CHECK(used == text.size() && value >= 1 && value <= max, "--sdsat-tree '", tree_flag,
-                "': expected NODES[,WIDTH] with NODES in 1..256 and WIDTH in 1..64");
-    return value;
-  };
-  options.tree_nodes = number(tree_flag.substr(0, comma), 256);
-  if (comma != std::string::npos) options.tree_width = number(tree_flag.substr(comma + 1), 64);
+  const auto parsed = ParseNumberPair(tree_flag, 256, 64);
+  SPECD_CHECK(parsed.has_value(), "--sdsat-tree '", tree_flag,
+              "': expected NODES[,WIDTH] with NODES in 1..256 and WIDTH in 1..64");
+  options.tree_nodes = parsed->first;
+  if (parsed->second > 0) options.tree_width = parsed->second;
   SPECD_CHECK(!options.merge,
               "--sdsat-tree drafts trees in the two-step loop: drop "
               "--sdsat-loop merged");

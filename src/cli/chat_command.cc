@@ -10,8 +10,8 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "cli/commands.h"
 #include "engine/model_options.h"
+#include "cli/commands.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"

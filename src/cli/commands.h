@@ -123,7 +123,6 @@ struct ServeOptions {
   int max_prefill_rows = 512;  // prompt rows per step: a long prompt delays others less
   int threads = 2;
   DraftFlags draft_flags;
-  bool no_cost_memory = false;  // --no-cost-memory
 };
 int RunServe(const ServeOptions& options);
 

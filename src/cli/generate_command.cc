@@ -75,6 +75,28 @@ std::pair<std::string, std::string> DefaultPair() {
 }
 }  // namespace
 
+namespace {
+// Everything the cost-aware policy's step times and acceptance depend on: the models (as files),
+// the machine, and every setting that changes a step's rows, kernels or sampling.
+std::string CostMemoryKey(const GenerateOptions& o, const KernelContext& ctx,
+                          const GenerateRequest& request, const SpeculativeOptions& spec) {
+  std::string lora;
+  for (const LoraSpec& l : o.weight_flags.lora)
+    lora += StrCat(FileIdentity(l.path), "*", l.scale, " ");
+  const DraftFlags& d = o.draft_flags;
+  return StrCat("specd draft costs v1\ncpu ", CpuModelName(), " (", ctx.cpu.Name(), ", ",
+                std::thread::hardware_concurrency(), " threads), -t ", o.threads, "\ntarget ",
+                FileIdentity(o.model), " lora ", lora, "\ndraft ",
+                o.draft_model.empty() ? "-" : FileIdentity(o.draft_model), "\nproposer ",
+                o.spec_type, " ngram ", o.ngram_min, "-", o.ngram_max, " lp ", d.lp, " ",
+                d.lp_groups, d.no_calibration ? " uncalibrated" : "", " tree ", d.tree,
+                "\nweights ", o.weight_flags.weights, " ", o.weight_flags.int8_kernel, " ",
+                o.weight_flags.smooth_alpha, "\nkv ", o.cache_type, " attention ", o.attention,
+                "\nsampling ", request.sampling.greedy() ? "greedy" : o.spec_sampling,
+                "\ndraft max ", spec.draft_max);
+}
+}  // namespace
+
 std::string DefaultTargetModel() { return DefaultPair().first; }
 std::string DefaultDraftModel() { return DefaultPair().second; }
 
@@ -258,25 +280,22 @@ int RunGenerate(const GenerateOptions& options) {
   spec_options.draft =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
   // The cost-aware policy starts from what the last run with this configuration learned.
-  std::unique_ptr<CostMemoryFile> cost_memory;
-  if (spec_options.cost_aware && speculative && !o.no_cost_memory) {
-    const DraftFlags& d = o.draft_flags;
-    const CostMemoryConfig memory_config{
-        .target = o.model,
-        .draft = o.draft_model,
-        .lora = o.weight_flags.lora,
-        .threads = o.threads,
-        .proposer =
-            StrCat(o.spec_type, ", n-grams ", o.ngram_min, "-", o.ngram_max, ", lp ", d.lp, " ",
-                   d.lp_groups, d.no_calibration ? " uncalibrated" : "", ", tree ", d.tree),
-        .weights = StrCat(o.weight_flags.weights, " ", o.weight_flags.int8_kernel, " ",
-                          o.weight_flags.smooth_alpha),
-        .kv_type = o.cache_type,
-        .attention = o.attention,
-        .sampling = request.sampling.greedy() ? "greedy" : o.spec_sampling,
-        .draft_max = spec_options.draft_max};
-    cost_memory = std::make_unique<CostMemoryFile>(memory_config, ctx.cpu, o.json);
-    spec_options.cost_memory = cost_memory->memory();
+  CostMemory cost_memory;
+  std::string cost_memory_path, cost_memory_key;
+  if (spec_options.cost_aware && speculative && !o.no_cost_memory && !CostMemoryDir().empty()) {
+    cost_memory_key = CostMemoryKey(o, ctx, request, spec_options);
+    cost_memory_path = CostMemoryPath(CostMemoryDir(), cost_memory_key);
+    std::string why;
+    if (auto remembered = ReadCostMemory(cost_memory_path, cost_memory_key, &why)) {
+      cost_memory = *remembered;
+      if (!o.json) {
+        std::fprintf(stderr, "draft lengths: starting from %zu step times remembered in %s\n",
+                     cost_memory.times.size(), cost_memory_path.c_str());
+      }
+    } else if (!why.empty()) {
+      std::fprintf(stderr, "warning: ignoring %s: %s\n", cost_memory_path.c_str(), why.c_str());
+    }
+    spec_options.cost_memory = &cost_memory;
   }
   // SDSAT's adaptive tokens follow the drafts in the verification forward.
   const int draft_room = spec_options.adaptive ? spec_options.l_limit
@@ -345,7 +364,12 @@ int RunGenerate(const GenerateOptions& options) {
   } else {
     result = GenerateAutoregressive(*model, ctx, *kv, request);
   }
-  if (cost_memory) cost_memory->Save();
+  if (!cost_memory_path.empty()) {
+    std::string why;
+    if (!WriteCostMemory(cost_memory_path, cost_memory_key, cost_memory, &why)) {
+      std::fprintf(stderr, "warning: the draft-length memory was not saved: %s\n", why.c_str());
+    }
+  }
   // As asked: `--strategy bass` at batch 1 is reported as bass (it runs the same step).
   const std::string strategy = !speculative           ? "ar"
                                : sdsat                ? "sdsat"

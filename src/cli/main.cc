@@ -530,9 +530,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20));
   serve->add_option("--api-key", srv.api_key, "require 'Authorization: Bearer KEY'");
   serve->add_option("-a,--alias", srv.alias, "model id (default: the file name)");
-  serve->add_flag("--no-cost-memory", srv.no_cost_memory,
-                  "the cost-aware draft length starts from nothing, not from the step times the "
-                  "last server with the same models and settings measured, and saves none");
   serve->add_option("--max-body-bytes", srv.max_body_bytes, "largest request body")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   AddDraftFlags(serve, &srv.draft_flags);

@@ -13,14 +13,13 @@
 #include <thread>
 
 #include "base/error.h"
+#include "engine/model_options.h"
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
-#include "engine/cost_memory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "engine/model_options.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "threading/thread_pool.h"
@@ -89,8 +88,7 @@ int RunServe(const ServeOptions& options) {
   auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   std::unique_ptr<Model> draft;
   if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx,
-                        LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
+    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
     CheckDraftCompatible(*model, *draft);
   }
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
@@ -138,62 +136,34 @@ int RunServe(const ServeOptions& options) {
   step.spec_sampling = SpecSampling::kCoupled;
   step.max_prefill_rows = o.max_prefill_rows;
   Engine engine(*model, *kv, ctx, step, proposer, policy.get());
-  // The cost-aware policy starts from what the last server (or generate) of this configuration
-  // learned, and leaves what it learned when it stops.
-  std::unique_ptr<CostMemoryFile> cost_memory;
-  if (policy && spec.cost_aware && !o.no_cost_memory) {
-    const DraftFlags& d = o.draft_flags;
-    cost_memory = std::make_unique<CostMemoryFile>(
-        CostMemoryConfig{
-            .target = o.model,
-            .draft = use_draft ? o.draft_model : "",
-            .lora = o.weight_flags.lora,
-            .threads = o.threads,
-            .proposer = StrCat(o.spec_type, ", n-grams ", o.ngram_min, "-", o.ngram_max, ", lp ",
-                               d.lp, " ", d.lp_groups, d.no_calibration ? " uncalibrated" : "",
-                               ", tree ", d.tree, ", server"),
-            .weights = StrCat(o.weight_flags.weights, " ", o.weight_flags.int8_kernel, " ",
-                              o.weight_flags.smooth_alpha),
-            .kv_type = "f16",
-            .attention = "split",
-            .sampling = "coupled",
-            .draft_max = spec.draft_max},
-        ctx.cpu, /*quiet=*/false);
-    if (CostMemory* memory = cost_memory->memory()) policy->Remember(*memory);
-  }
-  {
-    server::Metrics metrics;
-    server::Scheduler scheduler(engine, o.parallel, o.max_queue, &metrics);
-    server::ApiLimits limits;
-    limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
-    limits.n_ctx = n_ctx;
-    limits.max_n = o.parallel;
-    server::HttpOptions http_options;
-    http_options.host = o.host;
-    http_options.port = o.port;
-    http_options.api_key = o.api_key;
-    http_options.max_body_bytes = o.max_body_bytes;
-    http_options.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
-    server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
-    http.Bind();
-    signals.Start([&http] { http.Stop(); });
-    std::fprintf(
-        stderr, "model: %s (%s, vocab %lld)%s%s; %d slots x %d positions; speculation: %s\n",
-        o.model.c_str(), config.arch.c_str(), static_cast<long long>(config.n_vocab),
-        draft ? ", draft " : "", draft ? o.draft_model.c_str() : "", o.parallel, n_ctx,
-        speculative
-            ? (o.spec_type + (spec.cost_aware ? ", cost-aware length 0.." : ", fixed length ") +
-               std::to_string(spec.draft_max))
-                  .c_str()
-            : "off");
-    std::fprintf(stderr, "listening on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
-                 limits.model_id.c_str());
-    std::fflush(stderr);
-    http.Serve();
-  }  // the scheduler's thread has stopped: the policy is ours again
-  if (cost_memory && cost_memory->memory() != nullptr && policy->Memory(cost_memory->memory())) {
-    cost_memory->Save();
-  }
+
+  server::Metrics metrics;
+  server::Scheduler scheduler(engine, o.parallel, o.max_queue, &metrics);
+  server::ApiLimits limits;
+  limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
+  limits.n_ctx = n_ctx;
+  limits.max_n = o.parallel;
+  server::HttpOptions http_options;
+  http_options.host = o.host;
+  http_options.port = o.port;
+  http_options.api_key = o.api_key;
+  http_options.max_body_bytes = o.max_body_bytes;
+  http_options.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
+  server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
+  http.Bind();
+  signals.Start([&http] { http.Stop(); });
+  std::fprintf(stderr, "model: %s (%s, vocab %lld)%s%s; %d slots x %d positions; speculation: %s\n",
+               o.model.c_str(), config.arch.c_str(), static_cast<long long>(config.n_vocab),
+               draft ? ", draft " : "", draft ? o.draft_model.c_str() : "", o.parallel, n_ctx,
+               speculative ? (o.spec_type +
+                              (spec.cost_aware ? ", cost-aware length 0.." : ", fixed length ") +
+                              std::to_string(spec.draft_max))
+                                 .c_str()
+                           : "off");
+  std::fprintf(stderr, "listening on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
+               limits.model_id.c_str());
+  std::fflush(stderr);
+  http.Serve();
   std::fprintf(stderr, "stopped\n");
   return 0;
 }

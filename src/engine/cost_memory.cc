@@ -8,9 +8,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
-
-#include "base/error.h"
 
 namespace specd {
 namespace {
@@ -109,42 +106,6 @@ bool WriteCostMemory(const std::string& path, const std::string& key, const Cost
     return false;
   }
   return true;
-}
-
-std::string CostMemoryKey(const CostMemoryConfig& c, const CpuFeatures& cpu) {
-  std::string lora;
-  for (const LoraSpec& l : c.lora) lora += StrCat(FileIdentity(l.path), " x", l.scale, "; ");
-  return StrCat("specd draft costs v1\ncpu ", CpuModelName(), " (", cpu.Name(), ", ",
-                std::thread::hardware_concurrency(), " hardware threads), ", c.threads,
-                " threads\ntarget ", FileIdentity(c.target), "\nlora ", lora, "\ndraft ",
-                c.draft.empty() ? "-" : FileIdentity(c.draft), "\nproposer ", c.proposer,
-                "\nweights ", c.weights, "\nkv ", c.kv_type, ", attention ", c.attention,
-                "\nsampling ", c.sampling, "\ndraft max ", c.draft_max);
-}
-
-CostMemoryFile::CostMemoryFile(const CostMemoryConfig& config, const CpuFeatures& cpu, bool quiet) {
-  const std::string dir = CostMemoryDir();
-  if (dir.empty()) return;
-  key_ = CostMemoryKey(config, cpu);
-  path_ = CostMemoryPath(dir, key_);
-  std::string why;
-  if (auto remembered = ReadCostMemory(path_, key_, &why)) {
-    memory_ = *remembered;
-    if (!quiet) {
-      std::fprintf(stderr, "draft lengths: starting from %zu step times remembered in %s\n",
-                   memory_.times.size(), path_.c_str());
-    }
-  } else if (!why.empty()) {
-    std::fprintf(stderr, "warning: ignoring %s: %s\n", path_.c_str(), why.c_str());
-  }
-}
-
-void CostMemoryFile::Save() const {
-  if (path_.empty()) return;
-  std::string why;
-  if (!WriteCostMemory(path_, key_, memory_, &why)) {
-    std::fprintf(stderr, "warning: the draft-length memory was not saved: %s\n", why.c_str());
-  }
 }
 
 }  // namespace specd

@@ -10,43 +10,10 @@
 
 #include <optional>
 #include <string>
-#include <vector>
 
-#include "base/cpu_features.h"
 #include "draft/cost_aware.h"
-#include "model/lora.h"
 
 namespace specd {
-
-// What a configuration's memory depends on, as the command line spells it.
-struct CostMemoryConfig {
-  std::string target, draft;  // model paths (draft "" for none)
-  std::vector<LoraSpec> lora;
-  int threads = 0;
-  std::string proposer;  // the proposer and its flags, spelled out
-  std::string weights;   // --weights, --int8-kernel, --smooth-alpha
-  std::string kv_type, attention;
-  std::string sampling;  // greedy, coupled or rejection
-  int draft_max = 0;
-};
-
-// The key of a configuration on this CPU: the model files by identity (path, size, time).
-std::string CostMemoryKey(const CostMemoryConfig& config, const CpuFeatures& cpu);
-
-// One configuration's memory file for a command's run: read at construction (with a line on
-// stderr unless quiet, and a warning for an unusable file), written by Save. Off (memory()
-// nullptr) when CostMemoryDir() is "".
-class CostMemoryFile {
- public:
-  CostMemoryFile(const CostMemoryConfig& config, const CpuFeatures& cpu, bool quiet);
-  CostMemory* memory() { return path_.empty() ? nullptr : &memory_; }
-  // Writes what memory() holds now; a failure is a warning.
-  void Save() const;
-
- private:
-  std::string key_, path_;
-  CostMemory memory_;
-};
 
 // The memory directory from the environment; "" when none can be named.
 std::string CostMemoryDir();

@@ -1,8 +1,7 @@
 #include "bench/machine.h"
 
 #include <ctime>
-
-#include "base/cpu_features.h"
+#include <fstream>
 
 namespace specd::bench {
 
@@ -13,6 +12,13 @@ std::string Today() {
   return buf;
 }
 
-std::string CpuName() { return CpuModelName(); }
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
 
 }  // namespace specd::bench

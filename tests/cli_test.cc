@@ -495,45 +495,6 @@ TEST(Cli, Int8WeightsKeepGreedyOutputAndRejectMisuse) {
   }
 }
 
-// The cost-aware policy's memory between processes: the first run writes it, the next starts
-// from it (with the same output), --no-cost-memory and a broken file leave it out.
-TEST(Cli, CostAwareRunsRememberTheirStepTimes) {
-  const std::string dir = testing::TempDir() + "/cost-memory-cli";
-  std::filesystem::remove_all(dir);
-  const std::string env = "SPECD_CACHE_DIR=" + dir;
-  const std::string args = "generate -p 'def parse(text):' -n 24 --temp 0 --ignore-eos";
-  const CliRun first = RunSpecd(args, "", false, env);
-  ASSERT_EQ(first.exit_code, 0) << first.out;
-  EXPECT_EQ(first.out.find("remembered"), std::string::npos) << first.out;
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    files.push_back(entry.path().string());
-  }
-  ASSERT_EQ(files.size(), 1u);
-  const CliRun second = RunSpecd(args, "", false, env);
-  ASSERT_EQ(second.exit_code, 0) << second.out;
-  EXPECT_NE(second.out.find("step times remembered in " + files[0]), std::string::npos)
-      << second.out;
-  const auto text = [](const std::string& out) { return out.substr(0, out.find("\nstrategy")); };
-  EXPECT_NE(text(first.out).find("def parse(text):"), std::string::npos) << first.out;
-  const auto generated = [&](const std::string& out) {
-    std::string t = text(out);
-    return t.substr(t.find("def parse(text):"));
-  };
-  EXPECT_EQ(generated(second.out), generated(first.out));
-  const CliRun without = RunSpecd(args + " --no-cost-memory", "", false, env);
-  ASSERT_EQ(without.exit_code, 0) << without.out;
-  EXPECT_EQ(without.out.find("remembered"), std::string::npos) << without.out;
-  std::ofstream(files[0]) << "{ not json";
-  const CliRun broken = RunSpecd(args, "", false, env);
-  ASSERT_EQ(broken.exit_code, 0) << broken.out;
-  EXPECT_NE(broken.out.find("warning: ignoring " + files[0]), std::string::npos) << broken.out;
-  EXPECT_EQ(generated(broken.out), generated(first.out));
-  // ... and the run wrote a good one again.
-  const CliRun again = RunSpecd(args, "", false, env);
-  EXPECT_NE(again.out.find("step times remembered"), std::string::npos) << again.out;
-}
-
 TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
   const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
   const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);

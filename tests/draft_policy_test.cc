@@ -118,46 +118,6 @@ TEST(CostAwareDraftLength, AcceptanceIsTheGeometricEstimate) {
   EXPECT_GT(policy.acceptance(), 0.95);
 }
 
-// A second policy given the first's memory drafts its best length from the first step, where a
-// fresh one would start at K = 2 and climb; a measurement then replaces a remembered time.
-TEST(CostAwareDraftLength, StartsFromARememberedBestLength) {
-  auto step_ms = [](int k) { return 1.0 + 0.02 * k; };  // flat verification
-  CostAwareDraftLength first(8);
-  const int learned = Settle(first, 1, step_ms, 0.9, 40);
-  ASSERT_GE(learned, 6);
-  const CostMemory memory = first.Memory();
-  EXPECT_GT(memory.acceptance, 0.8);
-  EXPECT_GE(memory.times.size(), 4u);
-
-  CostAwareDraftLength fresh(8);
-  EXPECT_EQ(fresh.Next(1), 2);
-  CostAwareDraftLength second(8);
-  second.Remember(memory);
-  EXPECT_EQ(second.Next(1), learned);
-  EXPECT_NEAR(second.acceptance(), memory.acceptance, 1e-9);
-  const double remembered = second.ExpectedTokensPerMs(learned, 1);
-  EXPECT_GT(remembered, 0.0);
-  // The process's two cold steps are not kept; the third measurement replaces the memory.
-  for (int i = 0; i < 3; ++i) second.ObserveStep(1, learned, 2.0 * step_ms(learned), false);
-  EXPECT_NEAR(second.ExpectedTokensPerMs(learned, 1), remembered / 2.0, 1e-9);
-  // Remembered times age by a run each time they are passed on unmeasured, and are forgotten
-  // at kMaxAge; measured ones are young again.
-  for (const CostMemory::StepTime& t : second.Memory().times) {
-    EXPECT_EQ(t.age, t.k == learned ? 0 : 1) << "K " << t.k;
-  }
-  CostMemory old = memory;
-  for (auto& t : old.times) t.age = CostMemory::kMaxAge - 1;
-  old.times.front().age = CostMemory::kMaxAge;
-  CostAwareDraftLength aged(8);
-  aged.Remember(old);
-  EXPECT_EQ(aged.Memory().times.size(), memory.times.size() - 1);
-  for (const CostMemory::StepTime& t : aged.Memory().times) EXPECT_EQ(t.age, CostMemory::kMaxAge);
-  // A memory of nonsense (K beyond the cap, no time, no batch) is ignored.
-  CostAwareDraftLength third(4);
-  third.Remember({.times = {{1, 9, 1.0, 9.0}, {1, 2, 0.0, 2.0}, {0, 1, 1.0, 1.0}}});
-  EXPECT_TRUE(third.Memory().times.empty());
-}
-
 // A machine for simulated decoding: forward costs from a recorded cost curve (rows, ms),
 // interpolated; the first forwards of each model run cold; every time jitters.
 struct SimulatedMachine {

@@ -6,15 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "base/error.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
-#include "engine/cost_memory.h"
 #include "engine/generate.h"
 #include "tests/test_util.h"
 
@@ -61,43 +58,6 @@ struct SpecEngine {
   std::unique_ptr<DraftLengthPolicy> policy;
   Engine engine;
 };
-
-// The draft-length memory on disk: a round trip, and every way a file can be unusable is a
-// reason, never an error.
-TEST(CostMemoryFile, RoundTripsAndIgnoresForeignOrBrokenFiles) {
-  const std::string dir = testing::TempDir() + "/cost-memory";
-  const std::string key = "test key\nline two";
-  const std::string path = CostMemoryPath(dir, key);
-  EXPECT_NE(path, CostMemoryPath(dir, key + " "));
-  std::string why;
-  EXPECT_FALSE(ReadCostMemory(path, key, &why).has_value());
-  EXPECT_TRUE(why.empty()) << "a missing file is no problem";
-  const CostMemory memory{.times = {{1, 0, 2.5, -1.0}, {1, 3, 3.25, 2.5, 3}, {8, 1, 9.0, 1.0}},
-                          .acceptance = 0.625};
-  ASSERT_TRUE(WriteCostMemory(path, key, memory, &why)) << why;
-  const auto back = ReadCostMemory(path, key, &why);
-  ASSERT_TRUE(back.has_value()) << why;
-  EXPECT_EQ(back->acceptance, 0.625);
-  ASSERT_EQ(back->times.size(), 3u);
-  EXPECT_EQ(back->times[1].k, 3);
-  EXPECT_EQ(back->times[1].ms, 3.25);
-  EXPECT_EQ(back->times[1].drafted, 2.5);
-  EXPECT_EQ(back->times[1].age, 3);
-  EXPECT_EQ(back->times[2].batch, 8);
-  EXPECT_FALSE(ReadCostMemory(path, "another key", &why).has_value());
-  EXPECT_NE(why.find("another configuration"), std::string::npos) << why;
-  for (const char* broken : {"", "{", "[1, 2]", "{\"key\": 5}",
-                             "{\"key\": \"test key\\nline two\", \"acceptance\": 0.5}"}) {
-    std::ofstream(path) << broken;
-    EXPECT_FALSE(ReadCostMemory(path, key, &why).has_value()) << broken;
-    EXPECT_NE(why.find("not a draft-cost memory"), std::string::npos) << broken << ": " << why;
-  }
-  EXPECT_FALSE(WriteCostMemory("/proc/no-such-dir/costs.json", key, memory, &why));
-  EXPECT_FALSE(why.empty());
-  EXPECT_NE(FileIdentity(path), "");
-  EXPECT_EQ(FileIdentity(dir + "/missing"), "");
-  std::filesystem::remove_all(dir);
-}
 
 TEST(Engine, SequencesJoiningMidRunAndMixingGreedyAndSampledEqualEachAlone) {
   ModelPair p(DType::kQ8_0, /*draft_seed=*/7);  // the target as its own draft: long acceptances

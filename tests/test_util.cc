@@ -135,16 +135,12 @@ std::string WithRestrictedHead(const std::string& path, const std::vector<int32_
   return out;
 }
 
-CliRun RunSpecd(const std::string& args, const std::string& stdin_text, bool pretrained_default,
-                const std::string& extra_env) {
+CliRun RunSpecd(const std::string& args, const std::string& stdin_text, bool pretrained_default) {
   const std::string input = TempDir() + "/stdin-" + std::to_string(::getpid()) + ".txt";
   std::ofstream(input) << stdin_text;
   // Without -m the CLI picks SmolLM2 when it has been fetched; tests that rely on the default
   // mean the shipped pair unless they ask for the other.
-  // No draft-length memory unless a test asks (runs must not depend on earlier ones).
-  const std::string env = std::string("SPECD_CACHE_DIR= ") +
-                          (pretrained_default ? "" : "SPECD_PRETRAINED_DIR=/nonexistent ") +
-                          (extra_env.empty() ? "" : extra_env + " ");
+  const std::string env = pretrained_default ? "" : "SPECD_PRETRAINED_DIR=/nonexistent ";
   const std::string cmd = env + std::string(SPECD_BINARY) + " " + args + " < " + input + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;

@@ -53,9 +53,8 @@ struct CliRun {
   std::string out;
 };
 // Runs the specd binary; without pretrained_default, SPECD_PRETRAINED_DIR points nowhere so
-// that the default model is the shipped 16.5M pair; SPECD_CACHE_DIR is empty (no draft-length
-// memory) unless extra_env ("VAR=value ...") sets it.
+// that the default model is the shipped 16.5M pair.
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "",
-                bool pretrained_default = false, const std::string& extra_env = "");
+                bool pretrained_default = false);
 
 }  // namespace specd::testing

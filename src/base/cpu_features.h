@@ -59,7 +59,4 @@ struct CpuFeatures {
   }
 };
 
-// The CPU's model name from /proc/cpuinfo ("unknown" where there is none).
-std::string CpuModelName();
-
 }  // namespace specd

@@ -19,7 +19,6 @@ struct GenerateOptions {
   int32_t adaptive_token = -1;
   std::string sdsat_loop;       // "" (the default, two-step), "two-step" or "merged"
   std::string sdsat_tree;       // --sdsat-tree NODES[,WIDTH]; empty: chains
-  bool no_cost_memory = false;  // --no-cost-memory: the cost-aware policy starts from nothing
   int draft_max = 0;            // > 0 alone: fixed draft length; with a policy: its cap / start
   bool draft_auto = false;      // cost-aware draft length in 0..draft_max (8 when not given)
   bool draft_adaptive = false;  // BASS Algorithm 1 (starting at draft_max, 7 when not given)

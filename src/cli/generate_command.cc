@@ -21,7 +21,6 @@
 #include "draft/draft_model_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "draft/sdsat_proposer.h"
-#include "engine/cost_memory.h"
 #include "engine/generate.h"
 #include "engine/model_options.h"
 #include "model/model.h"
@@ -72,28 +71,6 @@ std::pair<std::string, std::string> DefaultPair() {
   if (!smol.empty() && !smol_draft.empty()) return {smol, smol_draft};
   return {ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-target-q8_0.gguf"),
           ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-draft-q8_0.gguf")};
-}
-}  // namespace
-
-namespace {
-// Everything the cost-aware policy's step times and acceptance depend on: the models (as files),
-// the machine, and every setting that changes a step's rows, kernels or sampling.
-std::string CostMemoryKey(const GenerateOptions& o, const KernelContext& ctx,
-                          const GenerateRequest& request, const SpeculativeOptions& spec) {
-  std::string lora;
-  for (const LoraSpec& l : o.weight_flags.lora)
-    lora += StrCat(FileIdentity(l.path), "*", l.scale, " ");
-  const DraftFlags& d = o.draft_flags;
-  return StrCat("specd draft costs v1\ncpu ", CpuModelName(), " (", ctx.cpu.Name(), ", ",
-                std::thread::hardware_concurrency(), " threads), -t ", o.threads, "\ntarget ",
-                FileIdentity(o.model), " lora ", lora, "\ndraft ",
-                o.draft_model.empty() ? "-" : FileIdentity(o.draft_model), "\nproposer ",
-                o.spec_type, " ngram ", o.ngram_min, "-", o.ngram_max, " lp ", d.lp, " ",
-                d.lp_groups, d.no_calibration ? " uncalibrated" : "", " tree ", d.tree,
-                "\nweights ", o.weight_flags.weights, " ", o.weight_flags.int8_kernel, " ",
-                o.weight_flags.smooth_alpha, "\nkv ", o.cache_type, " attention ", o.attention,
-                "\nsampling ", request.sampling.greedy() ? "greedy" : o.spec_sampling,
-                "\ndraft max ", spec.draft_max);
 }
 }  // namespace
 
@@ -279,24 +256,6 @@ int RunGenerate(const GenerateOptions& options) {
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
   spec_options.draft =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
-  // The cost-aware policy starts from what the last run with this configuration learned.
-  CostMemory cost_memory;
-  std::string cost_memory_path, cost_memory_key;
-  if (spec_options.cost_aware && speculative && !o.no_cost_memory && !CostMemoryDir().empty()) {
-    cost_memory_key = CostMemoryKey(o, ctx, request, spec_options);
-    cost_memory_path = CostMemoryPath(CostMemoryDir(), cost_memory_key);
-    std::string why;
-    if (auto remembered = ReadCostMemory(cost_memory_path, cost_memory_key, &why)) {
-      cost_memory = *remembered;
-      if (!o.json) {
-        std::fprintf(stderr, "draft lengths: starting from %zu step times remembered in %s\n",
-                     cost_memory.times.size(), cost_memory_path.c_str());
-      }
-    } else if (!why.empty()) {
-      std::fprintf(stderr, "warning: ignoring %s: %s\n", cost_memory_path.c_str(), why.c_str());
-    }
-    spec_options.cost_memory = &cost_memory;
-  }
   // SDSAT's adaptive tokens follow the drafts in the verification forward.
   const int draft_room = spec_options.adaptive ? spec_options.l_limit
                          : sdsat               ? std::max(2 * adaptive_k, sdsat_shape.tree_nodes)
@@ -363,12 +322,6 @@ int RunGenerate(const GenerateOptions& options) {
     result = GenerateWithProposer(*model, ctx, *kv, proposer, request, spec_options, &stats);
   } else {
     result = GenerateAutoregressive(*model, ctx, *kv, request);
-  }
-  if (!cost_memory_path.empty()) {
-    std::string why;
-    if (!WriteCostMemory(cost_memory_path, cost_memory_key, cost_memory, &why)) {
-      std::fprintf(stderr, "warning: the draft-length memory was not saved: %s\n", why.c_str());
-    }
   }
   // As asked: `--strategy bass` at batch 1 is reported as bass (it runs the same step).
   const std::string strategy = !speculative           ? "ar"

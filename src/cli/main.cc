@@ -155,10 +155,6 @@ int main(int argc, char** argv) {
                    "drafts; the default, faster on CPUs) or merged (they ride on every "
                    "verification: one forward per loop while every draft is kept)")
       ->check(CLI::IsMember({"two-step", "merged"}));
-  generate->add_flag("--no-cost-memory", gen.no_cost_memory,
-                     "the cost-aware draft length starts from nothing, not from the step times "
-                     "the last run with the same models and settings measured "
-                     "($SPECD_CACHE_DIR, else ~/.cache/specd), and saves none");
   generate->add_option("--sdsat-tree", gen.sdsat_tree,
                        "sdsat: draft a token tree of at most NODES nodes, as deep as "
                        "--adaptive-k, each node with at most WIDTH children (default 10), "

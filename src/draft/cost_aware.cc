@@ -42,31 +42,7 @@ void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, b
 
 double CostAwareDraftLength::StepTime::ms() const {
   const int n = std::min(count, kKept);
-  return n == 0 ? remembered_ms : *std::min_element(recent_ms, recent_ms + n);
-}
-
-void CostAwareDraftLength::Remember(const CostMemory& memory) {
-  for (const CostMemory::StepTime& m : memory.times) {
-    if (m.batch < 1 || m.k < 0 || m.k > k_max_ || !(m.ms > 0.0) || m.age >= CostMemory::kMaxAge) {
-      continue;
-    }
-    StepTime& t = times_[{m.batch, m.k}];
-    if (t.count > 0) continue;
-    t.remembered_ms = m.ms;
-    t.drafted = m.drafted;
-    t.age = m.age;
-  }
-  if (memory.acceptance >= 0.0 && memory.acceptance < 1.0) prior_acceptance_ = memory.acceptance;
-}
-
-CostMemory CostAwareDraftLength::Memory() const {
-  CostMemory memory;
-  for (const auto& [key, t] : times_) {
-    if (t.ms() <= 0.0) continue;
-    memory.times.push_back({key.first, key.second, t.ms(), t.drafted, t.count > 0 ? 0 : t.age + 1});
-  }
-  memory.acceptance = acceptance();
-  return memory;
+  return n == 0 ? 0.0 : *std::min_element(recent_ms, recent_ms + n);
 }
 
 double CostAwareDraftLength::acceptance() const {

@@ -33,27 +33,8 @@
 
 #include <map>
 #include <utility>
-#include <vector>
 
 namespace specd {
-
-// What a policy learned, for another to start from: a later process on the same models, machine
-// and settings (`specd generate` run once per prompt), which would otherwise spend its first
-// steps exploring, on a cold process's slowest steps.
-struct CostMemory {
-  struct StepTime {
-    int batch = 0;
-    int k = 0;
-    double ms = 0.0;
-    double drafted = -1.0;  // mean drafts per sequence at this K, -1: unknown
-    int age = 0;            // runs since it was last measured
-  };
-  // A remembered time not measured again in this many runs is forgotten: step times drift
-  // with the machine's state, and a K that looked bad once would otherwise stay untried.
-  static constexpr int kMaxAge = 8;
-  std::vector<StepTime> times;
-  double acceptance = -1.0;  // -1: none learned
-};
 
 class CostAwareDraftLength {
  public:
@@ -74,13 +55,6 @@ class CostAwareDraftLength {
                    double mean_drafted = -1.0);
 
   double acceptance() const;
-
-  // Starts from `memory`: its step times stand in for each (batch, K) until this policy has
-  // measured it (one measurement replaces the remembered time), and its acceptance becomes the
-  // prior. Call before the first step.
-  void Remember(const CostMemory& memory);
-  // What this policy knows now (measured times, else remembered ones), to remember.
-  CostMemory Memory() const;
   // Expected tokens per ms per sequence of a step with draft length k over n_sequences, from
   // the times measured at that batch size (or the nearest one measured); 0 when unmeasured.
   double ExpectedTokensPerMs(int k, int n_sequences) const;
@@ -92,9 +66,7 @@ class CostAwareDraftLength {
     static constexpr int kKept = 4;
     double recent_ms[kKept] = {};
     int count = 0;
-    double drafted = -1.0;       // mean drafts per sequence at this K (moving average), -1: unknown
-    double remembered_ms = 0.0;  // from a CostMemory, used until count > 0
-    int age = 0;                 // of the remembered time, in runs
+    double drafted = -1.0;  // mean drafts per sequence at this K (moving average), -1: unknown
     double ms() const;
   };
   // The batch size whose times decide for n_sequences: itself once it has two K measured,

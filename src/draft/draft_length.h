@@ -40,12 +40,6 @@ class DraftLengthPolicy {
   virtual void Observe(const StepObservation& step) { (void)step; }
   // The longest draft it can ask for (KV room, statistics arrays).
   virtual int max_length() const = 0;
-  // Policies that learn step costs: start from what an earlier one learned, and report it.
-  virtual void Remember(const CostMemory& memory) { (void)memory; }
-  virtual bool Memory(CostMemory* memory) const {
-    (void)memory;
-    return false;
-  }
   virtual const char* name() const = 0;
 };
 
@@ -90,11 +84,6 @@ class CostAwarePolicy : public DraftLengthPolicy {
   void Observe(const StepObservation& step) override;
   int max_length() const override { return k_max_; }
   const char* name() const override { return "cost"; }
-  void Remember(const CostMemory& memory) override { model_.Remember(memory); }
-  bool Memory(CostMemory* memory) const override {
-    *memory = model_.Memory();
-    return true;
-  }
   const CostAwareDraftLength& model() const { return model_; }
 
  private:

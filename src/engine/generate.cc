@@ -135,14 +135,12 @@ GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvC
                                     const SpeculativeOptions& o, SpeculativeStats* stats,
                                     VerifyFunction verify) {
   const auto policy = MakeDraftLengthPolicy(o);
-  if (o.cost_memory != nullptr) policy->Remember(*o.cost_memory);
   StepOptions options;
   options.attention = request.attention;
   options.spec_sampling = o.spec_sampling;
   options.verify = verify;
   Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
   GenerateResult result = RunRequest(engine, request);
-  if (o.cost_memory != nullptr) policy->Memory(o.cost_memory);
   result.n_forward = engine.stats().n_steps;
   if (stats != nullptr) stats->Add(engine.stats());
   return result;

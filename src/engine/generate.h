@@ -23,9 +23,6 @@ struct SpeculativeOptions {
   int l_limit = 32;
   SpecSampling spec_sampling = SpecSampling::kRejection;
   DraftModelOptions draft;  // how a draft model drafts (fuzzy, calibration, trees)
-  // Cost-aware: what an earlier run learned, read before the first step and replaced by what
-  // this run knows at its end (nullptr: start from nothing).
-  CostMemory* cost_memory = nullptr;
 };
 
 // The draft-length policy the options ask for.

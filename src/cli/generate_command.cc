@@ -329,13 +329,13 @@ int RunGenerate(const GenerateOptions& options) {
                                : o.strategy == "bass" ? "bass"
                                : n_seq > 1            ? "bass"
                                                       : "spec";
+  const std::string sdsat_trees =
+      sdsat_shape.tree_nodes > 0
+          ? StrCat(", trees of ", sdsat_shape.tree_nodes, " nodes, width ", sdsat_shape.tree_width)
+          : std::string();
   const std::string proposer_label =
       sdsat                          ? StrCat("the target's adaptive tokens (",
-                     o.sdsat_loop == "merged" ? "merged" : "two-step", " loop",
-                     sdsat_shape.tree_nodes > 0 ? StrCat(", trees of ", sdsat_shape.tree_nodes,
-                                                                                  " nodes, width ", sdsat_shape.tree_width)
-                                                                         : std::string(),
-                                              ")")
+                     o.sdsat_loop == "merged" ? "merged" : "two-step", " loop", sdsat_trees, ")")
       : ngram                        ? "n-gram lookup"
       : o.spec_type == "draft+ngram" ? "n-gram lookup, then " + o.draft_model
                                      : o.draft_model;

@@ -4,7 +4,8 @@
 #   bash scripts/train-sdsat.sh            # the shipped 16.5M target (~25 min on 2 cores)
 #   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (hours)
 #   bash scripts/train-sdsat.sh smollm2-pilot   # its 240-step pilot (~35 min), measured in the
-#                                               # README (not in git: models/ has a 60 MB budget)
+#                                               # README; adapters go to pretrained/ (not in
+#                                               # git: models/ has a 60 MB budget)
 #
 # SDSAT_STOP_AT=N checkpoints and stops after step N; the same command resumes.
 set -euo pipefail
@@ -33,7 +34,7 @@ case "$which" in
       --steps 2000 --lr 1e-3 --min-lr-ratio 0.1 --warmup 50 --eval-every 100 \
       --checkpoint checkpoints/sdsat-smollm2-lora16 --checkpoint-every 25 "${stop[@]}" \
       --type f16 --name smollm2-135m-instruct-sdsat-lora16 \
-      -o models/smollm2-sdsat-lora16-f16.gguf
+      -o pretrained/smollm2-sdsat-lora16-f16.gguf
     ;;
   smollm2-pilot)
     "$specd" train sdsat --base pretrained/SmolLM2-135M-Instruct.Q4_1.gguf --corpus "$corpus" \
@@ -41,7 +42,7 @@ case "$which" in
       --steps 240 --lr 1e-3 --min-lr-ratio 0.1 --warmup 20 --eval-every 80 \
       --checkpoint checkpoints/sdsat-smollm2-pilot --checkpoint-every 20 "${stop[@]}" \
       --type f16 --name smollm2-135m-instruct-sdsat-lora16-pilot \
-      -o models/smollm2-sdsat-lora16-pilot-f16.gguf
+      -o pretrained/smollm2-sdsat-lora16-pilot-f16.gguf
     ;;
   *)
     echo "usage: $0 [16m|smollm2|smollm2-pilot]" >&2

@@ -1,5 +1,8 @@
 #include "draft/proposer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "verify/verify.h"
 
 namespace specd {
@@ -17,6 +20,21 @@ int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, 
   out->probs.push_back(ProcessedProbs(row, sampling));
   const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kDraft};
   return DrawFrom(out->probs.back(), UniformDouble(key));
+}
+
+std::vector<std::pair<int32_t, float>> RankedDraftTokens(const DraftInput& in, int i,
+                                                         std::span<const float> row, int width) {
+  if (in.sampling->greedy()) return TopLogProbs(row, width);
+  const std::vector<TokenProb> kept = ProcessLogits(row, *in.sampling);
+  const RngKey key{in.sampling->seed, in.rng_sequence, static_cast<uint64_t>(in.first_position + i),
+                   RngPurpose::kSample};
+  std::vector<std::pair<int32_t, float>> ranked;
+  for (int32_t token : GumbelTop(kept, key, width)) {
+    float prob = 0.0f;
+    for (const TokenProb& tp : kept) prob = tp.token == token ? tp.prob : prob;
+    ranked.emplace_back(token, std::log(std::max(prob, 1e-30f)));
+  }
+  return ranked;
 }
 
 std::optional<std::pair<int, int>> ParseNumberPair(const std::string& text, int max_first,

@@ -63,6 +63,13 @@ struct ProposerTimings {
 // sampling, a draw from the processed distribution, which is appended to out->probs.
 int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out);
 
+// A node's children candidates for greedy and coupled token trees, best first, with their
+// log-probabilities: greedy, the row's likeliest tokens; coupled, the draft's Gumbel-max
+// choices under the target's noise at position in.first_position + i (the first is what a chain
+// would draft). At most `width`.
+std::vector<std::pair<int32_t, float>> RankedDraftTokens(const DraftInput& in, int i,
+                                                         std::span<const float> row, int width);
+
 // A flag's "A[,B]" (--draft-tree WIDTH[,DEPTH], --sdsat-tree NODES[,WIDTH]): A in 1..max_first,
 // B in 1..max_second or 0 when absent; nullopt when malformed or out of range.
 std::optional<std::pair<int, int>> ParseNumberPair(const std::string& text, int max_first,

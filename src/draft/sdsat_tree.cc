@@ -39,17 +39,8 @@ DepthChoices ChoicesAt(const DraftInput& in, int depth, std::span<const float> r
                        int max_children) {
   const SamplingParams& sampling = *in.sampling;
   DepthChoices c;
-  if (sampling.greedy()) {
-    c.ranked = TopLogProbs(row, max_children);
-  } else if (in.mode == SpecSampling::kCoupled) {
-    const std::vector<TokenProb> kept = ProcessLogits(row, sampling);
-    const RngKey key{sampling.seed, in.rng_sequence,
-                     static_cast<uint64_t>(in.first_position + depth), RngPurpose::kSample};
-    for (int32_t token : GumbelTop(kept, key, max_children)) {
-      float prob = 0.0f;
-      for (const TokenProb& tp : kept) prob = tp.token == token ? tp.prob : prob;
-      c.ranked.emplace_back(token, std::log(std::max(prob, 1e-30f)));
-    }
+  if (sampling.greedy() || in.mode == SpecSampling::kCoupled) {
+    c.ranked = RankedDraftTokens(in, depth, row, max_children);
   } else {
     c.q = ProcessedProbs(row, sampling);
     for (float x : c.q) c.support += x > 0.0f;

@@ -50,21 +50,8 @@ bool Sampled(const DraftInput& in) {
 // Children candidates of node `parent` (path score `base`) from its logits row.
 void RankedCandidates(const DraftInput& in, int parent, double base, int depth, int width,
                       std::span<const float> row, std::vector<Candidate>* out) {
-  if (in.sampling->greedy()) {
-    for (const auto& [token, logprob] : TopLogProbs(row, width)) {
-      out->push_back({base + logprob, token, parent});
-    }
-    return;
-  }
-  // Coupled: the draft's Gumbel-max choices under the target's noise at this position, best
-  // first (the first is what a chain would draft).
-  const std::vector<TokenProb> kept = ProcessLogits(row, *in.sampling);
-  const RngKey key{in.sampling->seed, in.rng_sequence,
-                   static_cast<uint64_t>(in.first_position + depth - 1), RngPurpose::kSample};
-  for (int32_t token : GumbelTop(kept, key, width)) {
-    float prob = 0.0f;
-    for (const TokenProb& tp : kept) prob = tp.token == token ? tp.prob : prob;
-    out->push_back({base + std::log(std::max(prob, 1e-30f)), token, parent});
+  for (const auto& [token, logprob] : RankedDraftTokens(in, depth - 1, row, width)) {
+    out->push_back({base + logprob, token, parent});
   }
 }
 

@@ -24,7 +24,8 @@ namespace {
 struct Slot {
   double worth;  // log-probability of the path through the child (sampled: an upper bound)
   int parent;
-  int child;  // how many children `parent` has so far
+  int child;          // how many children `parent` has so far
+  double mass = 1.0;  // sampled: what q has left once they are drawn
   bool operator<(const Slot& o) const { return worth < o.worth; }
 };
 
@@ -85,7 +86,6 @@ Proposal AdaptiveTokenTree(const DraftInput& in, std::span<const float> rows, in
     const DepthChoices& c = choices[d];
     int32_t token;
     double logprob;
-    bool more;
     if (sampled) {
       std::vector<float>& left = remaining[slot.parent + 1];
       if (left.empty()) left = c.q;
@@ -95,16 +95,13 @@ Proposal AdaptiveTokenTree(const DraftInput& in, std::span<const float> rows, in
           left, UniformDouble(key, static_cast<uint32_t>((slot.parent + 1) * 64 + slot.child)));
       logprob = std::log(c.q[token]);
       left[token] = 0.0f;
-      more = slot.child + 1 < std::min(max_children, c.support);
-      if (more) {
-        double mass = 0.0;
-        for (float x : left) mass += x;
-        slots.push({base + std::log(std::max(mass, 1e-30)), slot.parent, slot.child + 1});
+      if (slot.child + 1 < std::min(max_children, c.support)) {
+        const double mass = slot.mass - c.q[token];
+        slots.push({base + std::log(std::max(mass, 1e-30)), slot.parent, slot.child + 1, mass});
       }
     } else {
       std::tie(token, logprob) = c.ranked[slot.child];
-      more = slot.child + 1 < static_cast<int>(c.ranked.size());
-      if (more) {
+      if (slot.child + 1 < static_cast<int>(c.ranked.size())) {
         slots.push({base + c.ranked[slot.child + 1].second, slot.parent, slot.child + 1});
       }
     }

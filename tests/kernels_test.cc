@@ -245,6 +245,40 @@ TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
   EXPECT_FALSE(StackPackedInt8({&even.view, &q4.view}, &pool, &out));
 }
 
+// A LoRA's second product: the fast loop against the double-precision reference, for f32 and f16
+// B, a width that is not a whole number of blocks, a strided output; and each row's result does
+// not depend on how many rows share the call.
+TEST(Kernels, LowRankProductMatchesReferenceAndIsBatchInvariant) {
+  ThreadPool pool(1);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  const int64_t m = 5, rank = 6, n = 300, stride = 310;
+  const int64_t blocks = (n + kLowRankBlock - 1) / kLowRankBlock;
+  const auto t = RandomVector(m * rank, 1, 1.0f);             // [m, rank]
+  auto b32 = RandomVector(blocks * rank * kLowRankBlock, 2);  // blocked B^T
+  for (int64_t o = n; o < blocks * kLowRankBlock; ++o) {      // the last block's padding
+    for (int64_t k = 0; k < rank; ++k)
+      b32[(blocks - 1) * rank * kLowRankBlock + k * kLowRankBlock + o % kLowRankBlock] = 0.0f;
+  }
+  std::vector<uint16_t> b16(b32.size());
+  for (size_t i = 0; i < b32.size(); ++i) b16[i] = Fp32ToFp16(b32[i]);
+  for (const DType type : {DType::kF32, DType::kF16}) {
+    const void* b = type == DType::kF32 ? static_cast<const void*>(b32.data()) : b16.data();
+    const auto y0 = RandomVector(m * stride, 3);  // [m, stride], added to
+    std::vector<float> fast = y0, ref = y0;
+    AddLowRankProduct(ctx, t.data(), m, rank, type, b, n, fast.data(), stride);
+    reference::AddLowRankProduct(t.data(), m, rank, type, b, n, ref.data(), stride);
+    EXPECT_LT(RelativeError(fast, ref), 1e-6) << DTypeName(type);
+    for (int64_t i = 0; i < m; ++i) {  // outside [0, n) of each row: untouched
+      for (int64_t o = n; o < stride; ++o) EXPECT_EQ(fast[i * stride + o], y0[i * stride + o]);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> alone(y0.begin() + i * stride, y0.begin() + (i + 1) * stride);
+      AddLowRankProduct(ctx, t.data() + i * rank, 1, rank, type, b, n, alone.data(), stride);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), fast.begin() + i * stride)) << i;
+    }
+  }
+}
+
 TEST(Kernels, RmsNormMatchesReference) {
   const int64_t n = 200, rows = 3;
   const auto x = RandomVector(rows * n, 1, 3.0f);

@@ -1,5 +1,7 @@
-// LoRA adapters in llama.cpp's GGUF layout, merged at load: the merged model computes what a
-// model with W + (alpha / rank) B A written out in full computes; bad adapters are named errors.
+// LoRA adapters in llama.cpp's GGUF layout, merged at load or applied at run time: either way the
+// model computes what a model with W + (alpha / rank) B A written out in full computes; at run
+// time coarse matrices keep their type and the forward stays batch invariant; bad adapters are
+// named errors.
 #include "model/lora.h"
 
 #include <gtest/gtest.h>
@@ -110,20 +112,28 @@ std::vector<TestPair> SomePairs(const ModelConfig& c) {
   return pairs;
 }
 
+// Logits of every token of `tokens`, in one forward or (`one_at_a_time`) one forward per token.
 std::vector<float> Logits(const std::string& path, const std::vector<LoraSpec>& lora,
-                          const std::vector<int32_t>& tokens) {
+                          const std::vector<int32_t>& tokens, LoraApply apply = LoraApply::kAuto,
+                          bool one_at_a_time = false) {
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   ModelLoadOptions options;
   options.lora = lora;
+  options.lora_apply = apply;
   auto model = Model::Load(path, &ctx, options);
   auto kv = model->NewKvCache({1, 64});
   const int seq = kv->Acquire();
-  Batch batch;
-  for (size_t i = 0; i < tokens.size(); ++i) batch.Add(tokens[i], int(i), seq, true);
-  std::vector<float> logits;
-  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
-  return logits;
+  std::vector<float> all, logits;
+  for (size_t begin = 0; begin < tokens.size();) {
+    const size_t end = one_at_a_time ? begin + 1 : tokens.size();
+    Batch batch;
+    for (size_t i = begin; i < end; ++i) batch.Add(tokens[i], int(i), seq, true);
+    model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    begin = end;
+  }
+  return all;
 }
 
 const std::vector<int32_t> kTokens = {1, 9, 40, 9, 200, 77, 9, 3};
@@ -158,6 +168,52 @@ TEST(Lora, MergedAtLoadComputesTheMatricesWrittenOutInFull) {
   EXPECT_EQ(model->FindMetadata("general.architecture")->AsString("a"), "llama");
 }
 
+// At run time (y = W x + s B (A x); token_embd's few rows as deltas, also on a tied head) the
+// model computes the same as the matrices merged by hand, and scale 0 is the base bit for bit.
+TEST(Lora, AppliedAtRunTimeComputesTheMatricesWrittenOutInFull) {
+  for (const std::string arch : {"llama", "qwen2"}) {  // tiny-qwen2 ties its head to token_embd
+    const std::string base = testing::TinyModel(arch == "llama" ? "tiny" : "tiny-qwen2");
+    const ModelConfig c = Model::Load(base)->config();
+    const auto pairs = SomePairs(c);
+    const std::string adapter = WriteAdapter("run_time_" + arch, pairs, 4.0f, arch);
+    const auto expected =
+        Logits(WriteMergedByHand(base, pairs, 4.0f, "run_time_by_hand_" + arch), {}, kTokens);
+    const auto run_time = Logits(base, {{adapter, 1.0f}}, kTokens, LoraApply::kRunTime);
+    EXPECT_LT(testing::RelativeError(run_time, expected), 1e-5) << arch;
+    EXPECT_GT(testing::RelativeError(Logits(base, {}, kTokens), expected), 1e-2) << arch;
+    EXPECT_EQ(Logits(base, {{adapter, 0.0f}}, kTokens, LoraApply::kRunTime),
+              Logits(base, {}, kTokens))
+        << arch;
+  }
+}
+
+// Where merging would widen a matrix (q4_0 -> q8_0), the default keeps it in its own type and
+// applies the update at run time: the bytes read per token grow by the adapter's only; a token's
+// logits do not depend on the batch it is in (greedy speculation's equality needs it); and the
+// result is the by-hand merge up to the 4-bit kernel's int8 activations.
+TEST(Lora, CoarseMatricesKeepTheirTypeAndTheForwardStaysBatchInvariant) {
+  const std::string base = testing::TinyModel("tiny", DType::kQ4_0);
+  ThreadPool pool(1);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto plain = Model::Load(base, &ctx);
+  const ModelConfig c = plain->config();
+  const auto pairs = SomePairs(c);
+  const std::string adapter = WriteAdapter("coarse_run_time", pairs, 4.0f);
+  ModelLoadOptions options;
+  options.lora = {{adapter, 1.0f}};
+  auto adapted = Model::Load(base, &ctx, options);
+  EXPECT_EQ(adapted->MatrixType(), DType::kQ4_0);
+  // f32 A [2, n_embd] and B [n_head * head_dim, 2] of blk.0.attn_q, and the other two pairs.
+  EXPECT_GT(adapted->WeightBytesPerToken(), plain->WeightBytesPerToken());
+  options.lora_apply = LoraApply::kMerge;
+  EXPECT_EQ(Model::Load(base, &ctx, options)->MatrixType(), DType::kQ8_0);
+
+  const auto batched = Logits(base, {{adapter, 1.0f}}, kTokens);
+  const auto one_by_one = Logits(base, {{adapter, 1.0f}}, kTokens, LoraApply::kAuto, true);
+  EXPECT_EQ(batched, one_by_one);
+  EXPECT_GT(testing::RelativeError(batched, Logits(base, {}, kTokens)), 1e-2);
+}
+
 TEST(Lora, QuantizedMatricesAreMergedInTheirOwnTypeAndUntouchedRowsKeepTheirBytes) {
   const std::string base = testing::TinyModel("tiny", DType::kQ8_0);
   const ModelConfig c = Model::Load(base)->config();
@@ -184,7 +240,7 @@ TEST(Lora, QuantizedMatricesAreMergedInTheirOwnTypeAndUntouchedRowsKeepTheirByte
 }
 
 // A q4_0 matrix merged back into q4_0 would lose a small update to its grid: coarse types are
-// merged into q8_0, which keeps it.
+// merged (--lora-merge) into q8_0, which keeps it.
 TEST(Lora, CoarseTypesAreMergedIntoQ8_0) {
   EXPECT_EQ(LoraMergedType(DType::kQ4_0), DType::kQ8_0);
   EXPECT_EQ(LoraMergedType(DType::kQ6_K), DType::kQ8_0);
@@ -208,10 +264,12 @@ TEST(Lora, CoarseTypesAreMergedIntoQ8_0) {
   const std::string f32_base = testing::TempDir() + "/q4_as_f32.gguf";
   w.Write(f32_base);
   const auto expected = Logits(WriteMergedByHand(f32_base, pairs, 4.0f, "q4_by_hand"), {}, kTokens);
-  const auto merged = Logits(base, {{adapter, 1.0f}}, kTokens);
+  const auto merged = Logits(base, {{adapter, 1.0f}}, kTokens, LoraApply::kMerge);
   // q8_0's rounding of the merged matrices only.
   EXPECT_LT(testing::RelativeError(merged, expected), 2e-2);
   EXPECT_GT(testing::RelativeError(Logits(base, {}, kTokens), expected), 5e-2);
+  // At run time, the same up to the 4-bit kernel's int8 activations.
+  EXPECT_LT(testing::RelativeError(Logits(base, {{adapter, 1.0f}}, kTokens), expected), 2e-2);
 }
 
 TEST(Lora, BadAdaptersAreNamedErrors) {
@@ -279,6 +337,26 @@ TEST(Lora, CliMergesAdaptersForTheTargetOnly) {
   EXPECT_NE(bad.out.find("is not a LoRA adapter"), std::string::npos) << bad.out;
   const auto bad_scale = testing::RunSpecd(common + "--lora-scaled " + adapter + " x");
   EXPECT_NE(bad_scale.exit_code, 0);
+}
+
+// A q4_0 target takes the adapter at run time by default, merged with --lora-merge; speculative
+// output equals plain output of the adapted target either way.
+TEST(Lora, CliAppliesAdaptersAtRunTimeOrMerged) {
+  const std::string base = testing::TinyModel("tiny", DType::kQ4_0);
+  const ModelConfig c = Model::Load(base)->config();
+  const std::string adapter = WriteAdapter("cli_adapter_q4", SomePairs(c), 4.0f);
+  const std::string common = "generate -m " + base + " --tokens 1,9,40 -n 16 --temp 0 " +
+                             "--ignore-eos --json --lora " + adapter + " ";
+  auto tokens = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(0, out.find('\n')))["tokens"];
+  };
+  for (const std::string mode : {"", "--lora-merge "}) {
+    const auto plain = testing::RunSpecd(common + mode);
+    const auto spec = testing::RunSpecd(common + mode + "-md " + base + " --draft-max 3");
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    EXPECT_EQ(tokens(spec.out), tokens(plain.out)) << mode;
+  }
 }
 
 }  // namespace

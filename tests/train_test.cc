@@ -628,9 +628,10 @@ TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
   EXPECT_EQ(ResolveToken(base.out, "12"), 12);
 }
 
-// A LoRA fine-tune exports a llama.cpp adapter that specd merges at load into the model the
-// trainer ran: the same logits, the adaptive token's own row (input and tied output) included.
-TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdMergesIntoTheTrainersModel) {
+// A LoRA fine-tune exports a llama.cpp adapter that specd, merging it at load or applying it at
+// run time, turns into the model the trainer ran: the same logits, the adaptive token's own row
+// (input and tied output) included.
+TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
   const std::string dir = specd::testing::TempDir() + "/sdsat_lora";
   TrainOptions base;
   SdsatTrainOptions o = TinySdsatSetup(dir, &base);
@@ -670,17 +671,21 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdMergesIntoTheTrainersModel
 
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  ModelLoadOptions options;
-  options.lora = {{o.out, 1.0f}};
-  auto model = Model::Load(base.out, &ctx, options);
-  EXPECT_EQ(SdsatOptionsForModel(*model, 3, -1).adaptive_token, r.adaptive_token);
-  auto kv = model->NewKvCache({1, 64});
-  const int seq = kv->Acquire();
-  Batch batch;
-  for (size_t i = 0; i < tokens.size(); ++i) batch.Add(tokens[i], int(i), seq, true);
-  std::vector<float> logits;
-  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
-  EXPECT_LT(specd::testing::RelativeError(logits, expected_values), 1e-4);
+  for (const LoraApply apply : {LoraApply::kMerge, LoraApply::kRunTime}) {
+    ModelLoadOptions options;
+    options.lora = {{o.out, 1.0f}};
+    options.lora_apply = apply;
+    auto model = Model::Load(base.out, &ctx, options);
+    EXPECT_EQ(SdsatOptionsForModel(*model, 3, -1).adaptive_token, r.adaptive_token);
+    auto kv = model->NewKvCache({1, 64});
+    const int seq = kv->Acquire();
+    Batch batch;
+    for (size_t i = 0; i < tokens.size(); ++i) batch.Add(tokens[i], int(i), seq, true);
+    std::vector<float> logits;
+    model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    EXPECT_LT(specd::testing::RelativeError(logits, expected_values), 1e-4)
+        << (apply == LoraApply::kMerge ? "merged" : "at run time");
+  }
 }
 
 }  // namespace

@@ -88,7 +88,8 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
          [flags](const std::vector<std::string>& paths) {
            for (const auto& p : paths) flags->lora.push_back({p, 1.0f});
          },
-         "LoRA adapter (llama.cpp's GGUF format) merged into the model at load; repeatable")
+         "LoRA adapter (llama.cpp's GGUF format), applied at run time (y = W x + s B A x) "
+         "unless --lora-merge; repeatable")
       ->check(CLI::ExistingFile)
       ->allow_extra_args(false);
   app->add_option_function<std::vector<std::string>>(
@@ -104,6 +105,9 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
          "LoRA adapter with a scale: --lora-scaled FILE SCALE; repeatable")
       ->expected(2)
       ->allow_extra_args(false);
+  app->add_flag("--lora-merge", flags->lora_merge,
+                "merge the LoRA adapters into the weights at load instead (no run-time cost; "
+                "4- to 6-bit matrices become q8_0, whose grid keeps the update)");
 }
 
 void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {

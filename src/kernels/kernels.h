@@ -141,6 +141,15 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch);
 
+// y[i, o] += sum_k t[i, k] B[o, k] for i < m, o < n: a LoRA's second product. B is stored
+// transposed in blocks of kLowRankBlock outputs, so that a block's rank rows are contiguous:
+// b[(o / kLowRankBlock) * rank * kLowRankBlock + k * kLowRankBlock + o % kLowRankBlock], the last
+// block padded with zeros; f32 or f16. Each element sums over k in order, so a row's result does
+// not depend on m. y's rows are y_stride floats apart (a slice of a stacked output).
+inline constexpr int64_t kLowRankBlock = 256;
+void AddLowRankProduct(const KernelContext& ctx, const float* t, int64_t m, int64_t rank,
+                       DType b_type, const void* b, int64_t n, float* y, int64_t y_stride);
+
 // y = x / sqrt(mean(x^2) + eps) * weight, for each of n_rows rows of n values.
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
 
@@ -218,6 +227,8 @@ void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, 
 // activations quantized per row (after x[m, k] * col_scales[k] when set), then
 // y = (float(s) * row_scales[n]) * d[m] in float. Every i8 path gives these bits.
 void MatmulI8(const float* x, int64_t m, const WeightView& w, float* y);
+void AddLowRankProduct(const float* t, int64_t m, int64_t rank, DType b_type, const void* b,
+                       int64_t n, float* y, int64_t y_stride);
 void RmsNorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
 void Rope(const RopeConfig& config, float* x, int n_heads, int64_t pos);
 void Softmax(float* x, int64_t n);
@@ -254,8 +265,8 @@ void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_
 // the same row, bit for bit. head_dim must be a multiple of 16.
 struct AttentionBlock {
   int n_queries = 0;
-  const float* const* q = nullptr;  // [n_queries] pointers to [head_dim]
-  float* const* out = nullptr;      // [n_queries] pointers to [head_dim]
+  const float* const* q = nullptr;     // [n_queries] pointers to [head_dim]
+  float* const* out = nullptr;         // [n_queries] pointers to [head_dim]
   const int32_t* n_visible = nullptr;  // [n_queries]
   int32_t n_compute = 0;
   int64_t kv_stride = 0;

@@ -60,6 +60,7 @@ LoraUpdate MakeUpdate(const GgufFile& f, const std::string& target, const GgufTe
     u.right = std::move(a_values);
   }
   SPECD_CHECK(u.rank >= 1, f.path(), ": '", target, "' has a LoRA of rank 0");
+  u.stored_f16 = a.type == DType::kF16 && b.type == DType::kF16;
   u.s = alpha != 0.0f ? scale * alpha / static_cast<float>(u.rank) : scale;
   return u;
 }
@@ -80,6 +81,97 @@ bool LoraUpdate::TouchesRow(int64_t r) const {
   const float* coefficients = left.data() + r * rank;
   return s != 0.0f &&
          std::any_of(coefficients, coefficients + rank, [](float c) { return c != 0.0f; });
+}
+
+int64_t LoraUpdate::CountTouchedRows() const {
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) n += TouchesRow(r) ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+// A [rows, cols] matrix of floats as a WeightView over bytes it keeps in `bytes`: f16 when
+// `f16` (the caller knows the values are halves), else f32.
+WeightView HoldMatrix(const std::vector<float>& values, int64_t rows, int64_t cols, bool f16,
+                      std::vector<uint8_t>* bytes) {
+  WeightView w;
+  w.type = f16 ? DType::kF16 : DType::kF32;
+  w.rows = rows;
+  w.cols = cols;
+  bytes->resize(values.size() * (f16 ? 2 : 4));
+  if (f16) {
+    auto* out = reinterpret_cast<uint16_t*>(bytes->data());
+    for (size_t i = 0; i < values.size(); ++i) out[i] = Fp32ToFp16(values[i]);
+  } else {
+    std::memcpy(bytes->data(), values.data(), bytes->size());
+  }
+  w.data = bytes->data();
+  return w;
+}
+
+}  // namespace
+
+LowRankTerm MakeLowRankTerm(const LoraUpdate& update) {
+  LowRankTerm term;
+  term.rank = update.rank;
+  term.rows = update.rows;
+  term.s = update.s;
+  term.a = HoldMatrix(update.right, update.rank, update.cols, update.stored_f16, &term.a_bytes);
+  // [blocks, rank, kLowRankBlock], zero-padded: AddLowRankProduct's layout of B.
+  const int64_t blocks = (update.rows + kLowRankBlock - 1) / kLowRankBlock;
+  std::vector<float> blocked(blocks * update.rank * kLowRankBlock, 0.0f);
+  for (int64_t r = 0; r < update.rows; ++r) {
+    for (int64_t k = 0; k < update.rank; ++k) {
+      blocked[r / kLowRankBlock * update.rank * kLowRankBlock + k * kLowRankBlock +
+              r % kLowRankBlock] = update.left[r * update.rank + k];
+    }
+  }
+  const WeightView bt =
+      HoldMatrix(blocked, blocks * update.rank, kLowRankBlock, update.stored_f16, &term.bt_bytes);
+  term.bt_type = bt.type;
+  term.bt = bt.data;
+  return term;
+}
+
+void AddLowRank(const KernelContext& ctx, const std::vector<LowRankTerm>& terms, const float* x,
+                int64_t m, float* y, int64_t y_stride, LowRankScratch* scratch) {
+  for (const LowRankTerm& term : terms) {
+    scratch->t.Resize(m * term.rank);  // [m, rank]
+    Matmul(ctx, x, m, term.a, scratch->t.data(), &scratch->matmul);
+    for (int64_t i = 0; i < m * term.rank; ++i) scratch->t[i] *= term.s;
+    AddLowRankProduct(ctx, scratch->t.data(), m, term.rank, term.bt_type, term.bt, term.rows, y,
+                      y_stride);
+  }
+}
+
+const float* EmbeddingDelta::Find(int32_t token) const {
+  const auto it = std::lower_bound(tokens.begin(), tokens.end(), token);
+  if (it == tokens.end() || *it != token) return nullptr;
+  return rows.data() + (it - tokens.begin()) * n_embd;
+}
+
+void EmbeddingDelta::Add(const LoraUpdate& update) {
+  SPECD_CHECK(n_embd == 0 || n_embd == update.cols, "token_embd LoRAs of different widths");
+  n_embd = update.cols;
+  std::map<int32_t, std::vector<float>> merged;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    merged[tokens[i]].assign(rows.begin() + i * n_embd, rows.begin() + (i + 1) * n_embd);
+  }
+  std::vector<float> delta(n_embd);
+  for (int64_t r = 0; r < update.rows; ++r) {
+    if (!update.TouchesRow(r)) continue;
+    update.DeltaRow(r, delta.data());
+    std::vector<float>& row = merged[static_cast<int32_t>(r)];
+    row.resize(n_embd, 0.0f);
+    for (int64_t j = 0; j < n_embd; ++j) row[j] += delta[j];
+  }
+  tokens.clear();
+  rows.clear();
+  for (const auto& [token, row] : merged) {
+    tokens.push_back(token);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
 }
 
 LoraAdapter ReadLoraAdapter(const LoraSpec& spec, const std::string& arch) {

@@ -1,8 +1,10 @@
 // LoRA adapters in llama.cpp's GGUF format (general.type = adapter, adapter.type = lora,
-// adapter.lora.alpha; tensors "<base tensor>.lora_a" / ".lora_b"), merged into a model's
-// weights at load: W' = W + s B A with s = scale * alpha / rank (scale alone when alpha is 0),
-// as llama.cpp applies them at run time. token_embd.weight follows llama.cpp's flipped layout
-// (lora_a [rank, n_vocab] rows looked up by token, lora_b [rank, n_embd]).
+// adapter.lora.alpha; tensors "<base tensor>.lora_a" / ".lora_b"): W' = W + s B A with
+// s = scale * alpha / rank (scale alone when alpha is 0). Applied at run time by default, as
+// llama.cpp does (y = W x + s B (A x): the base keeps its own type, a 4-bit one included, and its
+// speed), or merged into the weights at load (--lora-merge). token_embd.weight follows
+// llama.cpp's flipped layout (lora_a [rank, n_vocab] rows looked up by token, lora_b
+// [rank, n_embd]).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
 namespace specd {
@@ -29,11 +32,51 @@ struct LoraUpdate {
   float s = 1.0f;            // scale * alpha / rank
   std::vector<float> left;   // [rows, rank]
   std::vector<float> right;  // [rank, cols]
+  bool stored_f16 = false;   // both tensors were f16 in the file (so f16 holds them exactly)
 
   // delta row r: [cols] written to out (overwritten).
   void DeltaRow(int64_t r, float* out) const;
   // Whether row r changes at all (a token_embd update often touches a few tokens only).
   bool TouchesRow(int64_t r) const;
+  int64_t CountTouchedRows() const;
+};
+
+// One low-rank term kept beside its matrix: y += s B (A x), A and B in the file's precision (f16
+// when it was f16, else f32). A x runs through Matmul and B t through AddLowRankProduct, both
+// batch invariant (a row's result does not depend on the batch: greedy speculation needs it).
+struct LowRankTerm {
+  std::vector<uint8_t> a_bytes, bt_bytes;
+  WeightView a;                 // [rank, cols]
+  DType bt_type = DType::kF32;  // f32 or f16
+  const void* bt = nullptr;     // B transposed in blocks (see AddLowRankProduct)
+  int64_t rank = 0, rows = 0;
+  float s = 1.0f;
+  int64_t Bytes() const { return static_cast<int64_t>(a_bytes.size() + bt_bytes.size()); }
+};
+LowRankTerm MakeLowRankTerm(const LoraUpdate& update);
+
+// Buffers of AddLowRank, reused across calls.
+struct LowRankScratch {
+  AlignedBuffer<float> t;  // [m, rank]
+  MatmulScratch matmul;
+};
+
+// y[i, 0..rows) += sum over terms of s B (A x[i]) for the m rows of x ([m, cols]); y's rows are
+// y_stride floats apart (a slice of a stacked output).
+void AddLowRank(const KernelContext& ctx, const std::vector<LowRankTerm>& terms, const float* x,
+                int64_t m, float* y, int64_t y_stride, LowRankScratch* scratch);
+
+// A token_embd update that touches few rows, kept as those rows' deltas [n, n_embd]: added to
+// the looked-up row and, for tied embeddings, to the head's logits (x . delta), which is what
+// merging it would give without converting the whole embedding.
+struct EmbeddingDelta {
+  std::vector<int32_t> tokens;  // ascending
+  std::vector<float> rows;      // [tokens.size(), n_embd]
+  int64_t n_embd = 0;
+  // The delta of `token`'s row, or nullptr when the update leaves it alone.
+  const float* Find(int32_t token) const;
+  // Adds `update`'s touched rows (summing with rows already held).
+  void Add(const LoraUpdate& update);
 };
 
 struct LoraAdapter {
@@ -44,6 +87,10 @@ struct LoraAdapter {
 // Reads and checks an adapter for a model of architecture `arch`; every problem is an Error that
 // names the file.
 LoraAdapter ReadLoraAdapter(const LoraSpec& spec, const std::string& arch);
+
+// token_embd updates touching at most this many rows are applied at run time; denser ones are
+// merged (their delta rows would take more memory than the matrix).
+inline constexpr int64_t kMaxRuntimeEmbeddingRows = 1024;
 
 // The type a matrix of `type` is merged into: its own for f32, f16, bf16 and q8_0; q8_0 for the
 // coarser ones, whose grid would round a small low-rank update away.

@@ -176,6 +176,7 @@ ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
   ModelLoadOptions options;
   options.int8_weights = flags.weights == "i8";
   options.lora = flags.lora;
+  if (flags.lora_merge) options.lora_apply = LoraApply::kMerge;
   return options;
 }
 
@@ -402,7 +403,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     }
     model->layers_.push_back(std::move(l));
   }
-  model->MergeLora(options.lora);
+  model->LoadLora(options.lora, options.lora_apply);
   const bool fast = ctx != nullptr && ctx->cpu.avx512;
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
@@ -417,42 +418,78 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   return model;
 }
 
-void Model::MergeLora(const std::vector<LoraSpec>& adapters) {
+void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
   if (adapters.empty()) return;
-  std::map<std::string, WeightView*> targets = {{"token_embd.weight", &token_embd_}};
-  if (!config_.tied_embeddings) targets["output.weight"] = &output_;
+  // A restricted head (a draft's) has no row per token to add a delta to: merge there.
+  if (!config_.head_tokens.empty()) apply = LoraApply::kMerge;
+  struct Target {
+    WeightView* matrix;
+    std::vector<LowRankTerm>* terms;  // where its run-time terms go (token_embd: none)
+  };
+  std::map<std::string, Target> targets = {{"token_embd.weight", {&token_embd_, nullptr}}};
+  if (!config_.tied_embeddings) targets["output.weight"] = {&output_, &output_lora_};
   for (int i = 0; i < config_.n_layer; ++i) {
     Layer& l = layers_[i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    for (const auto& [name, view] : {std::pair{"attn_q", &l.wq},
-                                     {"attn_k", &l.wk},
-                                     {"attn_v", &l.wv},
-                                     {"attn_output", &l.wo},
-                                     {"ffn_gate", &l.w_gate},
-                                     {"ffn_up", &l.w_up},
-                                     {"ffn_down", &l.w_down}}) {
-      targets[p + name + ".weight"] = view;
+    for (const auto& [name, view, slot] : {std::tuple{"attn_q", &l.wq, kLoraQ},
+                                           {"attn_k", &l.wk, kLoraK},
+                                           {"attn_v", &l.wv, kLoraV},
+                                           {"attn_output", &l.wo, kLoraO},
+                                           {"ffn_gate", &l.w_gate, kLoraGate},
+                                           {"ffn_up", &l.w_up, kLoraUp},
+                                           {"ffn_down", &l.w_down, kLoraDown}}) {
+      targets[p + name + ".weight"] = {view, &l.lora[slot]};
     }
   }
+  bool merged_embedding = false;
   for (const LoraSpec& spec : adapters) {
     LoraAdapter adapter = ReadLoraAdapter(spec, config_.arch);
     for (const LoraUpdate& u : adapter.updates) {
       const auto it = targets.find(u.target);
       SPECD_CHECK(it != targets.end(), spec.path, ": a LoRA for '", u.target,
                   "', which this model has no matrix of (or cannot take one for)");
-      WeightView& w = *it->second;
-      SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
-                  u.target, "': load the original model with --lora (and --weights i8)");
+      WeightView& w = *it->second.matrix;
       SPECD_CHECK(u.rows == w.rows && u.cols == w.cols, spec.path, ": the LoRA for '", u.target,
                   "' is [", u.rows, " x ", u.cols, "], the matrix [", w.rows, " x ", w.cols, "]");
+      const bool embedding = it->second.terms == nullptr;
+      if (apply != LoraApply::kMerge && embedding &&
+          u.CountTouchedRows() <= kMaxRuntimeEmbeddingRows) {
+        embedding_lora_.Add(u);
+        continue;
+      }
+      const bool run_time = apply == LoraApply::kRunTime ||
+                            (apply == LoraApply::kAuto && LoraMergedType(w.type) != w.type);
+      if (run_time && !embedding) {
+        it->second.terms->push_back(MakeLowRankTerm(u));
+        continue;
+      }
+      SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
+                  u.target, "': load the original model with --lora (and --weights i8)");
       lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
           MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
       w.data = lora_merged_.back()->data();
       w.type = LoraMergedType(w.type);
+      merged_embedding = merged_embedding || embedding;
     }
     adapters_.push_back(std::move(adapter.file));
   }
-  if (config_.tied_embeddings) output_ = token_embd_;  // the merged embedding is the head too
+  // The merged embedding is the head too; run-time rows are added to the head's logits instead.
+  if (config_.tied_embeddings && merged_embedding) output_ = token_embd_;
+}
+
+void Model::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits) {
+  const int64_t n_vocab = config_.n_vocab;
+  AddLowRank(ctx, output_lora_, x, n_out, logits, n_vocab, &lora_scratch_);
+  if (!config_.tied_embeddings) return;
+  const EmbeddingDelta& e = embedding_lora_;
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (size_t t = 0; t < e.tokens.size(); ++t) {
+      const float* delta = e.rows.data() + t * e.n_embd;
+      float dot = 0.0f;  // one fixed order, whatever the batch
+      for (int64_t j = 0; j < e.n_embd; ++j) dot += x[o * e.n_embd + j] * delta[j];
+      logits[o * n_vocab + e.tokens[t]] += dot;
+    }
+  }
 }
 
 const GgufValue* Model::FindMetadata(const std::string& key) const {
@@ -497,9 +534,13 @@ void Model::PackWeights(const KernelContext& ctx) {
 
 int64_t Model::WeightBytesPerToken() const {
   int64_t bytes = RowBytes(token_embd_.type, token_embd_.cols) + MatrixBytes(output_);
+  for (const LowRankTerm& t : output_lora_) bytes += t.Bytes();
   for (const Layer& l : layers_) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       bytes += MatrixBytes(*w);
+    }
+    for (const auto& terms : l.lora) {
+      for (const LowRankTerm& t : terms) bytes += t.Bytes();
     }
   }
   return bytes;
@@ -655,6 +696,9 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
       for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[batch.tokens[r]];
     }
+    if (const float* delta = embedding_lora_.Find(batch.tokens[r])) {
+      for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];
+    }
     if (c.embd_scale != 1.0f) {
       for (int64_t i = 0; i < d; ++i) xr[i] *= c.embd_scale;
     }
@@ -714,6 +758,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   if (maxima_ != nullptr) RecordMax(out_rows_.data(), n_out, d, &maxima_->output_in);
   if (c.head_tokens.empty()) {
     Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+    AddHeadLora(ctx, out_rows_.data(), n_out, logits->data());
   } else {
     // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
     const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
@@ -823,6 +868,9 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
     Matmul(ctx, s.xb.data(), m, l.wk, s.k.data(), &s.matmul);
     Matmul(ctx, s.xb.data(), m, l.wv, s.v.data(), &s.matmul);
   }
+  AddLowRank(ctx, l.lora[kLoraQ], s.xb.data(), m, s.q.data(), q_dim, &s.lora);
+  AddLowRank(ctx, l.lora[kLoraK], s.xb.data(), m, s.k.data(), kv_dim, &s.lora);
+  AddLowRank(ctx, l.lora[kLoraV], s.xb.data(), m, s.v.data(), kv_dim, &s.lora);
   mark(ForwardProfile::kQkv);
   if (c.qk_norm) {  // per head: rows of head_dim values
     RmsNorm(s.q.data(), l.q_norm.data(), s.q.data(), m * c.n_head, c.head_dim, c.rms_eps);
@@ -859,6 +907,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   if (maxima_ != nullptr) RecordMax(s.att.data(), m, q_dim, &maxima_->wo_in[il]);
   mark(ForwardProfile::kAttention);
   Matmul(ctx, s.att.data(), m, l.wo, s.out.data(), &s.matmul);
+  AddLowRank(ctx, l.lora[kLoraO], s.att.data(), m, s.out.data(), d, &s.lora);
   mark(ForwardProfile::kAttnOut);
   if (c.post_norms) RmsNorm(s.out.data(), l.post_attn_norm.data(), s.out.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kResidual);
@@ -882,6 +931,9 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
     stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
     Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
+    AddLowRank(ctx, l.lora[kLoraGate], xb_.data(), m, stacked_.data(), 2 * c.n_ff, &lora_scratch_);
+    AddLowRank(ctx, l.lora[kLoraUp], xb_.data(), m, stacked_.data() + c.n_ff, 2 * c.n_ff,
+               &lora_scratch_);
     for (int64_t r = 0; r < m; ++r) {
       const float* row = stacked_.data() + r * 2 * c.n_ff;
       glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
@@ -889,6 +941,8 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   } else {
     Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
     Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+    AddLowRank(ctx, l.lora[kLoraGate], xb_.data(), m, gate_.data(), c.n_ff, &lora_scratch_);
+    AddLowRank(ctx, l.lora[kLoraUp], xb_.data(), m, up_.data(), c.n_ff, &lora_scratch_);
     glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
   }
   if (maxima_ != nullptr) {
@@ -897,6 +951,7 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   }
   mark(ForwardProfile::kGateUp);
   Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
+  AddLowRank(ctx, l.lora[kLoraDown], gate_.data(), m, ffn_.data(), d, &lora_scratch_);
   mark(ForwardProfile::kDown);
   if (c.post_norms) RmsNorm(ffn_.data(), l.post_ffn_norm.data(), ffn_.data(), m, d, c.rms_eps);
   for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];

@@ -2,6 +2,7 @@
 // pass over a ragged batch: rows of many sequences, each row with its own sequence and position.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -132,6 +133,15 @@ struct ForwardTrace {
   std::vector<std::vector<float>> q, k, v;     // [n_layer] after bias and RoPE
 };
 
+// How a LoRA update reaches its matrix.
+enum class LoraApply {
+  // Merged where the matrix keeps its type (f32, f16, bf16, q8_0: no run-time cost), at run
+  // time where merging would widen it (4- to 6-bit types would become q8_0, ~1.7x the bytes).
+  kAuto,
+  kMerge,    // merged into every matrix at load (--lora-merge)
+  kRunTime,  // y = W x + s B (A x) for every matrix
+};
+
 // How to load a model, beyond what its file says.
 struct ModelLoadOptions {
   // Convert every matrix (layers and output head) to i8 at load: int8 per output row with an f32
@@ -143,8 +153,9 @@ struct ModelLoadOptions {
   // Empty: no migration.
   std::vector<int32_t> calibration_tokens;
   float smooth_alpha = 0.5f;
-  // LoRA adapters merged into the weights, in order, before anything else.
+  // LoRA adapters, in order, applied as `lora_apply` says.
   std::vector<LoraSpec> lora;
+  LoraApply lora_apply = LoraApply::kAuto;
 };
 
 // Per input channel max |x| of every matrix input, over the rows of the forwards it watched.
@@ -163,6 +174,7 @@ struct WeightFlags {
   float smooth_alpha = 0.5f;         // i8: SmoothQuant's migration strength; 0: none
   std::string calibration_file;      // i8: its calibration text (default: a built-in one)
   std::vector<LoraSpec> lora;        // --lora / --lora-scaled (the target model only)
+  bool lora_merge = false;           // --lora-merge
 };
 // The load options and i8 backend those flags ask for; an Error names a bad value.
 ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags);
@@ -216,6 +228,8 @@ class Model {
   void ForEachI8Matrix(const std::function<void(const std::string&, const WeightView&)>& fn) const;
 
  private:
+  // A layer matrix's run-time LoRA terms, by matrix.
+  enum LoraSlot { kLoraQ, kLoraK, kLoraV, kLoraO, kLoraGate, kLoraUp, kLoraDown, kLoraSlots };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;            // [n_embd]
     std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd], gemma3 only
@@ -223,13 +237,15 @@ class Model {
     WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
     // Stacked packed forms (AVX-512 only): [q; k; v] and [gate; up], or .packed == nullptr.
     WeightView wqkv, w_gate_up;
-    std::vector<float> bq, bk, bv;  // qwen2 only
+    std::vector<float> bq, bk, bv;                          // qwen2 only
+    std::array<std::vector<LowRankTerm>, kLoraSlots> lora;  // run-time LoRA, or empty
   };
   // Buffers of one attention block; one per concurrently running layer in fuzzy forwards.
   struct AttentionScratch {
     AlignedBuffer<float> xb, q, k, v, att, stacked;
     AlignedBuffer<float> out;  // [m, n_embd] the block's output, before the residual add
     MatmulScratch matmul;
+    LowRankScratch lora;
     AttentionRows rows;
   };
   // An i8 matrix made at load (ModelLoadOptions::int8_weights).
@@ -242,8 +258,13 @@ class Model {
   // Converts every matrix to i8 (options.int8_weights), with SmoothQuant when it has
   // calibration tokens.
   void ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& options);
-  // Merges the adapters into the matrices they name (owned copies, same types).
-  void MergeLora(const std::vector<LoraSpec>& adapters);
+  // Reads the adapters: each update is kept as a run-time term of the matrix it names or merged
+  // into an owned copy, as `apply` says; token_embd updates are kept as rows unless merging is
+  // asked for or they touch too many rows.
+  void LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply);
+  // The head's logits rows [n_out, n_vocab] get the run-time LoRA of the output matrix (or, with
+  // tied embeddings, of the embedding rows) for its input rows x [n_out, n_embd].
+  void AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits);
   // Replaces each of *parts (matrices reading one input) by its i8 form, a copy the model owns;
   // with input maxima (else nullptr), one SmoothQuant migration shared by the parts.
   void ConvertToI8(const std::vector<WeightView*>& parts, const std::vector<float>* input_max,
@@ -279,6 +300,9 @@ class Model {
   std::vector<std::unique_ptr<I8Matrix>> i8_matrices_;              // owned i8 conversions
   std::vector<std::unique_ptr<std::vector<uint8_t>>> lora_merged_;  // owned merged matrices
   std::vector<std::unique_ptr<GgufFile>> adapters_;                 // for FindMetadata
+  std::vector<LowRankTerm> output_lora_;  // run-time LoRA of an untied output matrix
+  EmbeddingDelta embedding_lora_;         // run-time LoRA rows of token_embd
+  LowRankScratch lora_scratch_;
 
   // Scratch reused across calls.
   AlignedBuffer<float> x_, xb_, gate_, up_, ffn_, out_rows_;

@@ -16,6 +16,23 @@ void Matmul(const float* x, int64_t m, const WeightView& w, float* y) {
   Matmul(exact.data(), m, w, y);
 }
 
+void AddLowRankProduct(const float* t, int64_t m, int64_t rank, DType b_type, const void* b,
+                       int64_t n, float* y, int64_t y_stride) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t o = 0; o < n; ++o) {
+      double sum = 0.0;
+      for (int64_t k = 0; k < rank; ++k) {
+        const int64_t at =
+            o / kLowRankBlock * rank * kLowRankBlock + k * kLowRankBlock + o % kLowRankBlock;
+        const double bk = b_type == DType::kF32 ? static_cast<const float*>(b)[at]
+                                                : Fp16ToFp32(static_cast<const uint16_t*>(b)[at]);
+        sum += static_cast<double>(t[i * rank + k]) * bk;
+      }
+      y[i * y_stride + o] = static_cast<float>(y[i * y_stride + o] + sum);
+    }
+  }
+}
+
 std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor) {
   std::vector<double> out(m * k);
   for (int64_t b = 0; b < m * k / 32; ++b) {

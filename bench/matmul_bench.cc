@@ -81,7 +81,7 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     }
     WeightView view{type, bytes.data(), n, k};
     PackedInt8Weights packed;
-    if (cpu.avx512 && type != DType::kBF16) {
+    if (cpu.packed_kernels() && type != DType::kBF16) {
       packed = PackInt8(view, &pool);
       view.packed = &packed;
     }

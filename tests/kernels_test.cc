@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "base/rng.h"
@@ -96,15 +97,19 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
   const auto [type, threads] = GetParam();
   ThreadPool pool(threads);
   // Paths: AVX-512 on the source layout (f32 / f16 / bf16 / q8_0 / q4_0), AVX-512 on the packed
-  // layout (every quantized type), scalar.
+  // layout (every quantized type), AVX2 on the packed layout, scalar. The two packed kernels give
+  // the same bits.
   const bool super_blocks = BlockElements(type) == kSuperBlock;
-  for (int path = 0; path < 3; ++path) {
+  std::map<int64_t, std::vector<float>> packed_avx512;  // by cols
+  for (int path = 0; path < 4; ++path) {
     KernelContext ctx{&pool, CpuFeatures::Detect()};
     if (path < 2 && !ctx.cpu.avx512) continue;
-    const bool packed = path == 1;
+    if (path == 2 && !ctx.cpu.avx2) continue;
+    const bool packed = path == 1 || path == 2;
     if (packed && !IsPackable(type)) continue;
     if (path == 0 && IsPackable(type) && type != DType::kQ8_0 && type != DType::kQ4_0) continue;
     ctx.cpu.avx512 = path < 2;
+    ctx.cpu.avx2 = path == 2;
     const bool avx512 = ctx.cpu.avx512;
     // 96: an odd number of 32-blocks (the tail path); K-quants come in rows of 256.
     const std::vector<int64_t> widths =
@@ -126,14 +131,20 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
       Matmul(ctx, x.data(), max_m, w.view, all.data(), &scratch);
       EXPECT_LT(RelativeError(all, expected), Tolerance(type))
           << DTypeName(type) << " cols=" << cols << " avx512=" << avx512 << " packed=" << packed;
-      if (avx512 && IsPackable(type)) ExpectInt8ActivationsExact(x, max_m, w.view, all);
+      if ((avx512 || packed) && IsPackable(type)) {
+        ExpectInt8ActivationsExact(x, max_m, w.view, all);
+      }
+      if (path == 1) packed_avx512[cols] = all;
+      if (path == 2 && packed_avx512.count(cols) != 0) {
+        EXPECT_EQ(all, packed_avx512[cols]) << DTypeName(type) << " cols=" << cols;
+      }
       // Each row computed alone, or in any smaller batch, gives bit-identical results.
       for (int64_t m = 1; m <= max_m; ++m) {
         std::vector<float> part(m * rows);
         Matmul(ctx, x.data() + (max_m - m) * cols, m, w.view, part.data(), &scratch);
         ASSERT_EQ(0, std::memcmp(part.data(), all.data() + (max_m - m) * rows,
                                  part.size() * sizeof(float)))
-            << DTypeName(type) << " m=" << m << " cols=" << cols << " avx512=" << avx512;
+            << DTypeName(type) << " m=" << m << " cols=" << cols << " path=" << path;
       }
     }
   }

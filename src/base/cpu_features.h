@@ -2,7 +2,10 @@
 
 #include <cpuid.h>
 
+#include <cstdlib>
 #include <string>
+
+#include "base/error.h"
 
 namespace specd {
 
@@ -14,6 +17,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // AVX512_BF16 as well: the bf16-weight kernel
   bool amx_int8 = false;     // AMX-TILE + AMX-INT8, enabled by the OS (oneDNN's i8 path uses it)
   bool f16c = false;         // half conversions in hardware (the portable attention's f16 cache)
+  bool avx2 = false;         // AVX2 with FMA and F16C: the packed int8 kernels without AVX-512
 
   static CpuFeatures Detect() {
     CpuFeatures f;
@@ -24,7 +28,19 @@ struct CpuFeatures {
     f.avx512_bf16 = f.avx512 && HasAvx512Bf16();
     f.amx_int8 = HasAmxInt8();
     f.f16c = HasF16c();
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f.f16c;
+    f.Cap(std::getenv("SPECD_ISA"));
     return f;
+  }
+  // SPECD_ISA=avx2 or scalar turns the faster kernels off (to measure or test the others on a
+  // CPU that has more); avx512 or unset keeps what the CPU has. The compiler's per-ISA clones of
+  // portable loops still follow the CPU.
+  void Cap(const char* isa) {
+    if (isa == nullptr || std::string(isa) == "avx512" || std::string(isa).empty()) return;
+    SPECD_CHECK(std::string(isa) == "avx2" || std::string(isa) == "scalar", "SPECD_ISA: '", isa,
+                "' is not avx512, avx2 or scalar");
+    avx512 = avx512_bf16 = amx_int8 = false;
+    if (std::string(isa) == "scalar") avx2 = false;
   }
   // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
   static bool HasF16c() {
@@ -50,9 +66,12 @@ struct CpuFeatures {
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     return (xcr0_lo & (3u << 17)) == (3u << 17);
   }
-  // "avx512-vnni", "avx512-vnni+bf16", with "+amx-int8" when present, or "scalar".
+  // Whether the packed int8 kernels (AVX-512 VNNI or AVX2) run here: quantized weights are
+  // re-laid for them at load.
+  bool packed_kernels() const { return avx512 || avx2; }
+  // "avx512-vnni", "avx512-vnni+bf16", with "+amx-int8" when present, "avx2" or "scalar".
   std::string Name() const {
-    std::string name = avx512 ? "avx512-vnni" : "scalar";
+    std::string name = avx512 ? "avx512-vnni" : avx2 ? "avx2" : "scalar";
     if (avx512_bf16) name += "+bf16";
     if (amx_int8) name += "+amx-int8";
     return name;

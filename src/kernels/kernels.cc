@@ -97,7 +97,7 @@ void MatmulI8Generic(ThreadPool* pool, const float* x, int64_t m, const WeightVi
 }  // namespace
 
 std::string Int8KernelName(const KernelContext& ctx) {
-  const std::string own = ctx.cpu.avx512 ? "specd VNNI" : "portable";
+  const std::string own = ctx.cpu.avx512 ? "specd VNNI" : ctx.cpu.avx2 ? "specd AVX2" : "portable";
   switch (ctx.int8_backend) {
     case Int8Backend::kSpecd:
       return own;
@@ -207,10 +207,12 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
   if (w.type == DType::kI8 && w.packed != nullptr && w.packed->onednn != nullptr &&
       UseOneDnn(ctx, m)) {
     OneDnnMatmulI8(ctx, x, m, *w.packed, y, scratch);
-  } else if (w.type == DType::kI8 && !(ctx.cpu.avx512 && w.packed != nullptr)) {
-    MatmulI8Generic(ctx.pool, x, m, w, y);
   } else if (ctx.cpu.avx512 && w.packed != nullptr) {
     avx512::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
+  } else if (ctx.cpu.avx2 && w.packed != nullptr) {
+    avx2::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
+  } else if (w.type == DType::kI8) {
+    MatmulI8Generic(ctx.pool, x, m, w, y);
   } else if (ctx.cpu.avx512 && w.cols % 32 == 0 &&
              (w.type != DType::kBF16 || ctx.cpu.avx512_bf16) &&
              (!IsPackable(w.type) || w.type == DType::kQ8_0 || w.type == DType::kQ4_0)) {

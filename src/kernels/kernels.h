@@ -238,6 +238,13 @@ void Attention(const AttentionRows& rows);
 void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
 
+// The packed int8 kernels in AVX2 (matmul_avx2.cc), for CPUs without AVX-512: the AVX-512
+// kernels' results bit for bit. Callers go through Matmul.
+namespace avx2 {
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch);
+}  // namespace avx2
+
 // Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.
 namespace avx512 {
 void Matmul(ThreadPool* pool, const float* x, int64_t m, const WeightView& w, float* y,

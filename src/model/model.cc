@@ -404,7 +404,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     model->layers_.push_back(std::move(l));
   }
   model->LoadLora(options.lora, options.lora_apply);
-  const bool fast = ctx != nullptr && ctx->cpu.avx512;
+  const bool fast = ctx != nullptr && ctx->cpu.packed_kernels();
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
   if (fast) model->PackWeights(*ctx);
@@ -853,7 +853,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   RmsNorm(x, l.attn_norm.data(), s.xb.data(), m, d, c.rms_eps);
   if (maxima_ != nullptr) RecordMax(s.xb.data(), m, d, &maxima_->qkv_in[il]);
   mark(ForwardProfile::kNorm);
-  if (ctx.cpu.avx512 && l.wqkv.packed != nullptr) {
+  if (ctx.cpu.packed_kernels() && l.wqkv.packed != nullptr) {
     const int64_t width = q_dim + 2 * kv_dim;
     s.stacked.Resize(m * width);  // [m, q_dim + 2 kv_dim]
     Matmul(ctx, s.xb.data(), m, l.wqkv, s.stacked.data(), &s.matmul);
@@ -928,7 +928,7 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   };
   RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kNorm);
-  if (ctx.cpu.avx512 && l.w_gate_up.packed != nullptr) {
+  if (ctx.cpu.packed_kernels() && l.w_gate_up.packed != nullptr) {
     stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
     Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
     AddLowRank(ctx, l.lora[kLoraGate], xb_.data(), m, stacked_.data(), 2 * c.n_ff, &lora_scratch_);

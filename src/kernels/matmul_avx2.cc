@@ -1,0 +1,464 @@
+// AVX2 kernels (with FMA and F16C) for the packed int8 layout (PackedInt8Weights), for CPUs
+// without AVX-512: without them every quantized matmul would dequantize each weight row to f32.
+// Compiled with those ISA flags and called only after a run-time check.
+//
+// A packed 64-byte lane chunk holds 4 bytes of each of a row group's 16 rows; this kernel reads
+// it as two 32-byte halves of 8 rows and runs the whole block loop once per half. vpmaddubsw +
+// vpmaddwd stand in for vpdpbusd: exact while each byte pair's sum fits int16, which holds for
+// levels up to 6 bits (2 * 63 * 128 < 32768). Bytes with offset 128 (q8_0, i8) could not: there
+// the signed level q = u - 128 multiplies (|q| unsigned, a with q's sign; 2 * 128 * 127 < 32768)
+// and the sum is seeded with 0 instead of -128 * sum(a), which is the same integer.
+//
+// Every integer sum is exact and every float step is the AVX-512 kernel's, in its order, per
+// output row: results equal the AVX-512 kernels' bit for bit and do not depend on the number of
+// activation rows or the thread split (batch invariance).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+namespace specd::avx2 {
+namespace {
+
+// Measured on the AVX-512 kernels; the stream of packed weights is the same here.
+constexpr int64_t kPrefetchBytes = 4096;
+
+inline void PrefetchAhead(const uint8_t* block, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + line, _MM_HINT_T0);
+  }
+}
+
+typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
+
+// 0xFF in byte i where bit i of `bits` is set.
+inline __m256i ExpandBits(uint32_t bits) {
+  const __m256i shuffle =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), shuffle);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
+// Lanes g and g + 4 (elements 4g..4g+3 and 16+4g..16+4g+3) of rows 8h..8h+7 of a packed block's
+// values, as unsigned bytes: two loads, or one load of nibbles (low: lane g, high: lane g + 4)
+// plus kPlanes high bit planes (plane p, lane g: bit j*4+t of its 64 is bit 4+p of element
+// 4g+t of row j).
+template <bool kNibbles, int kPlanes>
+inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m256i* hi) {
+  if constexpr (!kNibbles) {
+    *lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 64 + 32 * h));
+    *hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + (g + 4) * 64 + 32 * h));
+    return;
+  }
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 64 + 32 * h));
+  *lo = _mm256_and_si256(z, low4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
+  for (int plane = 0; plane < kPlanes; ++plane) {
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(16 << plane));
+    for (int j = 0; j < 2; ++j) {
+      const int lane = g + 4 * j;
+      uint32_t bits;
+      std::memcpy(&bits, values + 256 + plane * 64 + lane * 8 + 4 * h, 4);
+      __m256i* w = j == 0 ? lo : hi;
+      *w = _mm256_add_epi8(*w, _mm256_and_si256(ExpandBits(bits), bit));
+    }
+  }
+}
+
+// sum += per 32-bit lane, the 4 byte products of w (unsigned levels, or with kSigned bytes
+// u = q + 128) and the broadcast activations a.
+template <bool kSigned>
+inline __m256i DotBytes(__m256i sum, __m256i w, __m256i a) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (kSigned) {
+    const __m256i q = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+  } else {
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones));
+  }
+}
+
+// Adds half h of block b to each activation row's integer sums: lanes 0..3 (elements 0..15) to
+// sub-block 0, lanes 4..7 to sub-block kSub - 1.
+template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned>
+inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* aq, int64_t k, int64_t m0,
+                         int64_t b, __m256i (&isum)[MT][kSub]) {
+  for (int g = 0; g < 4; ++g) {
+    __m256i lo, hi;
+    LoadLanePair<kNibbles, kPlanes>(values, g, h, &lo, &hi);
+    for (int r = 0; r < MT; ++r) {
+      const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+      isum[r][0] = DotBytes<kSigned>(isum[r][0], lo, _mm256_set1_epi32(a[g]));
+      isum[r][kSub - 1] = DotBytes<kSigned>(isum[r][kSub - 1], hi, _mm256_set1_epi32(a[g + 4]));
+    }
+  }
+}
+
+// Stores acc's first `valid` (0..8) floats at y.
+inline void StoreRows(float* y, __m256 acc, int64_t valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, acc);
+    return;
+  }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc);
+  std::copy(out, out + valid, y);
+}
+
+// AVX-512's PackedTile (f16 block scales, no mins, one scale per 32): for 8 output rows of a
+// half, acc += float(isum) * (dw * da) per block.
+template <int MT, bool kNibbles, int kPlanes, bool kSigned>
+void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
+                const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
+                int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
+    __m256 acc[MT];
+    for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = group + b * block_bytes;
+      PrefetchAhead(blk, block_bytes);
+      __m256i isum[MT][1];
+      for (int r = 0; r < MT; ++r) {
+        isum[r][0] = _mm256_set1_epi32(kSigned ? 0 : acorr[(m0 + r) * nb + b]);
+      }
+      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned>(blk + 32, h, aq, k, m0, b, isum);
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + h));
+      for (int r = 0; r < MT; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][0]),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
+      }
+    }
+    for (int r = 0; r < MT; ++r) {
+      StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
+    }
+  }
+}
+
+enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
+
+// AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
+// same float steps in the same order.
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
+                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
+                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                       int64_t rows_valid) {
+  constexpr int kSub = kSub16 ? 2 : 1;
+  for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
+    __m256 acc[MT];
+    for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = group + b * block_bytes;
+      PrefetchAhead(blk, block_bytes);
+      __m256i isum[MT][kSub];
+      for (int r = 0; r < MT; ++r) {
+        const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+        if constexpr (kSub16) {
+          isum[r][0] = _mm256_set1_epi32(-offset * s16[0]);
+          isum[r][kSub - 1] = _mm256_set1_epi32(-offset * s16[1]);
+        } else {
+          isum[r][0] = _mm256_set1_epi32(-offset * (s16[0] + s16[1]));
+        }
+      }
+      DotBlockHalf<MT, kSub, kNibbles, kPlanes, false>(blk + header_bytes, h, aq, k, m0, b, isum);
+      auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
+        if constexpr (kScales == kScalesF32) {
+          return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
+        } else {
+          return _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * index + h));
+        }
+      };
+      __m256 scale[kSub], min[kSub];
+      if constexpr (kScales == kScalesK) {
+        const uint8_t* trailer = group + nb * block_bytes + b / 8 * 64;
+        auto bytes8 = [&](int at) {
+          const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
+          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        };
+        auto halves8 = [&](int at) {
+          return _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
+        };
+        scale[0] = _mm256_mul_ps(halves8(0), bytes8(0));
+        const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16));
+        min[0] = _mm256_castsi256_ps(
+            _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
+      } else {
+        for (int s = 0; s < kSub; ++s) {
+          scale[s] = load8(s);
+          if constexpr (kMins) min[s] = load8(kSub + s);
+        }
+      }
+      for (int r = 0; r < MT; ++r) {
+        const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0]), scale[0]);
+        if constexpr (kSub16) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][1]), scale[1], t);
+        if constexpr (kMins) {
+          if constexpr (kSub16) {
+            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[0])), min[0], t);
+            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[1])), min[1], t);
+          } else {
+            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
+          }
+        }
+        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(da[(m0 + r) * nb + b]), acc[r]);
+      }
+    }
+    for (int r = 0; r < MT; ++r) {
+      StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
+    }
+  }
+}
+
+// AVX-512's PackedTileI8: one exact integer sum over the whole row, then
+// (float(isum) * scale_w) * d_a.
+template <int MT>
+void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const float* da, int64_t k,
+                  int64_t m0, float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
+    __m256i isum[MT][1];
+    for (int r = 0; r < MT; ++r) isum[r][0] = _mm256_setzero_si256();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* values = group + b * 512;
+      PrefetchAhead(values, 512);
+      DotBlockHalf<MT, 1, false, 0, true>(values, h, aq, k, m0, b, isum);
+    }
+    const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);
+    for (int r = 0; r < MT; ++r) {
+      const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0]), scale);
+      StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, _mm256_mul_ps(t, _mm256_set1_ps(da[m0 + r])),
+                rows_valid - 8 * h);
+    }
+  }
+}
+
+// Activation rows per tile: 4 keep the 16 ymm registers free of spills for most formats.
+constexpr int kTileRows = 4;
+
+// Row groups [g0, g1) in chunks of 4 (their weights stay in cache while every tile of
+// activation rows passes over them), tiles of up to kTileRows activation rows.
+template <typename TileFn>
+void ForEachTile(int64_t g0, int64_t g1, int64_t m, TileFn tile) {
+  constexpr int64_t kGroupsPerChunk = 4;
+  for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
+    const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
+    for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
+      const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
+      for (int64_t g = c0; g < c1; ++g) tile(g, m0, mt);
+    }
+  }
+}
+
+// Calls fn.template operator()<MT>() for MT = mt (1..kTileRows).
+template <typename Fn>
+void WithRows(int64_t mt, Fn&& fn) {
+  switch (mt) {
+    case 1:
+      return fn.template operator()<1>();
+    case 2:
+      return fn.template operator()<2>();
+    case 3:
+      return fn.template operator()<3>();
+    default:
+      return fn.template operator()<4>();
+  }
+}
+
+template <bool kNibbles, int kPlanes, bool kSigned>
+void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
+                 const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
+  const int64_t nb = w.cols / 32;
+  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    WithRows(mt, [&]<int MT>() {
+      PackedTile<MT, kNibbles, kPlanes, kSigned>(w.data.data() + g * w.GroupBytes(), nb,
+                                                 w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
+                                                 w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+    });
+  });
+}
+
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+void GeneralRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
+                  const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
+  const int64_t nb = w.cols / 32;
+  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    WithRows(mt, [&]<int MT>() {
+      PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales>(
+          w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(), w.offset, aq, da,
+          asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+    });
+  });
+}
+
+void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int64_t m, int64_t g0,
+             int64_t g1, float* y) {
+  const int64_t nb = w.cols / 32;
+  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    WithRows(mt, [&]<int MT>() {
+      PackedTileI8<MT>(w.data.data() + g * w.GroupBytes(), nb, aq, da, w.cols, m0, y, w.rows, n0,
+                       std::min<int64_t>(16, w.rows - n0));
+    });
+  });
+}
+
+// The packed formats (see GeneralTilesFor in matmul_avx512.cc), as one range function each.
+using RangeFn = void (*)(const PackedInt8Weights&, const int8_t*, const float*, const int32_t*,
+                         const int32_t*, int64_t, int64_t, int64_t, float*);
+
+template <bool kNibbles, int kPlanes, bool kSigned>
+void PackedRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da,
+                   const int32_t* acorr, const int32_t*, int64_t m, int64_t g0, int64_t g1,
+                   float* y) {
+  PackedRange<kNibbles, kPlanes, kSigned>(w, aq, da, acorr, m, g0, g1, y);
+}
+
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+void GeneralRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t*,
+                    const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
+  GeneralRange<kNibbles, kPlanes, kSub16, kMins, kScales>(w, aq, da, asum16, m, g0, g1, y);
+}
+
+RangeFn RangeFor(const PackedInt8Weights& w) {
+  const bool sub16 = w.sub_blocks == 2;
+  const int scales = w.k_scales ? kScalesK : w.f32_scales ? kScalesF32 : kScalesF16;
+  if (!w.has_mins && !w.f32_scales && !w.k_scales && !sub16) {
+    if (!w.nibbles) {
+      SPECD_CHECK(w.offset == 128, "avx2 packed matmul: bytes with offset ", w.offset);
+      return PackedRangeFn<false, 0, true>;
+    }
+    if (w.high_planes == 0) return PackedRangeFn<true, 0, false>;
+    if (w.high_planes == 1) return PackedRangeFn<true, 1, false>;
+  }
+  struct Layout {
+    bool nibbles;
+    int planes;
+    bool sub16, mins;
+    int scales;
+    RangeFn fn;
+  };
+  static constexpr Layout kLayouts[] = {
+      {true, 0, false, true, kScalesF16, GeneralRangeFn<true, 0, false, true, kScalesF16>},  // q4_1
+      {true, 1, false, true, kScalesF16, GeneralRangeFn<true, 1, false, true, kScalesF16>},  // q5_1
+      {true, 0, false, true, kScalesK, GeneralRangeFn<true, 0, false, true, kScalesK>},      // q4_K
+      {true, 1, false, true, kScalesK, GeneralRangeFn<true, 1, false, true, kScalesK>},      // q5_K
+      {false, 0, true, false, kScalesF32,
+       GeneralRangeFn<false, 0, true, false, kScalesF32>},                                   // q6_K
+      {true, 0, true, false, kScalesF32, GeneralRangeFn<true, 0, true, false, kScalesF32>},  // q3_K
+      {true, 0, true, true, kScalesF32, GeneralRangeFn<true, 0, true, true, kScalesF32>},    // q2_K
+  };
+  for (const Layout& l : kLayouts) {
+    if (l.nibbles == w.nibbles && l.planes == w.high_planes && l.sub16 == sub16 &&
+        l.mins == w.has_mins && l.scales == scales) {
+      return l.fn;
+    }
+  }
+  Fail("avx2 packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
+}
+
+// reference::Int8Activations's bits for one block of 32: d = amax / 127, q = x / d rounded half
+// to even and saturated; returns the sum of the 16 values of each half.
+void QuantizeBlock(const float* x, int8_t* q, float* d, int32_t* sum0, int32_t* sum1) {
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int j = 0; j < 32; j += 8)
+    amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float m = lanes[0];
+  for (int j = 1; j < 8; ++j) m = std::max(m, lanes[j]);
+  *d = m / 127.0f;
+  const __m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+  int32_t sums[2] = {0, 0};
+  for (int j = 0; j < 32; j += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+    v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(-128));
+    alignas(32) int32_t values[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(values), v);
+    for (int e = 0; e < 8; ++e) {
+      q[j + e] = static_cast<int8_t>(values[e]);
+      sums[j / 16] += values[e];
+    }
+  }
+  *sum0 = sums[0];
+  *sum1 = sums[1];
+}
+
+// reference::QuantizeActivationsPerRow's bits for one row; returns the sum of its values.
+int32_t QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t j = 0; j < k; j += 8) {
+    amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float m = lanes[0];
+  for (int j = 1; j < 8; ++j) m = std::max(m, lanes[j]);
+  *d = m / 127.0f;
+  const __m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+  int32_t sum = 0;
+  for (int64_t j = 0; j < k; j += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+    v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(-128));
+    alignas(32) int32_t values[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(values), v);
+    for (int e = 0; e < 8; ++e) {
+      q[j + e] = static_cast<int8_t>(values[e]);
+      sum += values[e];
+    }
+  }
+  return sum;
+}
+
+void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
+                    float* y, MatmulScratch* scratch) {
+  const int64_t k = w.cols;
+  scratch->bytes.Resize(m * k + m * 4);  // [m, K] int8 activations, [m] row scales
+  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
+  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
+  for (int64_t i = 0; i < m; ++i) QuantizeRow(x + i * k, k, aq + i * k, da + i);
+  pool->ParallelFor(
+      w.row_groups, 1, [&](int64_t g0, int64_t g1) { I8Range(w, aq, da, m, g0, g1, y); },
+      MinItemsPerThread(16 * m * k));
+}
+
+}  // namespace
+
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch) {
+  if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
+  const int64_t k = w.cols;
+  const int64_t nb = k / 32;
+  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
+  // each 16 activations.
+  scratch->bytes.Resize(m * k + m * nb * 16);
+  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
+  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
+  auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);
+  int32_t* asum16 = acorr + m * nb;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t at = i * nb + b;
+      QuantizeBlock(x + i * k + b * 32, aq + i * k + b * 32, da + at, asum16 + 2 * at,
+                    asum16 + 2 * at + 1);
+      acorr[at] = -w.offset * (asum16[2 * at] + asum16[2 * at + 1]);
+    }
+  }
+  const RangeFn range = RangeFor(w);
+  pool->ParallelFor(
+      w.row_groups, 1,
+      [&](int64_t g0, int64_t g1) { range(w, aq, da, acorr, asum16, m, g0, g1, y); },
+      MinItemsPerThread(16 * m * k));
+}
+
+}  // namespace specd::avx2

@@ -442,23 +442,30 @@ void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree
   reference::Attention(rows);
   // BASS-PAD, BASS-SPLIT (one computation per sequence: blocks over its rows and heads) and the
   // per-(row, head) routine, on 1 and 2 threads (which changes how heads are grouped into work
-  // items): all the same bits.
+  // items): all the same bits; with the AVX-512, AVX2 and portable kernels, where the CPU has them.
   std::vector<float> row_wise(q.size());
   for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    KernelContext ctx{&pool, CpuFeatures::Detect()};
-    rows.out = pad.data();
-    Attention(ctx, rows, AttentionMode::kPad);
-    rows.out = split.data();
-    Attention(ctx, rows, AttentionMode::kSplit);
-    rows.out = row_wise.data();
-    Attention(ctx, rows, AttentionMode::kRow);
-    EXPECT_LT(RelativeError(split, ref), 1e-5);
-    EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
-        << "PAD's masked padding must add exactly nothing";
-    EXPECT_EQ(0, std::memcmp(row_wise.data(), split.data(), pad.size() * sizeof(float)))
-        << "the per-sequence blocks must give the per-row routine's bits, threads " << threads
-        << " head_dim " << head_dim;
+    for (const char* isa : {"avx512", "avx2", "scalar"}) {
+      ThreadPool pool(threads);
+      KernelContext ctx{&pool, CpuFeatures::Detect()};
+      if ((isa == std::string("avx512") && !ctx.cpu.avx512) ||
+          (isa == std::string("avx2") && !ctx.cpu.avx2)) {
+        continue;
+      }
+      ctx.cpu.Cap(isa);
+      rows.out = pad.data();
+      Attention(ctx, rows, AttentionMode::kPad);
+      rows.out = split.data();
+      Attention(ctx, rows, AttentionMode::kSplit);
+      rows.out = row_wise.data();
+      Attention(ctx, rows, AttentionMode::kRow);
+      EXPECT_LT(RelativeError(split, ref), 1e-5) << isa;
+      EXPECT_EQ(0, std::memcmp(pad.data(), split.data(), pad.size() * sizeof(float)))
+          << "PAD's masked padding must add exactly nothing " << isa;
+      EXPECT_EQ(0, std::memcmp(row_wise.data(), split.data(), pad.size() * sizeof(float)))
+          << "the per-sequence blocks must give the per-row routine's bits, threads " << threads
+          << " head_dim " << head_dim << " " << isa;
+    }
   }
 }
 

@@ -382,7 +382,9 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   const bool fast = ctx.cpu.avx512 && rows.head_dim % 16 == 0;
   using AttendFn = void (*)(const float*, const KvT*, const KvT*, int64_t, int, float, int32_t,
                             int32_t, const uint8_t*, float*, float*);
+  const bool avx2 = ctx.cpu.avx2 && rows.head_dim % 8 == 0;
   const AttendFn attend_row = fast           ? static_cast<AttendFn>(avx512::AttendRow)
+                              : avx2         ? static_cast<AttendFn>(avx2::AttendRow)
                               : ctx.cpu.f16c ? static_cast<AttendFn>(AttendRowGeneric<KvT, true>)
                                              : static_cast<AttendFn>(AttendRowGeneric<KvT, false>);
   int32_t n_padded = 0;

@@ -238,11 +238,20 @@ void Attention(const AttentionRows& rows);
 void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
 
-// The packed int8 kernels in AVX2 (matmul_avx2.cc), for CPUs without AVX-512: the AVX-512
-// kernels' results bit for bit. Callers go through Matmul.
+// AVX2 kernels (matmul_avx2.cc), for CPUs without AVX-512: the packed int8 matmul (the AVX-512
+// kernels' results bit for bit) and attention. Callers go through Matmul and Attention.
 namespace avx2 {
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);
+// Attention of one query row and head, as avx512::AttendRow's contract says; head_dim a multiple
+// of 8. Keys are dotted in 8 lanes (f16 keys widened by F16C), so the scores differ from the
+// AVX-512 kernel's in rounding, not in what they compute.
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out);
+void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out);
 }  // namespace avx2
 
 // Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.

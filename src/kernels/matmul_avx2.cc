@@ -15,7 +15,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -84,18 +86,57 @@ inline __m256i DotBytes(__m256i sum, __m256i w, __m256i a) {
   }
 }
 
+// Byte-pair sums (vpmaddubsw's int16) of how many lanes one int16 can add up before vpmaddwd
+// widens them: each lane adds at most 2 * max_level * 128, so 8 lanes for 4-bit levels, 4 for
+// 5-bit, 2 for 6-bit; 1 for the signed 8-bit products (2 * 128 * 127 already fills an int16).
+template <bool kNibbles, int kPlanes, bool kSigned>
+constexpr int kLanesPerInt16 = kSigned        ? 1
+                               : !kNibbles    ? 2
+                               : kPlanes == 0 ? 8
+                               : kPlanes == 1 ? 4
+                                              : 2;
+
 // Adds half h of block b to each activation row's integer sums: lanes 0..3 (elements 0..15) to
-// sub-block 0, lanes 4..7 to sub-block kSub - 1.
+// sub-block 0, lanes 4..7 to sub-block kSub - 1. Byte-pair products are summed in int16 over as
+// many lanes as stay exact, then widened once.
 template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned>
 inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* aq, int64_t k, int64_t m0,
                          int64_t b, __m256i (&isum)[MT][kSub]) {
+  constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
+  constexpr int kLanesPerLoad = kSub == 1 ? 2 : 1;  // lanes a pair adds to each sub-block
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc16[MT][kSub];
+  int in_run = 0;
   for (int g = 0; g < 4; ++g) {
     __m256i lo, hi;
     LoadLanePair<kNibbles, kPlanes>(values, g, h, &lo, &hi);
     for (int r = 0; r < MT; ++r) {
       const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
-      isum[r][0] = DotBytes<kSigned>(isum[r][0], lo, _mm256_set1_epi32(a[g]));
-      isum[r][kSub - 1] = DotBytes<kSigned>(isum[r][kSub - 1], hi, _mm256_set1_epi32(a[g + 4]));
+      if constexpr (kSigned) {
+        isum[r][0] = DotBytes<true>(isum[r][0], lo, _mm256_set1_epi32(a[g]));
+        isum[r][kSub - 1] = DotBytes<true>(isum[r][kSub - 1], hi, _mm256_set1_epi32(a[g + 4]));
+      } else {
+        const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a[g]));
+        const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a[g + 4]));
+        if constexpr (kSub == 1) {
+          const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
+          acc16[r][0] = in_run == 0 ? pair : _mm256_add_epi16(acc16[r][0], pair);
+        } else {
+          acc16[r][0] = in_run == 0 ? p_lo : _mm256_add_epi16(acc16[r][0], p_lo);
+          acc16[r][1] = in_run == 0 ? p_hi : _mm256_add_epi16(acc16[r][1], p_hi);
+        }
+      }
+    }
+    if constexpr (!kSigned) {
+      in_run += kLanesPerLoad;
+      if (in_run + kLanesPerLoad > kRun || g == 3) {
+        for (int r = 0; r < MT; ++r) {
+          for (int s = 0; s < kSub; ++s) {
+            isum[r][s] = _mm256_add_epi32(isum[r][s], _mm256_madd_epi16(acc16[r][s], ones));
+          }
+        }
+        in_run = 0;
+      }
     }
   }
 }
@@ -432,7 +473,60 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
       MinItemsPerThread(16 * m * k));
 }
 
+inline __m256 Load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 Load8(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+
+// q . k over n (a multiple of 8) in 8 lanes, then the lanes in one fixed order.
+template <typename KvT>
+inline float Dot(const float* q, const KvT* k, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int d = 0; d < n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(k + d), acc);
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+template <typename KvT>
+void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+                float* scores, float* out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int32_t t = 0; t < n_compute; ++t) {
+    const bool visible = t < n_visible && (mask == nullptr || mask[t] != 0);
+    const float dot = Dot(q, k + t * kv_stride, head_dim);
+    scores[t] = visible ? dot * scale : -std::numeric_limits<float>::infinity();
+    max = std::max(max, scores[t]);
+  }
+  float sum = 0.0f;
+  for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
+  std::fill(out, out + head_dim, 0.0f);
+  for (int32_t t = 0; t < n_visible; ++t) {
+    if (scores[t] == 0.0f) continue;  // masked (or underflowed): adds exactly nothing
+    const __m256 s = _mm256_set1_ps(scores[t]);
+    const KvT* vt = v + t * kv_stride;
+    for (int d = 0; d < head_dim; d += 8) {
+      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(s, Load8(vt + d), _mm256_loadu_ps(out + d)));
+    }
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
 }  // namespace
+
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
+}
+
+void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
+}
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {

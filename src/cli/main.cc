@@ -65,6 +65,8 @@ int RunTrainExecutable(int argc, char** argv) {
 }
 
 // EasySpec's drafting flags, shared by generate, serve and bench spec.
+void AddLoraFlags(CLI::App* app, specd::WeightFlags* flags);
+
 void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
   app->add_option("--weights", flags->weights,
                   "convert the models' matrices at load: i8 (int8 per output row, activations "
@@ -82,6 +84,10 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
                   "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
                   "prose, code and chat)")
       ->check(CLI::ExistingFile);
+  AddLoraFlags(app, flags);
+}
+
+void AddLoraFlags(CLI::App* app, specd::WeightFlags* flags) {
   // llama.cpp's spellings: --lora FILE (repeatable), --lora-scaled FILE SCALE.
   app->add_option_function<std::vector<std::string>>(
          "--lora",
@@ -388,6 +394,7 @@ int main(int argc, char** argv) {
       ->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
                    "matmul of i8 weights: auto, specd or onednn")
       ->check(CLI::IsMember({"auto", "specd", "onednn"}));
+  AddLoraFlags(bench_forward, &fwd.weight_flags);
 
   bench::AttentionBenchOptions ab;
   auto* bench_attention = bench->add_subcommand(

@@ -134,15 +134,36 @@ LowRankTerm MakeLowRankTerm(const LoraUpdate& update) {
   return term;
 }
 
-void AddLowRank(const KernelContext& ctx, const std::vector<LowRankTerm>& terms, const float* x,
-                int64_t m, float* y, int64_t y_stride, LowRankScratch* scratch) {
-  for (const LowRankTerm& term : terms) {
-    scratch->t.Resize(m * term.rank);  // [m, rank]
-    Matmul(ctx, x, m, term.a, scratch->t.data(), &scratch->matmul);
-    for (int64_t i = 0; i < m * term.rank; ++i) scratch->t[i] *= term.s;
-    AddLowRankProduct(ctx, scratch->t.data(), m, term.rank, term.bt_type, term.bt, term.rows, y,
-                      y_stride);
+void AddLowRank(const KernelContext& ctx, std::initializer_list<LowRankJob> jobs, const float* x,
+                int64_t m, LowRankScratch* scratch) {
+  bool any = false;
+  for (const LowRankJob& job : jobs) any = any || !job.terms->empty();
+  if (!any || m <= 0) return;
+  const int n_threads = ctx.pool->size();
+  while (static_cast<int>(scratch->threads.size()) < n_threads) {
+    scratch->threads.push_back({std::make_unique<ThreadPool>(1), {}, {}});
   }
+  ctx.pool->RunOnAll([&](int thread) {
+    LowRankScratch::PerThread& own = scratch->threads[thread];
+    const KernelContext solo{own.solo.get(), ctx.cpu, ctx.int8_backend, ctx.onednn_min_rows};
+    for (const LowRankJob& job : jobs) {
+      for (const LowRankTerm& term : *job.terms) {
+        // Every thread forms A x (small), then adds B t to its share of the output blocks.
+        own.t.Resize(m * term.rank);  // [m, rank]
+        Matmul(solo, x, m, term.a, own.t.data(), &own.matmul);
+        for (int64_t i = 0; i < m * term.rank; ++i) own.t[i] *= term.s;
+        const int64_t blocks = (term.rows + kLowRankBlock - 1) / kLowRankBlock;
+        const int64_t b0 = blocks * thread / n_threads, b1 = blocks * (thread + 1) / n_threads;
+        if (b0 == b1) continue;
+        const int64_t o0 = b0 * kLowRankBlock;
+        const int64_t n = std::min(term.rows, b1 * kLowRankBlock) - o0;
+        const int64_t element_bytes = term.bt_type == DType::kF16 ? 2 : 4;
+        const void* bt = static_cast<const uint8_t*>(term.bt) + o0 * term.rank * element_bytes;
+        AddLowRankProduct(solo, own.t.data(), m, term.rank, term.bt_type, bt, n, job.y + o0,
+                          job.y_stride);
+      }
+    }
+  });
 }
 
 const float* EmbeddingDelta::Find(int32_t token) const {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,16 +56,29 @@ struct LowRankTerm {
 };
 LowRankTerm MakeLowRankTerm(const LoraUpdate& update);
 
-// Buffers of AddLowRank, reused across calls.
+// Buffers of AddLowRank, reused across calls: one set per thread of the pool.
 struct LowRankScratch {
-  AlignedBuffer<float> t;  // [m, rank]
-  MatmulScratch matmul;
+  struct PerThread {
+    std::unique_ptr<ThreadPool> solo;  // a one-thread pool: kernels called inside RunOnAll
+    AlignedBuffer<float> t;            // [m, rank]
+    MatmulScratch matmul;
+  };
+  std::vector<PerThread> threads;
 };
 
-// y[i, 0..rows) += sum over terms of s B (A x[i]) for the m rows of x ([m, cols]); y's rows are
-// y_stride floats apart (a slice of a stacked output).
-void AddLowRank(const KernelContext& ctx, const std::vector<LowRankTerm>& terms, const float* x,
-                int64_t m, float* y, int64_t y_stride, LowRankScratch* scratch);
+// The run-time terms of one matrix and where its output goes: y's rows are y_stride floats apart
+// (a slice of a stacked output).
+struct LowRankJob {
+  const std::vector<LowRankTerm>* terms;
+  float* y;
+  int64_t y_stride;
+};
+
+// y[i, 0..rows) += sum over each job's terms of s B (A x[i]) for the m rows of x ([m, cols]),
+// for matrices that read the same input (q / k / v, gate / up): one parallel region, each thread
+// computing every A x and its share of the outputs of B t.
+void AddLowRank(const KernelContext& ctx, std::initializer_list<LowRankJob> jobs, const float* x,
+                int64_t m, LowRankScratch* scratch);
 
 // A token_embd update that touches few rows, kept as those rows' deltas [n, n_embd]: added to
 // the looked-up row and, for tied embeddings, to the head's logits (x . delta), which is what

@@ -479,7 +479,7 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
 
 void Model::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits) {
   const int64_t n_vocab = config_.n_vocab;
-  AddLowRank(ctx, output_lora_, x, n_out, logits, n_vocab, &lora_scratch_);
+  AddLowRank(ctx, {{&output_lora_, logits, n_vocab}}, x, n_out, &lora_scratch_);
   if (!config_.tied_embeddings) return;
   const EmbeddingDelta& e = embedding_lora_;
   for (int64_t o = 0; o < n_out; ++o) {
@@ -868,9 +868,11 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
     Matmul(ctx, s.xb.data(), m, l.wk, s.k.data(), &s.matmul);
     Matmul(ctx, s.xb.data(), m, l.wv, s.v.data(), &s.matmul);
   }
-  AddLowRank(ctx, l.lora[kLoraQ], s.xb.data(), m, s.q.data(), q_dim, &s.lora);
-  AddLowRank(ctx, l.lora[kLoraK], s.xb.data(), m, s.k.data(), kv_dim, &s.lora);
-  AddLowRank(ctx, l.lora[kLoraV], s.xb.data(), m, s.v.data(), kv_dim, &s.lora);
+  AddLowRank(ctx,
+             {{&l.lora[kLoraQ], s.q.data(), q_dim},
+              {&l.lora[kLoraK], s.k.data(), kv_dim},
+              {&l.lora[kLoraV], s.v.data(), kv_dim}},
+             s.xb.data(), m, &s.lora);
   mark(ForwardProfile::kQkv);
   if (c.qk_norm) {  // per head: rows of head_dim values
     RmsNorm(s.q.data(), l.q_norm.data(), s.q.data(), m * c.n_head, c.head_dim, c.rms_eps);
@@ -907,7 +909,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   if (maxima_ != nullptr) RecordMax(s.att.data(), m, q_dim, &maxima_->wo_in[il]);
   mark(ForwardProfile::kAttention);
   Matmul(ctx, s.att.data(), m, l.wo, s.out.data(), &s.matmul);
-  AddLowRank(ctx, l.lora[kLoraO], s.att.data(), m, s.out.data(), d, &s.lora);
+  AddLowRank(ctx, {{&l.lora[kLoraO], s.out.data(), d}}, s.att.data(), m, &s.lora);
   mark(ForwardProfile::kAttnOut);
   if (c.post_norms) RmsNorm(s.out.data(), l.post_attn_norm.data(), s.out.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kResidual);
@@ -931,9 +933,10 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   if (ctx.cpu.packed_kernels() && l.w_gate_up.packed != nullptr) {
     stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
     Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
-    AddLowRank(ctx, l.lora[kLoraGate], xb_.data(), m, stacked_.data(), 2 * c.n_ff, &lora_scratch_);
-    AddLowRank(ctx, l.lora[kLoraUp], xb_.data(), m, stacked_.data() + c.n_ff, 2 * c.n_ff,
-               &lora_scratch_);
+    AddLowRank(ctx,
+               {{&l.lora[kLoraGate], stacked_.data(), 2 * c.n_ff},
+                {&l.lora[kLoraUp], stacked_.data() + c.n_ff, 2 * c.n_ff}},
+               xb_.data(), m, &lora_scratch_);
     for (int64_t r = 0; r < m; ++r) {
       const float* row = stacked_.data() + r * 2 * c.n_ff;
       glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
@@ -941,8 +944,9 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   } else {
     Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
     Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
-    AddLowRank(ctx, l.lora[kLoraGate], xb_.data(), m, gate_.data(), c.n_ff, &lora_scratch_);
-    AddLowRank(ctx, l.lora[kLoraUp], xb_.data(), m, up_.data(), c.n_ff, &lora_scratch_);
+    AddLowRank(ctx,
+               {{&l.lora[kLoraGate], gate_.data(), c.n_ff}, {&l.lora[kLoraUp], up_.data(), c.n_ff}},
+               xb_.data(), m, &lora_scratch_);
     glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
   }
   if (maxima_ != nullptr) {
@@ -951,7 +955,7 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   }
   mark(ForwardProfile::kGateUp);
   Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
-  AddLowRank(ctx, l.lora[kLoraDown], gate_.data(), m, ffn_.data(), d, &lora_scratch_);
+  AddLowRank(ctx, {{&l.lora[kLoraDown], ffn_.data(), d}}, gate_.data(), m, &lora_scratch_);
   mark(ForwardProfile::kDown);
   if (c.post_norms) RmsNorm(ffn_.data(), l.post_ffn_norm.data(), ffn_.data(), m, d, c.rms_eps);
   for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];

@@ -73,6 +73,25 @@ struct PackedInt8Weights {
 // Whether PackInt8 takes weights of this type (every quantized type; not f32 / f16 / bf16).
 bool IsPackable(DType t);
 
+// The layouts of packed weights the int8 kernels (AVX-512 and AVX2) have code for, named by
+// the types that pack into them. kBlock: one f16 scale per 32, no mins (bytes: q8_0; nibbles:
+// q4_0; nibbles + 1 plane: q5_0); the rest take the general tile (mins, f32 or K-quant scales,
+// 16-value sub-blocks); i8 (row scales) has its own tile and is not listed.
+enum class PackedLayout {
+  kBlockBytes,
+  kBlockNibbles,
+  kBlockNibbles5,
+  kQ4_1,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ3_K,
+  kQ2_K
+};
+// The layout of w (not i8); an Error for a combination no kernel has.
+PackedLayout LayoutOf(const PackedInt8Weights& w);
+
 // A weight matrix [rows, cols] in storage type `type`, rows contiguous: y = x W^T.
 struct WeightView {
   DType type = DType::kF32;

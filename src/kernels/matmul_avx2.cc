@@ -370,86 +370,52 @@ void GeneralRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* d
 }
 
 RangeFn RangeFor(const PackedInt8Weights& w) {
-  const bool sub16 = w.sub_blocks == 2;
-  const int scales = w.k_scales ? kScalesK : w.f32_scales ? kScalesF32 : kScalesF16;
-  if (!w.has_mins && !w.f32_scales && !w.k_scales && !sub16) {
-    if (!w.nibbles) {
+  switch (LayoutOf(w)) {
+    case PackedLayout::kBlockBytes:
       SPECD_CHECK(w.offset == 128, "avx2 packed matmul: bytes with offset ", w.offset);
       return PackedRangeFn<false, 0, true>;
-    }
-    if (w.high_planes == 0) return PackedRangeFn<true, 0, false>;
-    if (w.high_planes == 1) return PackedRangeFn<true, 1, false>;
-  }
-  struct Layout {
-    bool nibbles;
-    int planes;
-    bool sub16, mins;
-    int scales;
-    RangeFn fn;
-  };
-  static constexpr Layout kLayouts[] = {
-      {true, 0, false, true, kScalesF16, GeneralRangeFn<true, 0, false, true, kScalesF16>},  // q4_1
-      {true, 1, false, true, kScalesF16, GeneralRangeFn<true, 1, false, true, kScalesF16>},  // q5_1
-      {true, 0, false, true, kScalesK, GeneralRangeFn<true, 0, false, true, kScalesK>},      // q4_K
-      {true, 1, false, true, kScalesK, GeneralRangeFn<true, 1, false, true, kScalesK>},      // q5_K
-      {false, 0, true, false, kScalesF32,
-       GeneralRangeFn<false, 0, true, false, kScalesF32>},                                   // q6_K
-      {true, 0, true, false, kScalesF32, GeneralRangeFn<true, 0, true, false, kScalesF32>},  // q3_K
-      {true, 0, true, true, kScalesF32, GeneralRangeFn<true, 0, true, true, kScalesF32>},    // q2_K
-  };
-  for (const Layout& l : kLayouts) {
-    if (l.nibbles == w.nibbles && l.planes == w.high_planes && l.sub16 == sub16 &&
-        l.mins == w.has_mins && l.scales == scales) {
-      return l.fn;
-    }
+    case PackedLayout::kBlockNibbles:
+      return PackedRangeFn<true, 0, false>;
+    case PackedLayout::kBlockNibbles5:
+      return PackedRangeFn<true, 1, false>;
+    case PackedLayout::kQ4_1:
+      return GeneralRangeFn<true, 0, false, true, kScalesF16>;
+    case PackedLayout::kQ5_1:
+      return GeneralRangeFn<true, 1, false, true, kScalesF16>;
+    case PackedLayout::kQ4_K:
+      return GeneralRangeFn<true, 0, false, true, kScalesK>;
+    case PackedLayout::kQ5_K:
+      return GeneralRangeFn<true, 1, false, true, kScalesK>;
+    case PackedLayout::kQ6_K:
+      return GeneralRangeFn<false, 0, true, false, kScalesF32>;
+    case PackedLayout::kQ3_K:
+      return GeneralRangeFn<true, 0, true, false, kScalesF32>;
+    case PackedLayout::kQ2_K:
+      return GeneralRangeFn<true, 0, true, true, kScalesF32>;
   }
   Fail("avx2 packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
 
-// reference::Int8Activations's bits for one block of 32: d = amax / 127, q = x / d rounded half
-// to even and saturated; returns the sum of the 16 values of each half.
-void QuantizeBlock(const float* x, int8_t* q, float* d, int32_t* sum0, int32_t* sum1) {
-  __m256 amax = _mm256_setzero_ps();
+// max |x| over n floats (a multiple of 8).
+float AbsMax(const float* x, int64_t n) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  for (int j = 0; j < 32; j += 8)
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += 8) {
     amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+  }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, amax);
   float m = lanes[0];
   for (int j = 1; j < 8; ++j) m = std::max(m, lanes[j]);
-  *d = m / 127.0f;
-  const __m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
-  int32_t sums[2] = {0, 0};
-  for (int j = 0; j < 32; j += 8) {
-    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
-    v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(-128));
-    alignas(32) int32_t values[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(values), v);
-    for (int e = 0; e < 8; ++e) {
-      q[j + e] = static_cast<int8_t>(values[e]);
-      sums[j / 16] += values[e];
-    }
-  }
-  *sum0 = sums[0];
-  *sum1 = sums[1];
+  return m;
 }
 
-// reference::QuantizeActivationsPerRow's bits for one row; returns the sum of its values.
-int32_t QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 amax = _mm256_setzero_ps();
-  for (int64_t j = 0; j < k; j += 8) {
-    amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, amax);
-  float m = lanes[0];
-  for (int j = 1; j < 8; ++j) m = std::max(m, lanes[j]);
-  *d = m / 127.0f;
-  const __m256 id = _mm256_set1_ps(*d != 0.0f ? 1.0f / *d : 0.0f);
+// q = x * id rounded half to even and saturated to int8, for n floats (a multiple of 8); returns
+// the sum of the q.
+int32_t QuantizeSpan(const float* x, int64_t n, float id, int8_t* q) {
   int32_t sum = 0;
-  for (int64_t j = 0; j < k; j += 8) {
-    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+  for (int64_t j = 0; j < n; j += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(id)));
     v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(-128));
     alignas(32) int32_t values[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(values), v);
@@ -459,6 +425,21 @@ int32_t QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
     }
   }
   return sum;
+}
+
+// reference::Int8Activations's bits for one block of 32: d = amax / 127, q = x / d rounded half
+// to even and saturated; the sums of its two halves of 16.
+void QuantizeBlock(const float* x, int8_t* q, float* d, int32_t* sum0, int32_t* sum1) {
+  *d = AbsMax(x, 32) / 127.0f;
+  const float id = *d != 0.0f ? 1.0f / *d : 0.0f;
+  *sum0 = QuantizeSpan(x, 16, id, q);
+  *sum1 = QuantizeSpan(x + 16, 16, id, q + 16);
+}
+
+// reference::QuantizeActivationsPerRow's bits for one row (k a multiple of 8).
+void QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
+  *d = AbsMax(x, k) / 127.0f;
+  QuantizeSpan(x, k, *d != 0.0f ? 1.0f / *d : 0.0f, q);
 }
 
 void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,

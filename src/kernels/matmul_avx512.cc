@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -469,35 +469,26 @@ constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
     PackedTileGeneral<7, kNibbles, kPlanes, kSub16, kMins, kF32>,
     PackedTileGeneral<8, kNibbles, kPlanes, kSub16, kMins, kF32>};
 
-// The tiles for a packed format, or nullptr for the formats PackedTile handles.
+// The tiles for a packed layout, or nullptr for the layouts PackedTile handles.
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
-  if (!w.has_mins && !w.f32_scales && !w.k_scales && w.sub_blocks == 1) return nullptr;
-  const bool sub16 = w.sub_blocks == 2;
-  const int scales = w.k_scales ? kScalesK : w.f32_scales ? kScalesF32 : kScalesF16;
-  struct Layout {
-    bool nibbles;
-    int planes;
-    bool sub16, mins;
-    int scales;
-    const GeneralTileFn* tiles;
-  };
-  static constexpr Layout kLayouts[] = {
-      {true, 0, false, true, kScalesF16, kGeneralTiles<true, 0, false, true, kScalesF16>},  // q4_1
-      {true, 1, false, true, kScalesF16, kGeneralTiles<true, 1, false, true, kScalesF16>},  // q5_1
-      {true, 0, false, true, kScalesK, kGeneralTiles<true, 0, false, true, kScalesK>},      // q4_K
-      {true, 1, false, true, kScalesK, kGeneralTiles<true, 1, false, true, kScalesK>},      // q5_K
-      {false, 0, true, false, kScalesF32,
-       kGeneralTiles<false, 0, true, false, kScalesF32>},                                   // q6_K
-      {true, 0, true, false, kScalesF32, kGeneralTiles<true, 0, true, false, kScalesF32>},  // q3_K
-      {true, 0, true, true, kScalesF32, kGeneralTiles<true, 0, true, true, kScalesF32>},    // q2_K
-  };
-  for (const Layout& l : kLayouts) {
-    if (l.nibbles == w.nibbles && l.planes == w.high_planes && l.sub16 == sub16 &&
-        l.mins == w.has_mins && l.scales == scales) {
-      return l.tiles;
-    }
+  switch (LayoutOf(w)) {
+    case PackedLayout::kQ4_1:
+      return kGeneralTiles<true, 0, false, true, kScalesF16>;
+    case PackedLayout::kQ5_1:
+      return kGeneralTiles<true, 1, false, true, kScalesF16>;
+    case PackedLayout::kQ4_K:
+      return kGeneralTiles<true, 0, false, true, kScalesK>;
+    case PackedLayout::kQ5_K:
+      return kGeneralTiles<true, 1, false, true, kScalesK>;
+    case PackedLayout::kQ6_K:
+      return kGeneralTiles<false, 0, true, false, kScalesF32>;
+    case PackedLayout::kQ3_K:
+      return kGeneralTiles<true, 0, true, false, kScalesF32>;
+    case PackedLayout::kQ2_K:
+      return kGeneralTiles<true, 0, true, true, kScalesF32>;
+    default:
+      return nullptr;
   }
-  Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
 
 // The order every packed range walks its work in: row groups [g0, g1) in chunks of 4 (their
@@ -521,9 +512,8 @@ void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const 
   const int64_t nb = w.cols / 32;
   ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
-    tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
-                  w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0,
-                  std::min<int64_t>(16, w.rows - n0));
+    tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(), w.offset,
+                  aq, da, asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
   });
 }
 
@@ -533,9 +523,9 @@ void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
   const int64_t nb = w.cols / 32;
   ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
-    kPackedTiles<kNibbles, kPlanes>[mt - 1](w.data.data() + g * w.GroupBytes(), nb,
-                                            w.BlockBytes(), aq, da, acorr, w.cols, m0, y, w.rows,
-                                            n0, std::min<int64_t>(16, w.rows - n0));
+    kPackedTiles<kNibbles, kPlanes>[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(),
+                                            aq, da, acorr, w.cols, m0, y, w.rows, n0,
+                                            std::min<int64_t>(16, w.rows - n0));
   });
 }
 
@@ -565,7 +555,8 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
   const __m512 scale = _mm512_loadu_ps(reinterpret_cast<const float*>(group + nb * 512));
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
   for (int r = 0; r < MT; ++r) {
-    for (int c = 1; c < kChains; ++c) isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
+    for (int c = 1; c < kChains; ++c)
+      isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
     const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r][0][0]), scale);
     _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask,
                           _mm512_mul_ps(t, _mm512_set1_ps(da[m0 + r])));
@@ -669,7 +660,8 @@ void QuantizeActivationsPerRow(const float* x, int64_t m, int64_t k, int8_t* q, 
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * k;
     __m512 amax = _mm512_setzero_ps();
-    for (int64_t j = 0; j < k; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xi + j)));
+    for (int64_t j = 0; j < k; j += 16)
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xi + j)));
     d[i] = _mm512_reduce_max_ps(amax) / 127.0f;
     const __m512 id = _mm512_set1_ps(d[i] != 0.0f ? 1.0f / d[i] : 0.0f);
     __m512i s = _mm512_setzero_si512();

@@ -360,4 +360,38 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
   return true;
 }
 
+PackedLayout LayoutOf(const PackedInt8Weights& w) {
+  const bool sub16 = w.sub_blocks == 2;
+  if (!w.has_mins && !w.f32_scales && !w.k_scales && !sub16) {
+    if (!w.nibbles && w.high_planes == 0) return PackedLayout::kBlockBytes;
+    if (w.nibbles && w.high_planes == 0) return PackedLayout::kBlockNibbles;
+    if (w.nibbles && w.high_planes == 1) return PackedLayout::kBlockNibbles5;
+  }
+  enum Scales { kF16, kF32, kK };  // header scales as f16, as f32, or K-quant bytes + trailer
+  const Scales scales = w.k_scales ? kK : w.f32_scales ? kF32 : kF16;
+  struct Shape {
+    bool nibbles;
+    int planes;
+    bool sub16, mins;
+    Scales scales;
+    PackedLayout layout;
+  };
+  static constexpr Shape kShapes[] = {
+      {true, 0, false, true, kF16, PackedLayout::kQ4_1},
+      {true, 1, false, true, kF16, PackedLayout::kQ5_1},
+      {true, 0, false, true, kK, PackedLayout::kQ4_K},
+      {true, 1, false, true, kK, PackedLayout::kQ5_K},
+      {false, 0, true, false, kF32, PackedLayout::kQ6_K},
+      {true, 0, true, false, kF32, PackedLayout::kQ3_K},
+      {true, 0, true, true, kF32, PackedLayout::kQ2_K},
+  };
+  for (const Shape& shape : kShapes) {
+    if (shape.nibbles == w.nibbles && shape.planes == w.high_planes && shape.sub16 == sub16 &&
+        shape.mins == w.has_mins && shape.scales == scales) {
+      return shape.layout;
+    }
+  }
+  Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
+}
+
 }  // namespace specd

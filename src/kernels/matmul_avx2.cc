@@ -163,7 +163,7 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      PrefetchAhead(blk, block_bytes);
+      if (h == 0) PrefetchAhead(blk, block_bytes);  // half 1 reads the same lines
       __m256i isum[MT][1];
       for (int r = 0; r < MT; ++r) {
         isum[r][0] = _mm256_set1_epi32(kSigned ? 0 : acorr[(m0 + r) * nb + b]);
@@ -196,7 +196,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      PrefetchAhead(blk, block_bytes);
+      if (h == 0) PrefetchAhead(blk, block_bytes);  // half 1 reads the same lines
       __m256i isum[MT][kSub];
       for (int r = 0; r < MT; ++r) {
         const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
@@ -268,7 +268,7 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
     for (int r = 0; r < MT; ++r) isum[r][0] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* values = group + b * 512;
-      PrefetchAhead(values, 512);
+      if (h == 0) PrefetchAhead(values, 512);
       DotBlockHalf<MT, 1, false, 0, true>(values, h, aq, k, m0, b, isum);
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);

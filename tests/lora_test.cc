@@ -214,6 +214,32 @@ TEST(Lora, CoarseMatricesKeepTheirTypeAndTheForwardStaysBatchInvariant) {
   EXPECT_GT(testing::RelativeError(batched, Logits(base, {}, kTokens)), 1e-2);
 }
 
+// A file stored in i8 (specd quantize --type i8) takes an adapter at run time; merging into its
+// matrices is refused by name.
+TEST(Lora, I8FilesTakeAdaptersAtRunTimeOnly) {
+  const std::string source = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string path = testing::TempDir() + "/lora-tiny-i8.gguf";
+  const testing::CliRun run = testing::RunSpecd("quantize " + source + " " + path + " --type i8");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const ModelConfig c = Model::Load(path)->config();
+  const std::string adapter = WriteAdapter("adapter_for_i8", SomePairs(c), 4.0f);
+  ModelLoadOptions options;
+  options.lora = {{adapter, 1.0f}};
+  EXPECT_EQ(Model::Load(path, nullptr, options)->MatrixType(), DType::kI8);
+  EXPECT_GT(
+      testing::RelativeError(Logits(path, {{adapter, 1.0f}}, kTokens), Logits(path, {}, kTokens)),
+      1e-2);
+  options.lora_apply = LoraApply::kMerge;
+  try {
+    Model::Load(path, nullptr, options);
+    ADD_FAILURE() << "merging into i8 matrices loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot merge a LoRA into the i8 matrix"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Lora, QuantizedMatricesAreMergedInTheirOwnTypeAndUntouchedRowsKeepTheirBytes) {
   const std::string base = testing::TinyModel("tiny", DType::kQ8_0);
   const ModelConfig c = Model::Load(base)->config();

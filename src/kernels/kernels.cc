@@ -227,27 +227,20 @@ void AddLowRankProduct(const KernelContext& ctx, const float* t, int64_t m, int6
   SPECD_CHECK(b_type == DType::kF32 || b_type == DType::kF16,
               "low-rank product: B must be f32 or f16, not ", DTypeName(b_type));
   constexpr int64_t kBlock = kLowRankBlock;
-  std::vector<float> converted(b_type == DType::kF16 ? rank * kBlock : 0);  // [rank, kBlock]
-  float acc[kBlock];
+  float converted[kBlock];  // one row of an f16 block as floats
   for (int64_t o0 = 0; o0 < n; o0 += kBlock) {
     const int len = static_cast<int>(std::min(kBlock, n - o0));
-    const float* block = nullptr;  // [rank, kBlock]
-    if (b_type == DType::kF32) {
-      block = static_cast<const float*>(b) + o0 * rank;
-    } else {
-      const uint16_t* halves = static_cast<const uint16_t*>(b) + o0 * rank;
-      const int count = static_cast<int>(rank * kBlock);
-      if (ctx.cpu.f16c) {
-        HalfsToFloatsF16c(halves, converted.data(), count);
+    for (int64_t k = 0; k < rank; ++k) {
+      const int64_t at = o0 * rank + k * kBlock;  // row k of this block
+      const float* row = converted;
+      if (b_type == DType::kF32) {
+        row = static_cast<const float*>(b) + at;
+      } else if (ctx.cpu.f16c) {
+        HalfsToFloatsF16c(static_cast<const uint16_t*>(b) + at, converted, len);
       } else {
-        HalfsToFloats(halves, converted.data(), count);
+        HalfsToFloats(static_cast<const uint16_t*>(b) + at, converted, len);
       }
-      block = converted.data();
-    }
-    for (int64_t i = 0; i < m; ++i) {
-      std::fill_n(acc, len, 0.0f);
-      for (int64_t k = 0; k < rank; ++k) AddScaled(t[i * rank + k], block + k * kBlock, acc, len);
-      AddScaled(1.0f, acc, y + i * y_stride + o0, len);
+      for (int64_t i = 0; i < m; ++i) AddScaled(t[i * rank + k], row, y + i * y_stride + o0, len);
     }
   }
 }

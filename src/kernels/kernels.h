@@ -163,8 +163,8 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
 // y[i, o] += sum_k t[i, k] B[o, k] for i < m, o < n: a LoRA's second product. B is stored
 // transposed in blocks of kLowRankBlock outputs, so that a block's rank rows are contiguous:
 // b[(o / kLowRankBlock) * rank * kLowRankBlock + k * kLowRankBlock + o % kLowRankBlock], the last
-// block padded with zeros; f32 or f16. Each element sums over k in order, so a row's result does
-// not depend on m. y's rows are y_stride floats apart (a slice of a stacked output).
+// block padded with zeros; f32 or f16. Each element adds its k terms in order, so a row's result
+// does not depend on m. y's rows are y_stride floats apart (a slice of a stacked output).
 inline constexpr int64_t kLowRankBlock = 256;
 void AddLowRankProduct(const KernelContext& ctx, const float* t, int64_t m, int64_t rank,
                        DType b_type, const void* b, int64_t n, float* y, int64_t y_stride);

@@ -92,32 +92,28 @@ int64_t LoraUpdate::CountTouchedRows() const {
 namespace {
 
 // A [rows, cols] matrix of floats as a WeightView over bytes it keeps in `bytes`: f16 when
-// `f16` (the caller knows the values are halves), else f32.
-WeightView HoldMatrix(const std::vector<float>& values, int64_t rows, int64_t cols, bool f16,
-                      std::vector<uint8_t>* bytes) {
-  WeightView w;
-  w.type = f16 ? DType::kF16 : DType::kF32;
-  w.rows = rows;
-  w.cols = cols;
-  bytes->resize(values.size() * (f16 ? 2 : 4));
-  if (f16) {
-    auto* out = reinterpret_cast<uint16_t*>(bytes->data());
+// `type` (f16 only when the caller knows the values are halves, or f32).
+std::vector<uint8_t> HoldValues(const std::vector<float>& values, DType type) {
+  std::vector<uint8_t> bytes(values.size() * (type == DType::kF16 ? 2 : 4));
+  if (type == DType::kF16) {
+    auto* out = reinterpret_cast<uint16_t*>(bytes.data());
     for (size_t i = 0; i < values.size(); ++i) out[i] = Fp32ToFp16(values[i]);
   } else {
-    std::memcpy(bytes->data(), values.data(), bytes->size());
+    std::memcpy(bytes.data(), values.data(), bytes.size());
   }
-  w.data = bytes->data();
-  return w;
+  return bytes;
 }
 
 }  // namespace
 
 LowRankTerm MakeLowRankTerm(const LoraUpdate& update) {
   LowRankTerm term;
+  term.type = update.stored_f16 ? DType::kF16 : DType::kF32;
   term.rank = update.rank;
   term.rows = update.rows;
+  term.cols = update.cols;
   term.s = update.s;
-  term.a = HoldMatrix(update.right, update.rank, update.cols, update.stored_f16, &term.a_bytes);
+  term.a_bytes = HoldValues(update.right, term.type);
   // [blocks, rank, kLowRankBlock], zero-padded: AddLowRankProduct's layout of B.
   const int64_t blocks = (update.rows + kLowRankBlock - 1) / kLowRankBlock;
   std::vector<float> blocked(blocks * update.rank * kLowRankBlock, 0.0f);
@@ -127,10 +123,7 @@ LowRankTerm MakeLowRankTerm(const LoraUpdate& update) {
               r % kLowRankBlock] = update.left[r * update.rank + k];
     }
   }
-  const WeightView bt =
-      HoldMatrix(blocked, blocks * update.rank, kLowRankBlock, update.stored_f16, &term.bt_bytes);
-  term.bt_type = bt.type;
-  term.bt = bt.data;
+  term.bt_bytes = HoldValues(blocked, term.type);
   return term;
 }
 
@@ -150,16 +143,16 @@ void AddLowRank(const KernelContext& ctx, std::initializer_list<LowRankJob> jobs
       for (const LowRankTerm& term : *job.terms) {
         // Every thread forms A x (small), then adds B t to its share of the output blocks.
         own.t.Resize(m * term.rank);  // [m, rank]
-        Matmul(solo, x, m, term.a, own.t.data(), &own.matmul);
+        Matmul(solo, x, m, term.A(), own.t.data(), &own.matmul);
         for (int64_t i = 0; i < m * term.rank; ++i) own.t[i] *= term.s;
         const int64_t blocks = (term.rows + kLowRankBlock - 1) / kLowRankBlock;
         const int64_t b0 = blocks * thread / n_threads, b1 = blocks * (thread + 1) / n_threads;
         if (b0 == b1) continue;
         const int64_t o0 = b0 * kLowRankBlock;
         const int64_t n = std::min(term.rows, b1 * kLowRankBlock) - o0;
-        const int64_t element_bytes = term.bt_type == DType::kF16 ? 2 : 4;
-        const void* bt = static_cast<const uint8_t*>(term.bt) + o0 * term.rank * element_bytes;
-        AddLowRankProduct(solo, own.t.data(), m, term.rank, term.bt_type, bt, n, job.y + o0,
+        const int64_t element_bytes = term.type == DType::kF16 ? 2 : 4;
+        const uint8_t* bt = term.bt_bytes.data() + o0 * term.rank * element_bytes;
+        AddLowRankProduct(solo, own.t.data(), m, term.rank, term.type, bt, n, job.y + o0,
                           job.y_stride);
       }
     }

@@ -46,12 +46,13 @@ struct LoraUpdate {
 // when it was f16, else f32). A x runs through Matmul and B t through AddLowRankProduct, both
 // batch invariant (a row's result does not depend on the batch: greedy speculation needs it).
 struct LowRankTerm {
-  std::vector<uint8_t> a_bytes, bt_bytes;
-  WeightView a;                 // [rank, cols]
-  DType bt_type = DType::kF32;  // f32 or f16
-  const void* bt = nullptr;     // B transposed in blocks (see AddLowRankProduct)
-  int64_t rank = 0, rows = 0;
+  DType type = DType::kF32;  // of both factors: f32 or f16
+  int64_t rank = 0, rows = 0, cols = 0;
   float s = 1.0f;
+  std::vector<uint8_t> a_bytes;   // A [rank, cols]
+  std::vector<uint8_t> bt_bytes;  // B transposed in blocks (see AddLowRankProduct)
+
+  WeightView A() const { return WeightView{type, a_bytes.data(), rank, cols}; }
   int64_t Bytes() const { return static_cast<int64_t>(a_bytes.size() + bt_bytes.size()); }
 };
 LowRankTerm MakeLowRankTerm(const LoraUpdate& update);

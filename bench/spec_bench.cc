@@ -15,6 +15,7 @@
 #include "bench/machine.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
@@ -129,8 +130,9 @@ void RunSpecBench(const SpecBenchOptions& o) {
     if (o.spec_type == "ngram") {
       return GenerateWithProposer(*target, ctx, *target_kv, lookup, request, options, stats);
     }
-    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention, options.draft);
-    CombinedProposer both(lookup, draft_proposer);
+    const auto draft_proposer =
+        MakeModelProposer(*target, *draft, *draft_kv, ctx, request.attention, options.draft);
+    CombinedProposer both(lookup, *draft_proposer);
     return GenerateWithProposer(*target, ctx, *target_kv, both, request, options, stats);
   };
 

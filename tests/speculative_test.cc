@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
@@ -200,6 +201,7 @@ struct DistributionCase {
   bool sdsat_merged = false;     // ... on every verification, not only steps without drafts
   int sdsat_tree_nodes = 0;      // ... drafting trees (depth 2, width 3) of draft_max nodes
   int n_predict = 4;             // tokens per sequence (tokens 2 and 3 are counted)
+  bool eagle = false;            // an EAGLE head (micro-shaped, random) drafts from features
 };
 
 // EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
@@ -230,6 +232,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     for (int32_t t = 0; t < 24; t += 2) head.push_back(t);
     draft_path = testing::WithRestrictedHead(draft_path, head);
   }
+  if (c.eagle) draft_path = testing::EagleHeadOf(draft_path, 5);
   auto draft = Model::Load(draft_path, &ctx);
   // A repetitive prompt gives the n-gram lookup something to propose.
   const std::vector<int32_t> prompt = c.ngram ? std::vector<int32_t>{1, 5, 9, 14, 1, 5, 9, 14, 1, 5}
@@ -268,8 +271,13 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
                                  .merge = c.sdsat_merged,
                                  .tree_nodes = tree ? o.draft_max : 0,
                                  .tree_width = 3});
+    std::unique_ptr<EagleProposer> eagle;
+    if (c.eagle)
+      eagle = std::make_unique<EagleProposer>(*target, *draft, *draft_kv, ctx,
+                                              AttentionMode::kSplit, c.catch_up_limit);
     Proposer& proposer = c.ngram   ? static_cast<Proposer&>(lookup)
                          : c.sdsat ? static_cast<Proposer&>(self_drafting)
+                         : c.eagle ? static_cast<Proposer&>(*eagle)
                                    : draft_proposer;
     const auto out =
         GenerateWithProposer(*target, ctx, *target_kv, proposer, r, o, &stats, c.verify);
@@ -441,6 +449,31 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .name = "SDSAT adaptive tokens, residual drawn from p (a bug)",
        .should_pass = false,
        .sdsat = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "EAGLE head, rejection",
+       .should_pass = true,
+       .eagle = true},
+      {.params = {0.7f, 8, 0.9f, 0},
+       .verify = VerifySampled,
+       .name = "EAGLE head, 3 completions, schedule 0,2, top-k 8, top-p 0.9, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .schedule = {0, 2},
+       .n_sequences = 3,
+       .eagle = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "EAGLE head restarting after plain steps (catch-up limit 1), rejection",
+       .should_pass = true,
+       .schedule = {0, 0, 2},
+       .catch_up_limit = 1,
+       .eagle = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = WrongResidual,
+       .name = "EAGLE head, residual drawn from p (a bug)",
+       .should_pass = false,
+       .eagle = true},
   };
   for (const auto& c : cases) {
     const double p = SpeculativeTwoTokenPValue(c, 30000);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -131,6 +132,34 @@ std::string WithRestrictedHead(const std::string& path, const std::vector<int32_
   w.AddTensor("output.weight", embd.type, {embd.shape[0], static_cast<int64_t>(head.size())},
               std::move(rows));
   const std::string out = path + ".head" + std::to_string(head.size()) + ".gguf";
+  w.Write(out);
+  return out;
+}
+
+std::string EagleHeadOf(const std::string& path, uint64_t seed) {
+  auto file = GgufFile::Open(path);
+  const std::string arch = file->Get("general.architecture").AsString("arch");
+  const int64_t d = file->Get(arch + ".embedding_length").AsInt("d");
+  const int64_t n_vocab = file->GetTensor("token_embd.weight").shape[1];
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) w.Set(key, value);
+  w.Set(arch + ".block_count", GgufValue::U32(1));
+  w.Set(arch + ".vocab_size", GgufValue::U32(static_cast<uint32_t>(n_vocab)));
+  w.Set("specd.eagle", GgufValue::Bool(true));
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const bool first_block = t.name.rfind("blk.0.", 0) == 0;
+    if (t.name.rfind("blk.", 0) == 0 && !first_block) continue;
+    // The output matrix is the embedding where the two are tied; the head keeps no embedding.
+    const bool tied_output = t.name == "token_embd.weight" && !file->FindTensor("output.weight");
+    if (t.name == "token_embd.weight" && !tied_output) continue;
+    w.AddTensor(tied_output ? "output.weight" : t.name, t.type, t.shape,
+                std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  }
+  const auto fc = RandomVector(d * 2 * d, seed, 1.7f / std::sqrt(2.0f * d));  // [d, 2d]
+  std::vector<uint8_t> bytes(fc.size() * sizeof(float));
+  std::memcpy(bytes.data(), fc.data(), bytes.size());
+  w.AddTensor("eagle.fc.weight", DType::kF32, {2 * d, d}, std::move(bytes));
+  const std::string out = path + ".eagle" + std::to_string(seed) + ".gguf";
   w.Write(out);
   return out;
 }

@@ -31,6 +31,11 @@ struct ModelPair {
 // (or tied embedding's) rows of `head` and specd.head_tokens lists them. Returns the copy's path.
 std::string WithRestrictedHead(const std::string& path, const std::vector<int32_t>& head);
 
+// An EAGLE head (specd.eagle) for targets shaped like the model at `path`: that model's first
+// block, final norm and output matrix, no token embedding, and a seeded random eagle.fc.
+// Returns the head's path.
+std::string EagleHeadOf(const std::string& path, uint64_t seed);
+
 // n values uniform in [-scale, scale), from a seeded SplitMix64.
 std::vector<float> RandomVector(int64_t n, uint64_t seed, float scale = 1.0f);
 // ||a - b|| / ||b||

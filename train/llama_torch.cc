@@ -107,7 +107,16 @@ int64_t LlamaImpl::NumParameters() {
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
                                  const torch::Tensor& visible) {
-  const int64_t batch = tokens.size(0), time = tokens.size(1);
+  auto x = embed->forward(tokens);  // [B, T, dim]
+  if (token_delta.defined()) {
+    x = x + (tokens == lora_token).unsqueeze(-1).to(x.scalar_type()) * token_delta;
+  }
+  return Logits(Hidden(x, positions, visible));
+}
+
+torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
+                                const torch::Tensor& visible) {
+  const int64_t batch = x.size(0), time = x.size(1);
   const int64_t hd = shape.head_dim(), group = shape.n_heads / shape.n_kv_heads;
   const auto pos = positions.defined() ? positions.to(torch::kFloat64)
                                        : torch::arange(time, torch::kFloat64).unsqueeze(0);
@@ -120,10 +129,6 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
                                             .unsqueeze(1)
                                       : torch::full({time, time}, -INFINITY).triu(1);
 
-  auto x = embed->forward(tokens);  // [B, T, dim]
-  if (token_delta.defined()) {
-    x = x + (tokens == lora_token).unsqueeze(-1).to(x.scalar_type()) * token_delta;
-  }
   for (const auto& module : *blocks) {
     auto* block = module->as<LlamaBlockImpl>();
     const auto h = RmsNorm(x, block->attn_norm, shape.rms_eps);
@@ -147,7 +152,10 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
     x = x +
         block->Project(kWDown, torch::silu(block->Project(kWGate, h2)) * block->Project(kWUp, h2));
   }
-  x = RmsNorm(x, final_norm, shape.rms_eps);
+  return RmsNorm(x, final_norm, shape.rms_eps);
+}
+
+torch::Tensor LlamaImpl::Logits(const torch::Tensor& x) {
   const auto output = has_head() ? embed->weight.index_select(0, head_tokens) : embed->weight;
   auto logits = torch::matmul(x, output.t().to(x.scalar_type()));  // [B, T, n_head]
   if (token_delta.defined() && !has_head()) {
@@ -156,6 +164,16 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
     logits = logits.index_add(-1, torch::tensor({lora_token}), extra.unsqueeze(-1));
   }
   return logits;
+}
+
+void LlamaImpl::EnableEagle() {
+  SPECD_CHECK(!is_eagle() && !has_lora(),
+              "EnableEagle: the model is already an EAGLE head or LoRA");
+  eagle_fc = register_module(
+      "eagle_fc",
+      torch::nn::Linear(torch::nn::LinearOptions(2 * shape.dim, shape.dim).bias(false)));
+  torch::nn::init::normal_(eagle_fc->weight, 0.0, 0.02);
+  embed->weight.set_requires_grad(false);
 }
 
 void LlamaImpl::EnableLora(int64_t rank, double alpha, int64_t token) {
@@ -225,7 +243,13 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     if (f.dim() == 2) shape.push_back(rows);
     w.AddTensor(tensor_name, t_type, shape, std::move(bytes));
   };
-  add("token_embd.weight", model->embed->weight, type);
+  if (model->is_eagle()) {
+    // The head reads the target's embedding: only its input projection is written.
+    w.Set("specd.eagle", GgufValue::Bool(true));
+    add("eagle.fc.weight", model->eagle_fc->weight, type);
+  } else {
+    add("token_embd.weight", model->embed->weight, type);
+  }
   add("output_norm.weight", model->final_norm, DType::kF32);
   if (model->has_head()) {
     // The FR-Spec head: the embedding's rows of the listed tokens, and the list.

@@ -54,6 +54,11 @@ struct LlamaImpl : torch::nn::Module {
   // must not see (SDSAT's adaptive tokens).
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {},
                         const torch::Tensor& visible = {});
+  // The parts of forward: the blocks and final norm over input rows x [batch, time, dim] ->
+  // normed hidden states [batch, time, dim]; and the output layer over them -> logits.
+  torch::Tensor Hidden(torch::Tensor x, const torch::Tensor& positions = {},
+                       const torch::Tensor& visible = {});
+  torch::Tensor Logits(const torch::Tensor& hidden);
   int64_t NumParameters();
   // Restricts the output layer to these token ids (FR-Spec): logits [batch, time, n_head] over
   // the listed tokens only, the embedding's rows for them as the output matrix.
@@ -68,6 +73,10 @@ struct LlamaImpl : torch::nn::Module {
   // (input and, tied, output).
   void EnableLora(int64_t rank, double alpha, int64_t token);
   bool has_lora() const { return lora_rank > 0; }
+  // EAGLE head: adds the input projection eagle_fc ([2 dim] -> [dim], no bias) and freezes the
+  // embedding (the target's, which the head reads and, as its output layer, shares).
+  void EnableEagle();
+  bool is_eagle() const { return !eagle_fc.is_empty(); }
 
   LlamaShape shape;
   int64_t lora_rank = 0;
@@ -78,7 +87,8 @@ struct LlamaImpl : torch::nn::Module {
   torch::Tensor head_tokens;            // [n_head] int64, empty: the whole vocabulary
   torch::Tensor head_index;             // [n_vocab] int64: position in head_tokens or -100
   torch::nn::ModuleList blocks;
-  torch::Tensor final_norm;  // [dim]
+  torch::Tensor final_norm;             // [dim]
+  torch::nn::Linear eagle_fc{nullptr};  // [dim, 2 dim], EAGLE heads only
 };
 TORCH_MODULE(Llama);
 

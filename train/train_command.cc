@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "train/corpus.h"
+#include "train/eagle_trainer.h"
 #include "train/sdsat_trainer.h"
 #include "train/tokenizer_train.h"
 #include "train/trainer.h"
@@ -158,6 +159,62 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     sdsat->add_flag("!--no-bf16", s.bf16, "train in fp32 instead of bf16 autocast");
   }
 
+  auto eagle_options = std::make_shared<EagleTrainOptions>();
+  auto eagle_type = std::make_shared<std::string>("q8_0");
+  auto* eagle = train->add_subcommand(
+      "eagle", "train an EAGLE draft head that drafts from the target's own features");
+  {
+    EagleTrainOptions& e = *eagle_options;
+    eagle->add_option("--teacher", e.target, "target model GGUF (llama, any supported type)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    eagle->add_option("--corpus", e.corpus_dir, "folder of .py files")->required();
+    eagle->add_option("-o,--output", e.out, "output GGUF")->required();
+    eagle
+        ->add_option("--checkpoint", e.checkpoint_dir,
+                     "folder for the target's text, its "
+                     "features and checkpoints (resumes if present)")
+        ->required();
+    eagle
+        ->add_option("--teacher-chat", e.chat_file,
+                     "JSONL of user messages: part of the target's text answers them")
+        ->check(CLI::ExistingFile);
+    eagle->add_option("--teacher-text", e.teacher_text_tokens, "tokens of the target's text")
+        ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+    eagle->add_option("--teacher-chat-share", e.chat_share, "share of it that is chat")
+        ->check(CLI::Range(0.0, 1.0));
+    eagle->add_option("--teacher-text-sampled", e.sampled_share, "share of it sampled at t = 1")
+        ->check(CLI::Range(0.0, 1.0));
+    eagle
+        ->add_option("--corpus-share", e.corpus_share,
+                     "corpus windows, as a share of the target's sequences")
+        ->check(CLI::Range(0.0, 10.0));
+    eagle->add_option("--head-vocab", e.head_vocab, "FR-Spec head tokens (0: the whole vocabulary)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    eagle->add_option("--ctx", e.ctx, "training context")->check(CLI::Range(16, 65536));
+    eagle->add_option("--batch", e.batch, "sequences per step")->check(CLI::Range(1, 4096));
+    eagle->add_option("--steps", e.steps, "steps")->check(CLI::Range(1, 100000000));
+    eagle
+        ->add_option("--stop-at-step", e.stop_at_step,
+                     "checkpoint and stop after this step; the same command resumes")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+    eagle->add_option("--lr", e.lr, "peak learning rate")->check(CLI::Range(1e-8, 1.0));
+    eagle->add_option("--warmup", e.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
+    eagle->add_option("--token-weight", e.token_weight, "weight of the token loss")
+        ->check(CLI::Range(0.0, 100.0));
+    eagle->add_option("--feature-noise", e.feature_noise, "uniform noise on input features")
+        ->check(CLI::Range(0.0, 10.0));
+    eagle->add_option("--checkpoint-every", e.checkpoint_every, "steps between checkpoints")
+        ->check(CLI::Range(1, 1000000));
+    eagle->add_option("--eval-every", e.eval_every, "steps between held-out evaluations")
+        ->check(CLI::Range(1, 1000000));
+    eagle->add_option("--type", *eagle_type, "export type")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+    eagle->add_option("--name", e.name, "general.name of the exported head");
+    eagle->add_option("--seed", e.seed, "seed");
+    eagle->add_option("-t,--threads", e.threads, "threads")->check(CLI::Range(1, 256));
+    eagle->add_flag("!--no-bf16", e.bf16, "train in fp32 instead of bf16 autocast");
+  }
   struct MeasureState {
     std::string target, draft, corpus, chat;
     int max_prompts = 1000000;
@@ -221,6 +278,17 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       report_draft(MeasureDraft(m.target, m.draft, corpus.validation_files, m.threads,
                                 m.draft_length, m.prompts_per_file),
                    m.draft_length);
+      return 0;
+    }
+    if (*eagle) {
+      EagleTrainOptions options = *eagle_options;
+      options.export_type = *DTypeFromName(*eagle_type);
+      const EagleTrainResult r = TrainEagle(options);
+      std::printf(
+          "{\"steps\": %lld, \"finished\": %s, \"feature_loss\": %.4f, "
+          "\"token_loss\": %.4f, \"top1\": %.4f}\n",
+          static_cast<long long>(r.steps), r.finished ? "true" : "false", r.feature_loss,
+          r.token_loss, r.top1);
       return 0;
     }
     if (*sdsat) {

@@ -241,9 +241,6 @@ std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
   return prompts;
 }
 
-namespace {
-
-// The `n` tokens most frequent in the streams and sequences, in increasing id order.
 std::vector<int64_t> MostFrequentTokens(const std::vector<int32_t>& stream,
                                         const std::vector<std::vector<int32_t>>& sequences,
                                         int64_t n_vocab, int64_t n) {
@@ -265,8 +262,6 @@ std::vector<int64_t> MostFrequentTokens(const std::vector<int32_t>& stream,
                static_cast<long long>(ids.size()), 100.0 * covered / std::max<int64_t>(total, 1));
   return ids;
 }
-
-}  // namespace
 
 std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
                                    const std::string& tokenizer_gguf) {

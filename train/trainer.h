@@ -117,6 +117,12 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
 std::pair<double, double> ClusteredAcceptance(const std::vector<int64_t>& drafted,
                                               const std::vector<int64_t>& accepted);
 
+// The `n` tokens most frequent in the stream and sequences, in increasing id order (an FR-Spec
+// head's tokens); prints the share of the text they cover.
+std::vector<int64_t> MostFrequentTokens(const std::vector<int32_t>& stream,
+                                        const std::vector<std::vector<int32_t>>& sequences,
+                                        int64_t n_vocab, int64_t n);
+
 // Tokenizes files with the GGUF's tokenizer into one stream: <s> file </s> <s> file </s> ...
 std::vector<int32_t> TokenizeFiles(const std::vector<std::string>& files,
                                    const std::string& tokenizer_gguf);

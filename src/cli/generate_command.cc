@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "draft/sdsat_proposer.h"
 #include "engine/generate.h"
@@ -303,9 +304,9 @@ int RunGenerate(const GenerateOptions& options) {
   GenerateResult result;
   if (draft && o.spec_type == "draft+ngram") {
     NgramProposer lookup(o.ngram_min, o.ngram_max, config.n_vocab);
-    DraftModelProposer draft_proposer(*draft, *draft_kv, ctx, request.attention,
-                                      spec_options.draft);
-    CombinedProposer both(lookup, draft_proposer);
+    const auto draft_proposer =
+        MakeModelProposer(*model, *draft, *draft_kv, ctx, request.attention, spec_options.draft);
+    CombinedProposer both(lookup, *draft_proposer);
     result = GenerateWithProposer(*model, ctx, *kv, both, request, spec_options, &stats);
   } else if (draft) {
     result =

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -114,12 +115,12 @@ int RunServe(const ServeOptions& options) {
   model->WarmUp(ctx);
   if (draft) draft->WarmUp(ctx);
   NgramProposer lookup(o.ngram_min, o.ngram_max, config.n_vocab);
-  std::unique_ptr<DraftModelProposer> draft_proposer;
+  std::unique_ptr<Proposer> draft_proposer;
   const DraftModelOptions draft_options =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), use_ngram);
   if (draft) {
-    draft_proposer = std::make_unique<DraftModelProposer>(*draft, *draft_kv, ctx,
-                                                          AttentionMode::kSplit, draft_options);
+    draft_proposer =
+        MakeModelProposer(*model, *draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
   }
   std::unique_ptr<CombinedProposer> both;
   Proposer* proposer = nullptr;

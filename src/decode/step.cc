@@ -318,8 +318,28 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
     }
   }
   Timer verify_timer;
-  target_.Forward(ctx_, batch, kv_, options_.attention, &logits_);
+  ForwardExtras extras;
+  const bool features = proposer_ != nullptr && proposer_->WantsTargetFeatures();
+  if (features) extras.hidden = &hidden_;
+  target_.Forward(ctx_, batch, kv_, options_.attention, &logits_, extras);
   const double t_target_ms = verify_timer.ElapsedMs();
+  if (features) {
+    // Batch order: prompt chunks, then each decoding sequence's last token, drafts and riders.
+    // A tree's nodes are not a chain: only its root row (the last token) is handed out.
+    const int64_t d = target_.config().n_embd;
+    int64_t row = 0;
+    auto hand_out = [&](int seq, int64_t position, int64_t n_given, int64_t n_rows) {
+      proposer_->TakeTargetFeatures(seq, position,
+                                    std::span<const float>(hidden_.data() + row * d, n_given * d));
+      row += n_rows;
+    };
+    for (const Chunk& c : prefill) hand_out(c.s->id, c.begin, c.end - c.begin, c.end - c.begin);
+    for (size_t j = 0; j < decode.size(); ++j) {
+      const int64_t n_drafts = static_cast<int64_t>(proposals[j].tokens.size());
+      const int64_t n_rows = 1 + n_drafts + static_cast<int64_t>(riders[j].size());
+      hand_out(decode[j]->id, bases[j], proposals[j].is_tree() ? 1 : 1 + n_drafts, n_rows);
+    }
+  }
   if (!prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&timings);
 
   // The repetition penalty, row by row with each row's own history, so that every token below

@@ -143,6 +143,7 @@ class StepDecoder {
   DraftLengthPolicy* policy_;
   SpeculativeStats stats_;
   std::vector<float> logits_;  // [rows, n_vocab]
+  std::vector<float> hidden_;  // [rows, n_embd] the target's features, for proposers that read them
   std::vector<std::vector<float>> target_probs_;
   std::vector<int32_t> history_;  // scratch of PenalizeRow
 };

@@ -22,6 +22,13 @@ class CombinedProposer : public Proposer {
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
   void Append(int seq, std::span<const int32_t> tokens) override;
+  bool WantsTargetFeatures() const override {
+    return first_.WantsTargetFeatures() || second_.WantsTargetFeatures();
+  }
+  void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) override {
+    first_.TakeTargetFeatures(seq, first_position, rows);
+    second_.TakeTargetFeatures(seq, first_position, rows);
+  }
 
   // Steps in which each proposer drafted for a sequence.
   int64_t n_first = 0, n_second = 0;

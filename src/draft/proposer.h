@@ -111,6 +111,16 @@ class Proposer {
   }
   // The target's output rows for the rider tokens of `seq`, [n, n_vocab] (penalty-free logits).
   virtual void TakeRiderRows(int seq, std::span<const float> rows) { (void)seq, (void)rows; }
+  // Whether the proposer drafts from the target's features (EAGLE): the engine then hands it the
+  // final normed hidden state of every row the target reads, through TakeTargetFeatures.
+  virtual bool WantsTargetFeatures() const { return false; }
+  // The target's features [n, n_embd] of the rows it read for `seq` at positions
+  // first_position .. first_position + n - 1 (prompt rows, or the last token and this step's
+  // drafts). Given right after the target's forward, before Prefill / Accept; rows past what
+  // Accept then keeps read rejected drafts.
+  virtual void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) {
+    (void)seq, (void)first_position, (void)rows;
+  }
 };
 
 }  // namespace specd

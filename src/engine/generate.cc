@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
+#include "draft/eagle_proposer.h"
 
 namespace specd {
 
@@ -154,8 +155,8 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ", n,
               " sequences does not fit the KV caches");
-  DraftModelProposer proposer(draft, draft_kv, ctx, request.attention, o.draft);
-  return GenerateWithProposer(target, ctx, target_kv, proposer, request, o, stats, verify);
+  const auto proposer = MakeModelProposer(target, draft, draft_kv, ctx, request.attention, o.draft);
+  return GenerateWithProposer(target, ctx, target_kv, *proposer, request, o, stats, verify);
 }
 
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,

@@ -336,11 +336,22 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   const GgufFile& f = *file;
   model->ReadConfig(f);
   ModelConfig& c = model->config_;
-  const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
-  SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
-              ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
-              ", n_vocab]");
-  c.n_vocab = embd.shape[1];
+  c.eagle = f.Find("specd.eagle") != nullptr;
+  if (c.eagle) {
+    SPECD_CHECK(c.arch == "llama" && f.FindTensor("token_embd.weight") == nullptr &&
+                    f.FindTensor("output.weight") != nullptr,
+                f.path(), ": an EAGLE head (specd.eagle) is a llama file with output.weight and ",
+                "no token_embd.weight");
+    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
+    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": llama.vocab_size ",
+                c.n_vocab, " is out of range");
+  } else {
+    const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
+    SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
+                ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
+                ", n_vocab]");
+    c.n_vocab = embd.shape[1];
+  }
   if (const GgufValue* v = f.Find(Key(c.arch, "vocab_size"))) {
     SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
                 v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
@@ -358,7 +369,11 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   }
 
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  if (c.eagle) {
+    model->eagle_fc_ = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
+  } else {
+    model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  }
   model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   if (const GgufValue* head = f.Find("specd.head_tokens")) {
@@ -420,6 +435,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
 
 void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
   if (adapters.empty()) return;
+  SPECD_CHECK(!config_.eagle, "LoRA adapters do not apply to an EAGLE head");
   // A restricted head (a draft's) has no row per token to add a delta to: merge there.
   if (!config_.head_tokens.empty()) apply = LoraApply::kMerge;
   struct Target {
@@ -530,10 +546,16 @@ void Model::PackWeights(const KernelContext& ctx) {
     for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
   }
   pack(output_);
+  if (config_.eagle) pack(eagle_fc_);
 }
 
 int64_t Model::WeightBytesPerToken() const {
-  int64_t bytes = RowBytes(token_embd_.type, token_embd_.cols) + MatrixBytes(output_);
+  int64_t bytes = MatrixBytes(output_);
+  if (config_.eagle) {
+    bytes += MatrixBytes(eagle_fc_);
+  } else {
+    bytes += RowBytes(token_embd_.type, token_embd_.cols);
+  }
   for (const LowRankTerm& t : output_lora_) bytes += t.Bytes();
   for (const Layer& l : layers_) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
@@ -547,7 +569,7 @@ int64_t Model::WeightBytesPerToken() const {
 }
 
 int64_t Model::MatmulMacsPerToken() const {
-  int64_t macs = output_.rows * output_.cols;
+  int64_t macs = output_.rows * output_.cols + eagle_fc_.rows * eagle_fc_.cols;
   for (const Layer& l : layers_) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       macs += w->rows * w->cols;
@@ -652,18 +674,56 @@ void Model::WarmUp(const KernelContext& ctx, int rows) {
   auto kv = NewKvCache({1, rows});
   const int seq = kv->Acquire();
   std::vector<float> logits;
+  ForwardExtras extras;
+  std::vector<float> input_rows;  // [rows, n_embd], an EAGLE head's input
+  if (config_.eagle) {
+    input_rows.assign(static_cast<size_t>(rows) * config_.n_embd, 0.0f);
+    extras.input_rows = input_rows.data();
+  }
   for (int n : {1, rows}) {
     // A one-row forward (the decode shape), then `rows` rows (a verification's shape).
     kv->Truncate(seq, 0);
     Batch batch;
     for (int i = 0; i < n; ++i)
       batch.Add(config_.bos_token >= 0 ? config_.bos_token : 0, i, seq, true);
-    Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+    Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits, extras);
+  }
+}
+
+void Model::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
+  SPECD_CHECK(!config_.eagle, "an EAGLE head has no token embedding");
+  const int64_t d = config_.n_embd;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const int32_t token = tokens[r];
+    SPECD_CHECK(token >= 0 && token < config_.n_vocab, "token ", token,
+                " is outside the vocabulary");
+    float* xr = out + r * d;
+    DequantizeRow(token_embd_.type, token_embd_.Row(token), xr, d);
+    if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
+      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[token];
+    }
+    if (const float* delta = embedding_lora_.Find(token)) {
+      for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];
+    }
+    if (config_.embd_scale != 1.0f) {
+      for (int64_t i = 0; i < d; ++i) xr[i] *= config_.embd_scale;
+    }
   }
 }
 
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits, const LayerGroups* fuzzy) {
+  ForwardExtras extras;
+  extras.fuzzy = fuzzy;
+  Forward(ctx, batch, kv, attention, logits, extras);
+}
+
+void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                    AttentionMode attention, std::vector<float>* logits,
+                    const ForwardExtras& extras) {
+  const LayerGroups* fuzzy = extras.fuzzy;
+  SPECD_CHECK(extras.input_rows != nullptr || !config_.eagle,
+              "an EAGLE head's forward needs its input rows");
   Validate(batch, kv);
   if (fuzzy != nullptr) fuzzy->Validate(config_.n_layer);
   ProfileMarks marks(profile_);
@@ -690,18 +750,12 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     rope_local_sin_.Resize(m * half);
     window_first_.resize(m);
   }
+  if (extras.input_rows != nullptr) {
+    std::copy(extras.input_rows, extras.input_rows + m * d, x_.data());
+  } else {
+    EmbedTokens(batch.tokens, x_.data());
+  }
   for (int64_t r = 0; r < m; ++r) {
-    float* xr = x_.data() + r * d;
-    DequantizeRow(token_embd_.type, token_embd_.Row(batch.tokens[r]), xr, d);
-    if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
-      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[batch.tokens[r]];
-    }
-    if (const float* delta = embedding_lora_.Find(batch.tokens[r])) {
-      for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];
-    }
-    if (c.embd_scale != 1.0f) {
-      for (int64_t i = 0; i < d; ++i) xr[i] *= c.embd_scale;
-    }
     const int32_t pos = batch.positions[r];
     RopeAngles(c.rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
     if (local_rope) {
@@ -746,6 +800,10 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   }
   marks.Skip();  // the blocks charged their own time
 
+  if (extras.hidden != nullptr) {
+    extras.hidden->resize(m * d);  // [m, n_embd]
+    RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, c.rms_eps);
+  }
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();
   out_rows_.Resize(n_out * d);  // [n_out, n_embd]

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct ModelConfig {
   // FR-Spec draft head (`specd.head_tokens`): the output matrix has a row for these token ids
   // only; every other token's logit is -infinity. Empty: the whole vocabulary.
   std::vector<int32_t> head_tokens;
+  // An EAGLE draft head (`specd.eagle`, made by `specd train eagle`): the file has no token
+  // embedding. Row i's input is eagle.fc [n_embd, 2 n_embd] times [the target's embedding of
+  // token i+1; the target's final normed hidden state at position i], and its own final normed
+  // hidden state predicts the target's at position i+1 (Li et al., EAGLE).
+  bool eagle = false;
 
   int kv_dim() const { return n_head_kv * head_dim; }
   bool IsLocalLayer(int il) const {
@@ -131,6 +137,19 @@ struct ForwardTrace {
   std::vector<std::vector<float>> hidden;      // [n_layer] the residual stream entering the layer
   std::vector<std::vector<float>> attn_input;  // [n_layer] what the attention block read
   std::vector<std::vector<float>> q, k, v;     // [n_layer] after bias and RoPE
+};
+
+// Optional inputs and outputs of a forward pass.
+struct ForwardExtras {
+  // The layers of each group run layer-parallel (see LayerGroups): an approximation for
+  // drafting, whose keys / values differ from the exact forward's.
+  const LayerGroups* fuzzy = nullptr;
+  // [m, n_embd] the first layer's input rows, instead of the tokens' embeddings (an EAGLE head's
+  // rows); the batch's tokens still name the rows.
+  const float* input_rows = nullptr;
+  // Receives [m, n_embd]: the final normed hidden state of every row (what the output matrix
+  // reads), for proposers that draft from the target's features.
+  std::vector<float>* hidden = nullptr;
 };
 
 // How a LoRA update reaches its matrix.
@@ -218,6 +237,12 @@ class Model {
   // an approximation for drafting, whose keys / values differ from the exact forward's.
   void Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
                std::vector<float>* logits, const LayerGroups* fuzzy = nullptr);
+  void Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
+               std::vector<float>* logits, const ForwardExtras& extras);
+  // The first layer's input for each token (embedding row, LoRA rows, scale): out [n, n_embd].
+  void EmbedTokens(std::span<const int32_t> tokens, float* out) const;
+  // An EAGLE head's input projection, [n_embd, 2 n_embd]; nullptr for other models.
+  const WeightView* eagle_fc() const { return config_.eagle ? &eagle_fc_ : nullptr; }
   // Attaches (or with nullptr detaches) a profile that later forwards add their times to.
   void SetProfile(ForwardProfile* profile) { profile_ = profile; }
   // Attaches (or detaches) a trace that the next forwards fill with per-layer activations.
@@ -294,6 +319,7 @@ class Model {
   ModelConfig config_;
   WeightView token_embd_;  // [n_vocab, n_embd]
   WeightView output_;      // [n_vocab or head_tokens.size(), n_embd]
+  WeightView eagle_fc_;    // [n_embd, 2 n_embd], EAGLE heads only
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;          // owned fast layouts

@@ -1,0 +1,321 @@
+#include "train/eagle_trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "model/model.h"
+#include "train/corpus.h"
+#include "train/llama_torch.h"
+#include "train/train_loop.h"
+#include "train/trainer.h"
+
+namespace specd::train {
+namespace fs = std::filesystem;
+namespace {
+
+// FNV-1a over the sequences' tokens: names the features cached for exactly these sequences.
+uint64_t Fingerprint(const std::vector<std::vector<int32_t>>& sequences) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& seq : sequences) {
+    for (int32_t t : seq) {
+      h ^= static_cast<uint32_t>(t);
+      h *= 1099511628211ull;
+    }
+    h ^= 0xffffffffull;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The target's final normed hidden state at every position of every sequence (all of length
+// `len`), from specd's forward: [n_seq, len, n_embd] f16. Cached in `cache_path` (with the
+// sequences' fingerprint beside it) when given.
+torch::Tensor TargetFeatures(const std::string& target_gguf,
+                             const std::vector<std::vector<int32_t>>& sequences, int64_t len,
+                             int threads, const std::string& cache_path) {
+  ThreadPool pool(threads);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto target = Model::Load(target_gguf, &ctx);
+  const int64_t d = target->config().n_embd;
+  const int64_t n = static_cast<int64_t>(sequences.size());
+  auto features = torch::empty({n, len, d}, torch::kHalf);
+  const int64_t bytes = features.numel() * 2;
+  const std::string tag = std::to_string(Fingerprint(sequences)) + "\n";
+  if (!cache_path.empty() && fs::exists(cache_path) && fs::exists(cache_path + ".recipe") &&
+      static_cast<int64_t>(fs::file_size(cache_path)) == bytes &&
+      ReadFileBytes(cache_path + ".recipe") == tag) {
+    std::ifstream in(cache_path, std::ios::binary);
+    in.read(static_cast<char*>(features.data_ptr()), bytes);
+    SPECD_CHECK(in.good(), "cannot read ", cache_path);
+    std::fprintf(stderr, "features: %lld sequences read from %s\n", static_cast<long long>(n),
+                 cache_path.c_str());
+    return features;
+  }
+  constexpr int kBatch = 8;
+  auto kv = target->NewKvCache({kBatch, static_cast<int>(len)});
+  std::vector<int> slots(kBatch);
+  for (int& s : slots) s = kv->Acquire();
+  std::vector<float> logits, hidden;
+  Timer timer;
+  for (int64_t first = 0; first < n; first += kBatch) {
+    const int64_t rows = std::min<int64_t>(kBatch, n - first);
+    Batch batch;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto& seq = sequences[first + r];
+      SPECD_CHECK(static_cast<int64_t>(seq.size()) == len, "features: sequence of ", seq.size(),
+                  " tokens, expected ", len);
+      kv->Truncate(slots[r], 0);
+      for (int64_t t = 0; t < len; ++t) {
+        batch.Add(seq[t], static_cast<int32_t>(t), slots[r], t + 1 == len);
+      }
+    }
+    ForwardExtras extras;
+    extras.hidden = &hidden;
+    target->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits, extras);
+    features.narrow(0, first, rows)
+        .copy_(torch::from_blob(hidden.data(), {rows, len, d}, torch::kFloat32).to(torch::kHalf));
+    if ((first / kBatch) % 25 == 0) {
+      std::fprintf(stderr, "features: %lld / %lld sequences, %.0f tok/s\n",
+                   static_cast<long long>(first + rows), static_cast<long long>(n),
+                   double(first + rows) * len / (timer.ElapsedMs() / 1000.0));
+    }
+  }
+  if (!cache_path.empty()) {
+    {
+      std::ofstream out(cache_path + ".tmp", std::ios::binary);
+      out.write(static_cast<const char*>(features.data_ptr()), bytes);
+      SPECD_CHECK(out.good(), "cannot write ", cache_path, ".tmp");
+    }
+    fs::rename(cache_path + ".tmp", cache_path);
+    std::ofstream(cache_path + ".recipe") << tag;
+  }
+  return features;
+}
+
+// `count` windows of `len` tokens evenly spaced over the stream.
+std::vector<std::vector<int32_t>> Windows(const std::vector<int32_t>& stream, int64_t count,
+                                          int64_t len) {
+  std::vector<std::vector<int32_t>> out;
+  const int64_t room = static_cast<int64_t>(stream.size()) - len;
+  if (room <= 0 || count <= 0) return out;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t start = room * i / count;
+    out.emplace_back(stream.begin() + start, stream.begin() + start + len);
+  }
+  return out;
+}
+
+// A head initialized from the target: its embedding (frozen; also the output rows), its last
+// block and final norm.
+Llama HeadFromTarget(const std::string& target_gguf, const std::vector<int64_t>& head_tokens) {
+  Llama target = ImportGguf(target_gguf);
+  LlamaShape shape = target->shape;
+  shape.n_layers = 1;
+  Llama head(shape);
+  {
+    torch::NoGradGuard no_grad;
+    head->embed->weight.copy_(target->embed->weight);
+    head->final_norm.copy_(target->final_norm);
+    auto* from = target->blocks[target->shape.n_layers - 1]->as<LlamaBlockImpl>();
+    auto* to = head->blocks[0]->as<LlamaBlockImpl>();
+    to->attn_norm.copy_(from->attn_norm);
+    to->ffn_norm.copy_(from->ffn_norm);
+    for (int m = 0; m < kNumLlamaMatrices; ++m)
+      to->matrix(m)->weight.copy_(from->matrix(m)->weight);
+  }
+  if (!head_tokens.empty()) head->SetHeadTokens(head_tokens);
+  head->EnableEagle();
+  return head;
+}
+
+struct EagleLosses {
+  torch::Tensor feature, token, top1;
+};
+
+// The head over sequences `tokens` [B, L] with the target's features [B, L, d]: row i reads
+// (t_{i+1}, f_i + noise) and predicts f_{i+1} and the target's distribution of t_{i+2}.
+EagleLosses HeadLosses(Llama& head, const torch::Tensor& tokens, const torch::Tensor& features,
+                       double noise, bool bf16) {
+  const int64_t len = tokens.size(1);
+  const auto next_tokens = tokens.narrow(1, 1, len - 1);           // [B, L-1]
+  auto f_in = features.narrow(1, 0, len - 1).to(torch::kFloat32);  // [B, L-1, d]
+  const auto f_next = features.narrow(1, 1, len - 1).to(torch::kFloat32);
+  if (noise > 0.0) f_in = f_in + torch::empty_like(f_in).uniform_(-noise, noise);
+  torch::Tensor hidden, logits, target_probs;
+  {
+    Autocast autocast(bf16);
+    const auto x =
+        head->eagle_fc->forward(torch::cat({head->embed->forward(next_tokens), f_in}, -1));
+    hidden = head->Hidden(x);
+    logits = head->Logits(hidden).to(torch::kFloat32);  // [B, L-1, n_head]
+    torch::NoGradGuard no_grad;
+    target_probs = torch::softmax(head->Logits(f_next).to(torch::kFloat32), -1);
+  }
+  EagleLosses l;
+  l.feature = torch::nn::functional::smooth_l1_loss(hidden.to(torch::kFloat32), f_next);
+  l.token = -(target_probs * torch::log_softmax(logits, -1)).sum(-1).mean();
+  l.top1 = (logits.argmax(-1) == target_probs.argmax(-1)).to(torch::kFloat32).mean();
+  return l;
+}
+
+// Batch `step` of a shuffled pass (a new order each epoch): sequence indices into [0, n).
+std::vector<int64_t> BatchIndices(int64_t n, int batch, int64_t step, uint64_t seed) {
+  std::vector<int64_t> out;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t i = step * batch + b;
+    const int64_t epoch = i / n;
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(seed * 1000003 + epoch));
+    out.push_back(order[i % n]);
+  }
+  return out;
+}
+
+torch::Tensor TokenTensor(const std::vector<std::vector<int32_t>>& sequences,
+                          const std::vector<int64_t>& indices) {
+  const int64_t len = static_cast<int64_t>(sequences[indices[0]].size());
+  auto t = torch::empty({static_cast<int64_t>(indices.size()), len}, torch::kInt64);
+  for (size_t b = 0; b < indices.size(); ++b) {
+    const auto& seq = sequences[indices[b]];
+    for (int64_t i = 0; i < len; ++i) t[b][i] = seq[i];
+  }
+  return t;
+}
+
+}  // namespace
+
+EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
+  SPECD_CHECK(!o.checkpoint_dir.empty(), "train eagle needs a checkpoint folder (--checkpoint)");
+  fs::create_directories(o.checkpoint_dir);
+  const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, 20);
+  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.target);
+  const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.target);
+  const int64_t len = o.ctx + 1;
+  // The target's text and the features come first, before LibTorch starts its threads.
+  std::vector<std::vector<int32_t>> chat_prompts;
+  if (!o.chat_file.empty()) chat_prompts = ChatPrompts(o.target, o.chat_file, o.ctx / 2);
+  std::vector<std::vector<int32_t>> sequences =
+      TeacherText(o.target, train_stream, o.teacher_text_tokens, o.ctx, o.threads, o.seed,
+                  o.sampled_share, o.checkpoint_dir + "/teacher_text.bin", chat_prompts,
+                  chat_prompts.empty() ? 0.0 : o.chat_share);
+  const int64_t n_teacher = static_cast<int64_t>(sequences.size());
+  const int64_t n_held = std::min<int64_t>(o.held_out_sequences, n_teacher / 4);
+  SPECD_CHECK(n_teacher - n_held >= o.batch, "train eagle: ", n_teacher,
+              " sequences of the target's text is too few for batches of ", o.batch);
+  // Layout: training teacher text, corpus windows, then held-out teacher text and held-out
+  // corpus windows.
+  std::vector<std::vector<int32_t>> held(sequences.end() - n_held, sequences.end());
+  sequences.resize(n_teacher - n_held);
+  for (auto& w : Windows(train_stream, static_cast<int64_t>(o.corpus_share * n_teacher), len)) {
+    sequences.push_back(std::move(w));
+  }
+  const int64_t n_train = static_cast<int64_t>(sequences.size());
+  for (auto& w : Windows(valid_stream, n_held / 2, len)) held.push_back(std::move(w));
+  sequences.insert(sequences.end(), held.begin(), held.end());
+  const torch::Tensor features =
+      TargetFeatures(o.target, sequences, len, o.threads, o.checkpoint_dir + "/features.f16");
+
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  std::vector<int64_t> head_tokens;
+  if (o.head_vocab > 0) {
+    const std::vector<std::vector<int32_t>> train_part(sequences.begin(),
+                                                       sequences.begin() + n_train);
+    const int64_t n_vocab = GgufFile::Open(o.target)->GetTensor("token_embd.weight").shape[1];
+    head_tokens = MostFrequentTokens(train_stream, train_part, n_vocab, o.head_vocab);
+  }
+  Llama head = HeadFromTarget(o.target, head_tokens);
+  auto optimizer = MakeAdamW(head, o.lr, o.weight_decay);
+  int64_t step = 0;
+  double smoothed = std::nan("");
+  Checkpoint checkpoint(o.checkpoint_dir);
+  checkpoint.Load(head, *optimizer, &step, &smoothed);
+  int64_t trainable = 0;
+  for (const auto& p : head->parameters()) trainable += p.requires_grad() ? p.numel() : 0;
+  std::fprintf(stderr,
+               "EAGLE head: %lld trainable parameters; %lld training sequences of %lld tokens "
+               "(%lld of the target's text), %zu held out; %lld steps\n",
+               static_cast<long long>(trainable), static_cast<long long>(n_train),
+               static_cast<long long>(len), static_cast<long long>(n_teacher - n_held), held.size(),
+               static_cast<long long>(o.steps));
+
+  auto evaluate = [&](EagleTrainResult* r) {
+    torch::NoGradGuard no_grad;
+    head->eval();
+    double feature = 0, token = 0, top1 = 0;
+    int64_t batches = 0;
+    const int64_t n_held_all = static_cast<int64_t>(held.size());
+    for (int64_t first = 0; first < n_held_all; first += 8, ++batches) {
+      std::vector<int64_t> idx;
+      for (int64_t i = first; i < std::min(first + 8, n_held_all); ++i) idx.push_back(n_train + i);
+      const auto l = HeadLosses(head, TokenTensor(sequences, idx),
+                                features.index_select(0, torch::tensor(idx)), 0.0, o.bf16);
+      feature += l.feature.item<double>();
+      token += l.token.item<double>();
+      top1 += l.top1.item<double>();
+    }
+    head->train();
+    r->feature_loss = feature / batches;
+    r->token_loss = token / batches;
+    r->top1 = top1 / batches;
+    std::fprintf(stderr, "%sstep %lld: held out: feature loss %.4f, token loss %.4f, top-1 %.3f\n",
+                 ::isatty(2) ? "\n" : "", static_cast<long long>(step), r->feature_loss,
+                 r->token_loss, r->top1);
+  };
+
+  EagleTrainResult result;
+  const int64_t tokens_per_step = int64_t{o.batch} * o.ctx;
+  const int64_t first_step = step;
+  Timer timer;
+  head->train();
+  while (step < o.steps) {
+    const double lr_scale = LearningRateScale(step, o.warmup_steps, o.steps, o.min_lr_ratio);
+    SetLearningRate(*optimizer, o.lr * lr_scale);
+    const auto idx = BatchIndices(n_train, o.batch, step, o.seed);
+    const auto l =
+        HeadLosses(head, TokenTensor(sequences, idx), features.index_select(0, torch::tensor(idx)),
+                   o.feature_noise, o.bf16);
+    const auto loss = l.feature + o.token_weight * l.token;
+    optimizer->zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(head->parameters(), o.grad_clip);
+    optimizer->step();
+    ++step;
+    const double value = loss.item<double>();
+    smoothed = std::isnan(smoothed) ? value : 0.98 * smoothed + 0.02 * value;
+    const double tps =
+        double(step - first_step) * tokens_per_step / std::max(timer.ElapsedMs() / 1000.0, 1e-9);
+    ReportProgress(step, o.steps, smoothed, o.lr * lr_scale, tps, tokens_per_step);
+    if (step == o.stop_at_step && step < o.steps) {
+      checkpoint.Save(head, *optimizer, step, smoothed);
+      result.steps = step;
+      std::fprintf(stderr, "\nstopped at step %lld; checkpoint in %s\n",
+                   static_cast<long long>(step), o.checkpoint_dir.c_str());
+      return result;
+    }
+    if (step % o.checkpoint_every == 0) checkpoint.Save(head, *optimizer, step, smoothed);
+    if (step % o.eval_every == 0) evaluate(&result);
+  }
+  checkpoint.Save(head, *optimizer, step, smoothed);
+  evaluate(&result);
+  result.steps = step;
+  result.finished = true;
+  if (!o.out.empty()) {
+    head->shape.ctx = GgufFile::Open(o.target)->GetInt("llama.context_length", 2048);
+    ExportGguf(head, o.target, o.export_type, o.name, o.out);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+  return result;
+}
+
+}  // namespace specd::train

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Trains the EAGLE head for SmolLM2-135M-Instruct (models/specd-smollm2-eagle-q8_0.gguf) exactly
-# as it was made; resumes from checkpoints/smol-eagle/ if interrupted. About 1.6 hours on 2
-# cores: ~30 min for 1M tokens the target writes itself (half continuing Python standard-library
+# Trains the EAGLE head for SmolLM2-135M-Instruct exactly as it was made, into
+# pretrained/specd-smollm2-eagle-q8_0.gguf (11.3 MB, not in git: it does not beat the shipped
+# draft, see the README); resumes from checkpoints/smol-eagle/ if interrupted. About 1.7 hours on
+# 2 cores: ~35 min for 1M tokens the target writes itself (half continuing Python standard-library
 # files, half answering chat prompts from scripts/make-chat-prompts.py; half greedy, half sampled
-# at t = 1), ~15 min for specd's forward to record the target's features over them, then the
-# head's training.
+# at t = 1), ~25 min for specd's forward to record the target's features over them (1.27M
+# tokens, 1.5 GB of f16 in the checkpoint folder), ~36 min for 1600 steps of 8 x 512 rows.
 #
 #   bash scripts/train-smollm2-eagle.sh [BUILD_DIR]
 #
@@ -25,9 +26,9 @@ mkdir -p "$dir"
   --teacher-chat "$dir/chat-train.jsonl" --teacher-text 1048576 --corpus-share 0.2 \
   --head-vocab 8192 --ctx 512 --batch 8 --steps 1600 --lr 1e-3 --warmup 100 \
   --token-weight 0.25 --feature-noise 0.1 --checkpoint "$dir" --checkpoint-every 100 \
-  --eval-every 200 --name specd-smollm2-eagle --type q8_0 -o models/specd-smollm2-eagle-q8_0.gguf
+  --eval-every 200 --name specd-smollm2-eagle --type q8_0 -o pretrained/specd-smollm2-eagle-q8_0.gguf
 # Greedy acceptance at draft length 4 on held-out code and held-out chat prompts.
-"$build/specd" train measure --teacher "$target" --draft models/specd-smollm2-eagle-q8_0.gguf \
+"$build/specd" train measure --teacher "$target" --draft pretrained/specd-smollm2-eagle-q8_0.gguf \
   --corpus /usr/lib/python3.11
-"$build/specd" train measure --teacher "$target" --draft models/specd-smollm2-eagle-q8_0.gguf \
+"$build/specd" train measure --teacher "$target" --draft pretrained/specd-smollm2-eagle-q8_0.gguf \
   --chat "$dir/chat-heldout.jsonl" --max-prompts 200

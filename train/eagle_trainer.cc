@@ -307,7 +307,7 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
     if (step % o.eval_every == 0) evaluate(&result);
   }
   checkpoint.Save(head, *optimizer, step, smoothed);
-  evaluate(&result);
+  if (step % o.eval_every != 0 || step == first_step) evaluate(&result);
   result.steps = step;
   result.finished = true;
   if (!o.out.empty()) {

@@ -503,8 +503,23 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
   report.n_prompts = static_cast<int64_t>(drafted_per_prompt.size());
   report.n_drafted = stats.n_drafted;
   report.mean_accepted_length = stats.mean_accepted_length();
-  // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three.
+  // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three. An EAGLE
+  // head's step includes its input projection and the embedding lookup in the target.
   auto step_ms = [&](Model& model) {
+    const int64_t d = model.config().n_embd;
+    std::vector<float> concat(64 * 2 * d, 0.5f), input(64 * d);  // [rows, 2d], [rows, d]
+    MatmulScratch scratch;
+    auto forward = [&](const Batch& batch, KvCache& kv, std::vector<float>* logits) {
+      ForwardExtras extras;
+      if (model.config().eagle) {
+        for (int64_t r = 0; r < batch.size(); ++r) {
+          target->EmbedTokens(std::span(&batch.tokens[r], 1), concat.data() + r * 2 * d);
+        }
+        Matmul(ctx, concat.data(), batch.size(), *model.eagle_fc(), input.data(), &scratch);
+        extras.input_rows = input.data();
+      }
+      model.Forward(ctx, batch, kv, AttentionMode::kSplit, logits, extras);
+    };
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
       auto kv = model.NewKvCache({1, 256});
@@ -512,12 +527,12 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
       std::vector<float> logits;
       Batch batch;
       for (int i = 0; i < 64; ++i) batch.Add(5 + i, i, seq, i == 63);
-      model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+      forward(batch, *kv, &logits);
       Timer t;
       for (int i = 0; i < 64; ++i) {
         batch.Clear();
         batch.Add(7 + i, 64 + i, seq, true);
-        model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+        forward(batch, *kv, &logits);
       }
       best = std::min(best, t.ElapsedMs() / 64);
     }

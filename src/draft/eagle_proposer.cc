@@ -74,6 +74,7 @@ void EagleProposer::TakeTargetFeatures(int seq, int64_t first_position,
   // Rows from first_position on replace what is stored there (rejected drafts' features).
   s.features.resize((first_position + skip - s.fed) * d);
   s.features.insert(s.features.end(), rows.begin() + skip * d, rows.end());
+  CatchUp(s);  // bounded even when no step drafts for a long time
 }
 
 int64_t EagleProposer::PendingRows(const State& s) const {

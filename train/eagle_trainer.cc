@@ -286,13 +286,8 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
         HeadLosses(head, TokenTensor(sequences, idx), features.index_select(0, torch::tensor(idx)),
                    o.feature_noise, o.bf16);
     const auto loss = l.feature + o.token_weight * l.token;
-    optimizer->zero_grad();
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(head->parameters(), o.grad_clip);
-    optimizer->step();
+    smoothed = SmoothLoss(smoothed, OptimizerStep(*optimizer, head, loss, o.grad_clip));
     ++step;
-    const double value = loss.item<double>();
-    smoothed = std::isnan(smoothed) ? value : 0.98 * smoothed + 0.02 * value;
     const double tps =
         double(step - first_step) * tokens_per_step / std::max(timer.ElapsedMs() / 1000.0, 1e-9);
     ReportProgress(step, o.steps, smoothed, o.lr * lr_scale, tps, tokens_per_step);

@@ -43,9 +43,6 @@ struct EagleTrainOptions {
   int threads = 2;
   bool bf16 = true;
   uint64_t seed = 1;
-  // Greedy acceptance at the end (engine, draft length 4) on this many held-out chat prompts
-  // and corpus prompts each; 0: none.
-  int measure_prompts = 40;
 };
 
 struct EagleTrainResult {

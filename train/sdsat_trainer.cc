@@ -242,13 +242,8 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
     const auto plain_loss = RowsLoss(logits, batch.labels, 0, n_plain);
     const auto adaptive_loss = RowsLoss(logits, batch.labels, n_plain, o.batch - n_plain);
     const auto loss = 0.5 * (plain_loss + o.adaptive_weight * adaptive_loss);
-    optimizer->zero_grad();
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
-    optimizer->step();
+    smoothed = SmoothLoss(smoothed, OptimizerStep(*optimizer, model, loss, o.grad_clip));
     ++step;
-    const double value = loss.item<double>();
-    smoothed = std::isnan(smoothed) ? value : 0.98 * smoothed + 0.02 * value;
     const double tps =
         double(step - first_step) * tokens_per_step / std::max(timer.ElapsedMs() / 1000.0, 1e-9);
     result.tokens_per_s = tps;

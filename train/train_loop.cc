@@ -42,6 +42,15 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(Llama& model, double lr, double w
   return std::make_unique<torch::optim::AdamW>(groups);
 }
 
+double OptimizerStep(torch::optim::AdamW& optimizer, Llama& model, const torch::Tensor& loss,
+                     double grad_clip) {
+  optimizer.zero_grad();
+  loss.backward();
+  torch::nn::utils::clip_grad_norm_(model->parameters(), grad_clip);
+  optimizer.step();
+  return loss.item<double>();
+}
+
 double LearningRateScale(int64_t step, int64_t warmup_steps, int64_t total_steps,
                          double min_ratio) {
   if (step < warmup_steps) return double(step + 1) / warmup_steps;

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,15 @@ class Autocast {
 
 // AdamW (0.9, 0.95) with weight decay on matrices only (not norms).
 std::unique_ptr<torch::optim::AdamW> MakeAdamW(Llama& model, double lr, double weight_decay);
+
+// One optimizer step on `loss` (gradients cleared, back-propagated, clipped to `grad_clip` in
+// norm); returns the loss's value.
+double OptimizerStep(torch::optim::AdamW& optimizer, Llama& model, const torch::Tensor& loss,
+                     double grad_clip);
+// The training loss smoothed over steps (exponential, 0.98); NaN `smoothed` starts it.
+inline double SmoothLoss(double smoothed, double value) {
+  return std::isnan(smoothed) ? value : 0.98 * smoothed + 0.02 * value;
+}
 
 // Multiplier of the peak learning rate at `step`: linear warm-up, then cosine down to
 // `min_ratio` at `total_steps`.

@@ -57,15 +57,10 @@ std::vector<int32_t> DraftsFromScratch(EagleSetup& e, const std::vector<int32_t>
   int64_t position = 0;
   for (int i = 0; i < k; ++i) {
     const int64_t m = static_cast<int64_t>(next.size());
-    std::vector<float> concat(m * 2 * d), input(m * d), logits, hidden;
-    std::vector<float> embedded(m * d);
-    e.target->EmbedTokens(next, embedded.data());
-    for (int64_t r = 0; r < m; ++r) {
-      std::copy_n(embedded.data() + r * d, d, concat.data() + r * 2 * d);
-      std::copy_n(rows_features.data() + r * d, d, concat.data() + r * 2 * d + d);
-    }
+    std::vector<float> concat, input, logits, hidden;
     MatmulScratch scratch;
-    Matmul(e.ctx, concat.data(), m, *e.head->eagle_fc(), input.data(), &scratch);
+    EagleInputRows(e.ctx, *e.target, *e.head, next, rows_features.data(), &concat, &input,
+                   &scratch);
     Batch batch;
     for (int64_t r = 0; r < m; ++r) batch.Add(next[r], position + r, slot, r + 1 == m);
     ForwardExtras extras;

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "draft/eagle_proposer.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -506,16 +507,14 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
   // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three. An EAGLE
   // head's step includes its input projection and the embedding lookup in the target.
   auto step_ms = [&](Model& model) {
-    const int64_t d = model.config().n_embd;
-    std::vector<float> concat(64 * 2 * d, 0.5f), input(64 * d);  // [rows, 2d], [rows, d]
+    const std::vector<float> features(64 * model.config().n_embd, 0.5f);  // [rows, n_embd]
+    std::vector<float> concat, input;
     MatmulScratch scratch;
     auto forward = [&](const Batch& batch, KvCache& kv, std::vector<float>* logits) {
       ForwardExtras extras;
       if (model.config().eagle) {
-        for (int64_t r = 0; r < batch.size(); ++r) {
-          target->EmbedTokens(std::span(&batch.tokens[r], 1), concat.data() + r * 2 * d);
-        }
-        Matmul(ctx, concat.data(), batch.size(), *model.eagle_fc(), input.data(), &scratch);
+        EagleInputRows(ctx, *target, model, batch.tokens, features.data(), &concat, &input,
+                       &scratch);
         extras.input_rows = input.data();
       }
       model.Forward(ctx, batch, kv, AttentionMode::kSplit, logits, extras);

@@ -94,25 +94,31 @@ void EagleProposer::CatchUp(State& s) {
   s.features.erase(s.features.begin(), s.features.begin() + drop * d);
 }
 
+void EagleInputRows(const KernelContext& ctx, const Model& target, const Model& head,
+                    std::span<const int32_t> tokens, const float* features,
+                    std::vector<float>* concat, std::vector<float>* out, MatmulScratch* scratch) {
+  const int64_t m = static_cast<int64_t>(tokens.size());
+  const int64_t d = target.config().n_embd;
+  concat->resize(m * 2 * d);  // [m, 2 n_embd]: [E(token); feature] per row
+  out->resize(m * d);         // [m, n_embd]
+  for (int64_t r = 0; r < m; ++r) {
+    target.EmbedTokens(tokens.subspan(r, 1), concat->data() + r * 2 * d);
+    std::copy_n(features + r * d, d, concat->data() + r * 2 * d + d);
+  }
+  Matmul(ctx, concat->data(), m, *head.eagle_fc(), out->data(), scratch);
+}
+
 void EagleProposer::HeadForward(const Batch& batch, const float* features,
                                 std::vector<std::pair<int, double>>* forwards) {
   Timer timer;
-  const int64_t m = batch.size();
-  const int64_t d = target_.config().n_embd;
-  concat_.resize(m * 2 * d);                          // [m, 2 n_embd]: [E(token); feature] per row
-  input_.resize(m * d);                               // [m, n_embd]
-  hidden_.resize(m * d);                              // [m, n_embd]
-  target_.EmbedTokens(batch.tokens, hidden_.data());  // hidden_ as scratch until the forward
-  for (int64_t r = 0; r < m; ++r) {
-    std::copy_n(hidden_.data() + r * d, d, concat_.data() + r * 2 * d);
-    std::copy_n(features + r * d, d, concat_.data() + r * 2 * d + d);
-  }
-  Matmul(ctx_, concat_.data(), m, *head_.eagle_fc(), input_.data(), &matmul_scratch_);
+  EagleInputRows(ctx_, target_, head_, batch.tokens, features, &concat_, &input_, &matmul_scratch_);
   ForwardExtras extras;
   extras.input_rows = input_.data();
   extras.hidden = &hidden_;
   head_.Forward(ctx_, batch, kv_, attention_, &logits_, extras);
-  if (forwards != nullptr) forwards->emplace_back(static_cast<int>(m), timer.ElapsedMs());
+  if (forwards != nullptr) {
+    forwards->emplace_back(static_cast<int>(batch.size()), timer.ElapsedMs());
+  }
 }
 
 void EagleProposer::Prefill(ProposerTimings* timings) {

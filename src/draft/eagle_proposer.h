@@ -78,6 +78,12 @@ class EagleProposer : public Proposer {
   MatmulScratch matmul_scratch_;
 };
 
+// An EAGLE head's first-layer input for rows (token t_{i+1}, the target's feature f_i):
+// fc([E(t_{i+1}); f_i]). features [m, n_embd]; *concat [m, 2 n_embd] is scratch, *out [m, n_embd].
+void EagleInputRows(const KernelContext& ctx, const Model& target, const Model& head,
+                    std::span<const int32_t> tokens, const float* features,
+                    std::vector<float>* concat, std::vector<float>* out, MatmulScratch* scratch);
+
 // The proposer a draft file asks for: an EAGLE head's proposer when it is one (chains only:
 // fuzzy drafting and trees are refused), else a DraftModelProposer with `options`.
 std::unique_ptr<Proposer> MakeModelProposer(const Model& target, Model& draft, KvCache& draft_kv,

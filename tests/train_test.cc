@@ -446,6 +446,48 @@ TEST(Train, EagleHeadLearnsTheTargetsFeaturesAndDraftsLosslessly) {
   EXPECT_GT(stats.n_drafted, 0);
 }
 
+// The training-time test is exact: unrolled step u's row i computes what the head computes at
+// drafting step u after position i, with step 1's rows 0..i read with true features before it
+// and the drafts of steps 2..u-1 (each fed its predecessor's predicted feature) after them.
+TEST(Train, UnrolledHeadStepsComputeWhatDraftingComputes) {
+  torch::manual_seed(5);
+  LlamaShape shape;
+  shape.n_vocab = 128;
+  shape.dim = 32;
+  shape.n_layers = 1;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.ffn = 64;
+  Llama head(shape);
+  head->EnableEagle();
+  head->eval();
+  torch::NoGradGuard no_grad;
+  constexpr int64_t kLen = 12;
+  constexpr int kUnroll = 3;
+  const auto tokens = torch::randint(0, shape.n_vocab, {1, kLen}, torch::kInt64);
+  const auto features = torch::randn({1, kLen - 1, shape.dim});
+  const auto unrolled = UnrolledHeadHidden(head, tokens, features, kUnroll);
+  ASSERT_EQ(unrolled.size(), static_cast<size_t>(kUnroll));
+  for (int u = 1; u <= kUnroll; ++u) {
+    ASSERT_EQ(unrolled[u - 1].size(1), kLen - u);
+    for (int64_t i = 0; i + u < kLen; ++i) {
+      // Drafting after position i: step 1's rows 0..i, then one row per later step.
+      std::vector<torch::Tensor> token_rows = {tokens.narrow(1, 1, i + 1)};
+      std::vector<torch::Tensor> feature_rows = {features.narrow(1, 0, i + 1)};
+      for (int v = 2; v <= u; ++v) {
+        token_rows.push_back(tokens.narrow(1, i + v, 1));
+        feature_rows.push_back(unrolled[v - 2].narrow(1, i, 1));
+      }
+      const auto x = head->eagle_fc->forward(torch::cat(
+          {head->embed->forward(torch::cat(token_rows, 1)), torch::cat(feature_rows, 1)}, -1));
+      const auto sequential = head->Hidden(x);  // causal, positions 0 .. i + u - 1
+      const auto last = sequential.narrow(1, sequential.size(1) - 1, 1);
+      EXPECT_LT((last - unrolled[u - 1].narrow(1, i, 1)).abs().max().item<double>(), 1e-4)
+          << "step " << u << " row " << i;
+    }
+  }
+}
+
 TEST(Train, ClusteredAcceptanceTreatsPromptsAsClusters) {
   // Rate 36 / 60 = 0.6; residuals 5 - 6, 10 - 12, 21 - 18: sqrt(3 / 2 * 14) / 60.
   const auto [rate, se] = ClusteredAcceptance({10, 20, 30}, {5, 10, 21});

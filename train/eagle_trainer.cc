@@ -138,34 +138,80 @@ Llama HeadFromTarget(const std::string& target_gguf, const std::vector<int64_t>&
 }
 
 struct EagleLosses {
-  torch::Tensor feature, token, top1;
+  torch::Tensor feature, token;  // means over the unrolled steps
+  std::vector<double> top1;      // per step: the head's argmax equals the target's
 };
 
-// The head over sequences `tokens` [B, L] with the target's features [B, L, d]: row i reads
-// (t_{i+1}, f_i + noise) and predicts f_{i+1} and the target's distribution of t_{i+2}.
-EagleLosses HeadLosses(Llama& head, const torch::Tensor& tokens, const torch::Tensor& features,
-                       double noise, bool bf16) {
-  const int64_t len = tokens.size(1);
-  const auto next_tokens = tokens.narrow(1, 1, len - 1);           // [B, L-1]
-  auto f_in = features.narrow(1, 0, len - 1).to(torch::kFloat32);  // [B, L-1, d]
-  const auto f_next = features.narrow(1, 1, len - 1).to(torch::kFloat32);
-  if (noise > 0.0) f_in = f_in + torch::empty_like(f_in).uniform_(-noise, noise);
-  torch::Tensor hidden, logits, target_probs;
-  {
-    Autocast autocast(bf16);
-    const auto x =
-        head->eagle_fc->forward(torch::cat({head->embed->forward(next_tokens), f_in}, -1));
-    hidden = head->Hidden(x);
-    logits = head->Logits(hidden).to(torch::kFloat32);  // [B, L-1, n_head]
-    torch::NoGradGuard no_grad;
-    target_probs = torch::softmax(head->Logits(f_next).to(torch::kFloat32), -1);
+// Which earlier rows each row of unrolled step `u` (1-based) sees, [n_u, T + n_2 + .. + n_u]
+// with n_v = T - v + 1 rows at step v: row i (position i + u - 1) sees step 1's rows 0..i and
+// its own row i of steps 2..u, as drafting step u does (the cache's rows read with true
+// features, then this step's drafts).
+torch::Tensor UnrolledVisibility(int64_t t, int u) {
+  const int64_t n = t - u + 1;
+  std::vector<torch::Tensor> blocks = {torch::ones({n, t}, torch::kBool).tril()};
+  for (int v = 2; v <= u; ++v) {
+    blocks.push_back(torch::eye(n, t - v + 1, torch::TensorOptions().dtype(torch::kBool)));
   }
+  return torch::cat(blocks, 1);
+}
+
+// The loss terms of a batch: soft cross-entropy and smooth L1 per unrolled step.
+EagleLosses HeadLosses(Llama& head, const torch::Tensor& tokens, const torch::Tensor& features,
+                       int unroll, double noise, bool bf16) {
+  auto f_in = features.narrow(1, 0, features.size(1) - 1).to(torch::kFloat32);  // [B, T, d]
+  if (noise > 0.0) f_in = f_in + torch::empty_like(f_in).uniform_(-noise, noise);
+  Autocast autocast(bf16);
+  const std::vector<torch::Tensor> hidden = UnrolledHeadHidden(head, tokens, f_in, unroll);
+  const double steps = static_cast<double>(hidden.size());
   EagleLosses l;
-  l.feature = torch::nn::functional::smooth_l1_loss(hidden.to(torch::kFloat32), f_next);
-  l.token = -(target_probs * torch::log_softmax(logits, -1)).sum(-1).mean();
-  l.top1 = (logits.argmax(-1) == target_probs.argmax(-1)).to(torch::kFloat32).mean();
+  l.feature = torch::zeros({}, torch::kFloat32);
+  l.token = torch::zeros({}, torch::kFloat32);
+  for (size_t s = 0; s < hidden.size(); ++s) {
+    const int64_t n = hidden[s].size(1);
+    const auto f_next = features.narrow(1, s + 1, n).to(torch::kFloat32);  // [B, n, d]
+    const auto logits = head->Logits(hidden[s]).to(torch::kFloat32);       // [B, n, n_head]
+    torch::Tensor target_probs;
+    {
+      torch::NoGradGuard no_grad;
+      target_probs = torch::softmax(head->Logits(f_next).to(torch::kFloat32), -1);
+    }
+    l.feature =
+        l.feature +
+        torch::nn::functional::smooth_l1_loss(hidden[s].to(torch::kFloat32), f_next) / steps;
+    l.token = l.token - (target_probs * torch::log_softmax(logits, -1)).sum(-1).mean() / steps;
+    l.top1.push_back(
+        (logits.argmax(-1) == target_probs.argmax(-1)).to(torch::kFloat32).mean().item<double>());
+  }
   return l;
 }
+
+}  // namespace
+
+std::vector<torch::Tensor> UnrolledHeadHidden(Llama& head, const torch::Tensor& tokens,
+                                              const torch::Tensor& features, int unroll) {
+  const int64_t batch = tokens.size(0), t = tokens.size(1) - 1;
+  std::vector<torch::Tensor> out;
+  std::vector<LayerKv> kv;                 // every earlier step's keys and values
+  torch::Tensor step_features = features;  // [B, >= n, d] what this step's rows read
+  for (int u = 1; u <= unroll && t - u + 1 > 0; ++u) {
+    const int64_t n = t - u + 1;  // rows whose prediction has a target
+    const auto x = head->eagle_fc->forward(torch::cat(
+        {head->embed->forward(tokens.narrow(1, u, n)), step_features.narrow(1, 0, n)}, -1));
+    std::vector<LayerKv> present;
+    if (u == 1) {
+      out.push_back(head->Hidden(x, {}, {}, nullptr, &present));
+    } else {
+      const auto positions = (torch::arange(n, torch::kInt64) + (u - 1)).unsqueeze(0);
+      const auto visible = UnrolledVisibility(t, u).unsqueeze(0).expand({batch, -1, -1});
+      out.push_back(head->Hidden(x, positions, visible, &kv, &present));
+    }
+    kv = std::move(present);
+    step_features = out.back().to(features.scalar_type());
+  }
+  return out;
+}
+
+namespace {
 
 // Batch `step` of a shuffled pass (a new order each epoch): sequence indices into [0, n).
 std::vector<int64_t> BatchIndices(int64_t n, int batch, int64_t step, uint64_t seed) {
@@ -249,28 +295,39 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
                static_cast<long long>(len), static_cast<long long>(n_teacher - n_held), held.size(),
                static_cast<long long>(o.steps));
 
+  // Held out, unrolled as many steps as the default draft length drafts: step u's top-1 is the
+  // head's agreement with the target at draft position u when the drafts before it were right.
+  constexpr int kEvalSteps = 4;
   auto evaluate = [&](EagleTrainResult* r) {
     torch::NoGradGuard no_grad;
     head->eval();
-    double feature = 0, token = 0, top1 = 0;
+    double feature = 0, token = 0;
+    std::vector<double> top1(kEvalSteps, 0.0);
     int64_t batches = 0;
     const int64_t n_held_all = static_cast<int64_t>(held.size());
     for (int64_t first = 0; first < n_held_all; first += 8, ++batches) {
       std::vector<int64_t> idx;
       for (int64_t i = first; i < std::min(first + 8, n_held_all); ++i) idx.push_back(n_train + i);
-      const auto l = HeadLosses(head, TokenTensor(sequences, idx),
-                                features.index_select(0, torch::tensor(idx)), 0.0, o.bf16);
+      const auto l =
+          HeadLosses(head, TokenTensor(sequences, idx),
+                     features.index_select(0, torch::tensor(idx)), kEvalSteps, 0.0, o.bf16);
       feature += l.feature.item<double>();
       token += l.token.item<double>();
-      top1 += l.top1.item<double>();
+      for (size_t u = 0; u < l.top1.size(); ++u) top1[u] += l.top1[u];
     }
     head->train();
     r->feature_loss = feature / batches;
     r->token_loss = token / batches;
-    r->top1 = top1 / batches;
-    std::fprintf(stderr, "%sstep %lld: held out: feature loss %.4f, token loss %.4f, top-1 %.3f\n",
-                 ::isatty(2) ? "\n" : "", static_cast<long long>(step), r->feature_loss,
-                 r->token_loss, r->top1);
+    r->top1_by_step.clear();
+    for (double x : top1) r->top1_by_step.push_back(x / batches);
+    r->top1 = r->top1_by_step[0];
+    std::fprintf(stderr,
+                 "%sstep %lld: held out, %d draft steps: feature loss %.4f, token loss %.4f, "
+                 "top-1 by step",
+                 ::isatty(2) ? "\n" : "", static_cast<long long>(step), kEvalSteps, r->feature_loss,
+                 r->token_loss);
+    for (double x : r->top1_by_step) std::fprintf(stderr, " %.3f", x);
+    std::fprintf(stderr, "\n");
   };
 
   EagleTrainResult result;
@@ -284,7 +341,7 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
     const auto idx = BatchIndices(n_train, o.batch, step, o.seed);
     const auto l =
         HeadLosses(head, TokenTensor(sequences, idx), features.index_select(0, torch::tensor(idx)),
-                   o.feature_noise, o.bf16);
+                   o.unroll, o.feature_noise, o.bf16);
     const auto loss = l.feature + o.token_weight * l.token;
     smoothed = SmoothLoss(smoothed, OptimizerStep(*optimizer, head, loss, o.grad_clip));
     ++step;

@@ -2,14 +2,17 @@
 // llama block over fc([E(t_{i+1}); f_i]) (E the target's embedding, f_i the target's final
 // normed hidden state at position i); it learns to predict f_{i+1} (smooth L1) and, through the
 // target's output rows of the FR-Spec head tokens, the target's distribution of t_{i+2} (soft
-// cross-entropy). The features come from specd's own forward of the target over text the target
-// wrote itself, so the head learns the features the engine will hand it.
+// cross-entropy), optionally also at the drafting steps after, reading its own predictions
+// (--unroll). The features come from specd's own forward of the target over text the target wrote
+// itself, so the head learns the features the engine will hand it.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensor/dtype.h"
+#include "train/llama_torch.h"
 
 namespace specd::train {
 
@@ -37,6 +40,9 @@ struct EagleTrainOptions {
   double grad_clip = 0.5;
   double token_weight = 0.1;   // of the soft cross-entropy, next to the feature loss (weight 1)
   double feature_noise = 0.1;  // uniform noise on the input features, +-this
+  // Drafting steps each training row is unrolled over (EAGLE-3's training-time test): steps after
+  // the first read the head's own predicted features, as drafting does. 1: EAGLE-1's training.
+  int unroll = 1;
   int checkpoint_every = 100;
   int eval_every = 250;
   int held_out_sequences = 64;
@@ -50,9 +56,21 @@ struct EagleTrainResult {
   bool finished = false;
   double feature_loss = 0.0;  // held out, at the end
   double token_loss = 0.0;
-  double top1 = 0.0;  // held out: the head's argmax equals the target's, one step ahead
+  // Held out, the head's argmax equals the target's: at draft step 1, and at steps 1..4 (reading
+  // its own predicted features after step 1, the tokens before them right).
+  double top1 = 0.0;
+  std::vector<double> top1_by_step;
 };
 
 EagleTrainResult TrainEagle(const EagleTrainOptions& options);
+
+// The head's final normed hidden states (predicted features) over `unroll` drafting steps
+// (EAGLE-3's training-time test), tokens [B, L], features [B, L - 1, d] (the target's, f_0 ..
+// f_{L-2}). Step 1's row i reads (t_{i+1}, f_i) at position i; step u's row i reads (t_{i+u},
+// step u-1's prediction at row i) at position i + u - 1 and sees step 1's rows 0..i and its own
+// row i of steps 2..u, as drafting step u after position i does. Step u's rows predict f_{i+u}:
+// element u - 1 is [B, L - u, d].
+std::vector<torch::Tensor> UnrolledHeadHidden(Llama& head, const torch::Tensor& tokens,
+                                              const torch::Tensor& features, int unroll);
 
 }  // namespace specd::train

@@ -115,7 +115,10 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
 }
 
 torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
-                                const torch::Tensor& visible) {
+                                const torch::Tensor& visible, const std::vector<LayerKv>* past,
+                                std::vector<LayerKv>* present) {
+  SPECD_CHECK(past == nullptr || (visible.defined() && past->size() == blocks->size()),
+              "Hidden: rows after past keys need a visibility mask and one past per block");
   const int64_t batch = x.size(0), time = x.size(1);
   const int64_t hd = shape.head_dim(), group = shape.n_heads / shape.n_kv_heads;
   const auto pos = positions.defined() ? positions.to(torch::kFloat64)
@@ -123,14 +126,15 @@ torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
   const auto inv_freq = torch::pow(shape.rope_base, -torch::arange(0, hd, 2, torch::kFloat64) / hd);
   const auto angles = pos.unsqueeze(-1) * inv_freq;  // [1 or B, T, hd/2]
   const auto cos = angles.cos().to(torch::kFloat32), sin = angles.sin().to(torch::kFloat32);
-  // Additive mask: [T, T] causal, or [B, 1, T, T] from `visible`.
+  // Additive mask: [T, T] causal, or [B, 1, T, past + T] from `visible`.
   const auto mask = visible.defined() ? torch::zeros(visible.sizes(), torch::kFloat32)
                                             .masked_fill(visible.logical_not(), -INFINITY)
                                             .unsqueeze(1)
                                       : torch::full({time, time}, -INFINITY).triu(1);
 
-  for (const auto& module : *blocks) {
-    auto* block = module->as<LlamaBlockImpl>();
+  if (present != nullptr) present->clear();
+  for (size_t layer = 0; layer < blocks->size(); ++layer) {
+    auto* block = (*blocks)[layer]->as<LlamaBlockImpl>();
     const auto h = RmsNorm(x, block->attn_norm, shape.rms_eps);
     auto q = block->Project(kWq, h).view({batch, time, shape.n_heads, hd});
     auto k = block->Project(kWk, h).view({batch, time, shape.n_kv_heads, hd});
@@ -144,6 +148,11 @@ torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
     q = q.transpose(1, 2);  // [B, H, T, hd]
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
+    if (past != nullptr) {
+      k = torch::cat({(*past)[layer].k, k}, 2);  // [B, H, past + T, hd]
+      v = torch::cat({(*past)[layer].v, v}, 2);
+    }
+    if (present != nullptr) present->push_back({k, v});
     auto scores = torch::matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) / std::sqrt(double(hd));
     auto probs = torch::softmax(scores + mask, -1).to(v.scalar_type());
     auto att = torch::matmul(probs, v).transpose(1, 2).reshape({batch, time, shape.n_heads * hd});

@@ -46,6 +46,12 @@ struct LlamaBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaBlock);
 
+// One block's attention keys and values after RoPE, heads repeated for GQA: [batch, heads,
+// time, head_dim] each.
+struct LayerKv {
+  torch::Tensor k, v;
+};
+
 struct LlamaImpl : torch::nn::Module {
   explicit LlamaImpl(const LlamaShape& shape);
   // tokens [batch, time] int64 -> logits [batch, time, n_vocab]. By default row t sits at
@@ -56,8 +62,13 @@ struct LlamaImpl : torch::nn::Module {
                         const torch::Tensor& visible = {});
   // The parts of forward: the blocks and final norm over input rows x [batch, time, dim] ->
   // normed hidden states [batch, time, dim]; and the output layer over them -> logits.
+  // With `past` (the keys and values an earlier call left in `present`, per block), the rows
+  // also attend to those earlier rows: `visible` is then [batch, time, past + time] and must be
+  // given. `present`, when given, receives every block's keys and values, the past's first.
   torch::Tensor Hidden(torch::Tensor x, const torch::Tensor& positions = {},
-                       const torch::Tensor& visible = {});
+                       const torch::Tensor& visible = {},
+                       const std::vector<LayerKv>* past = nullptr,
+                       std::vector<LayerKv>* present = nullptr);
   torch::Tensor Logits(const torch::Tensor& hidden);
   int64_t NumParameters();
   // Restricts the output layer to these token ids (FR-Spec): logits [batch, time, n_head] over

@@ -202,6 +202,11 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     eagle->add_option("--warmup", e.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
     eagle->add_option("--token-weight", e.token_weight, "weight of the token loss")
         ->check(CLI::Range(0.0, 100.0));
+    eagle
+        ->add_option("--unroll", e.unroll,
+                     "drafting steps each row is trained over, the later ones reading the head's "
+                     "own predicted features (EAGLE-3's training-time test; 1: EAGLE-1)")
+        ->check(CLI::Range(1, 8));
     eagle->add_option("--feature-noise", e.feature_noise, "uniform noise on input features")
         ->check(CLI::Range(0.0, 10.0));
     eagle->add_option("--checkpoint-every", e.checkpoint_every, "steps between checkpoints")

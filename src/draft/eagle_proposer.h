@@ -23,7 +23,7 @@ class EagleProposer : public Proposer {
  public:
   // Rows a sequence's head cache re-reads at most after a run of steps without drafting: it
   // restarts from the last this-many positions instead (as DraftModelProposer's catch-up).
-  static constexpr int kDefaultCatchUpLimit = 256;
+  static constexpr int kDefaultCatchUpLimit = 32;
 
   // `head` is an EAGLE head (config().eagle) for `target`; `kv` (shaped for the head) needs a
   // slot per live sequence with room for its tokens plus the longest draft.

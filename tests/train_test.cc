@@ -122,6 +122,18 @@ TEST(Train, TrainedTokenizerEncodesLikeSentencePiece) {
 }
 
 // Options for a tiny model trained on the small corpus: steps and shape set by each test.
+// A small llama with 4 query heads sharing 2 key / value heads (GQA), for exactness tests.
+LlamaShape SmallShape(int64_t n_vocab, int64_t dim, int64_t n_layers, int64_t ffn) {
+  LlamaShape shape;
+  shape.n_vocab = n_vocab;
+  shape.dim = dim;
+  shape.n_layers = n_layers;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
+  shape.ffn = ffn;
+  return shape;
+}
+
 TrainOptions TinyTrainOptions(int n_layers, int n_heads, int n_kv_heads, int ffn, int ctx) {
   TrainOptions options;
   options.corpus_dir = SmallCorpus();
@@ -451,13 +463,7 @@ TEST(Train, EagleHeadLearnsTheTargetsFeaturesAndDraftsLosslessly) {
 // and the drafts of steps 2..u-1 (each fed its predecessor's predicted feature) after them.
 TEST(Train, UnrolledHeadStepsComputeWhatDraftingComputes) {
   torch::manual_seed(5);
-  LlamaShape shape;
-  shape.n_vocab = 128;
-  shape.dim = 32;
-  shape.n_layers = 1;
-  shape.n_heads = 4;
-  shape.n_kv_heads = 2;
-  shape.ffn = 64;
+  const LlamaShape shape = SmallShape(/*n_vocab=*/128, /*dim=*/32, /*n_layers=*/1, /*ffn=*/64);
   Llama head(shape);
   head->EnableEagle();
   head->eval();
@@ -606,14 +612,7 @@ torch::Tensor RowTensor(const std::vector<int64_t>& values) {
 // forward generation runs.
 TEST(SdsatTrain, MixedRowComputesThePlainAndTheGenerationForwards) {
   torch::manual_seed(3);
-  LlamaShape shape;
-  shape.n_vocab = 256;
-  shape.dim = 64;
-  shape.n_layers = 2;
-  shape.n_heads = 4;
-  shape.n_kv_heads = 2;
-  shape.ffn = 128;
-  Llama model(shape);
+  Llama model(SmallShape(/*n_vocab=*/256, /*dim=*/64, /*n_layers=*/2, /*ffn=*/128));
   model->eval();
   torch::NoGradGuard no_grad;
   std::vector<int32_t> real;

@@ -400,6 +400,7 @@ TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
   EXPECT_GT(same.draft_ms_per_token, 0.0);
   EXPECT_GT(same.target_ms_per_token, 0.0);
   EXPECT_EQ(same.acceptance_standard_error, 0.0);  // every prompt accepts everything
+  EXPECT_EQ(same.accepted_at_position, std::vector<double>(3, 1.0));
   EXPECT_GT(same.n_prompts, 0);
   EXPECT_GT(same.n_drafted, 0);
   const DraftReport more = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3, 4);

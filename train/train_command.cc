@@ -258,13 +258,19 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                  static_cast<long long>(d.n_prompts), static_cast<long long>(d.n_drafted),
                  draft_length, d.mean_accepted_length, d.draft_ms_per_token, d.target_ms_per_token,
                  d.target_ms_per_token / d.draft_ms_per_token);
+    std::string by_position;
+    for (double x : d.accepted_at_position) {
+      by_position += (by_position.empty() ? "" : ", ") + std::to_string(x).substr(0, 6);
+    }
+    std::fprintf(stderr, "accepted by draft position: %s\n", by_position.c_str());
     std::printf(
         "{\"acceptance_rate\": %.4f, \"acceptance_standard_error\": %.4f, \"n_prompts\": "
         "%lld, \"n_drafted\": %lld, \"mean_accepted_length\": %.3f, "
+        "\"accepted_at_position\": [%s], "
         "\"draft_ms_per_token\": %.4f, \"target_ms_per_token\": %.4f}\n",
         d.acceptance_rate, d.acceptance_standard_error, static_cast<long long>(d.n_prompts),
-        static_cast<long long>(d.n_drafted), d.mean_accepted_length, d.draft_ms_per_token,
-        d.target_ms_per_token);
+        static_cast<long long>(d.n_drafted), d.mean_accepted_length, by_position.c_str(),
+        d.draft_ms_per_token, d.target_ms_per_token);
   };
 
   return [=]() -> int {

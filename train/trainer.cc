@@ -504,6 +504,11 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
   report.n_prompts = static_cast<int64_t>(drafted_per_prompt.size());
   report.n_drafted = stats.n_drafted;
   report.mean_accepted_length = stats.mean_accepted_length();
+  for (size_t i = 0; i < stats.drafted_at_position.size(); ++i) {
+    const int64_t drafted = stats.drafted_at_position[i];
+    report.accepted_at_position.push_back(
+        drafted > 0 ? double(stats.accepted_at_position[i]) / drafted : 0.0);
+  }
   // Decode-step cost: 64 single-row forwards after a 64-token prompt, best of three. An EAGLE
   // head's step includes its input projection and the embedding lookup in the target.
   auto step_ms = [&](Model& model) {

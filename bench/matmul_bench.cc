@@ -8,6 +8,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "kernels/kernels.h"
+#include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
 
 namespace specd::bench {
@@ -89,6 +90,38 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     const std::string name = "specd " + std::string(DTypeName(type));
     row(name.c_str(), [&](int m) {
       return TimeMs([&] { Matmul(ctx, x.data(), m, view, y.data(), &scratch); }, o.min_ms);
+    });
+  }
+  // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
+  // oneDNN through specd's wrapper (activation quantization and float steps included).
+  std::vector<int8_t> i8(static_cast<size_t>(n) * k);
+  std::vector<float> i8_scales(n);
+  for (int r = 0; r < n; ++r) {
+    i8_scales[r] = QuantizeRowI8(w.data() + static_cast<size_t>(r) * k,
+                                 i8.data() + static_cast<size_t>(r) * k, k);
+  }
+  WeightView i8_view{DType::kI8, i8.data(), n, k};
+  i8_view.row_scales = i8_scales.data();
+  PackedInt8Weights i8_packed;
+  if (cpu.avx512) {
+    i8_packed = PackInt8(i8_view, &pool);
+    i8_packed.onednn = MakeOneDnnInt8Weights({&i8_view});
+    i8_view.packed = &i8_packed;
+  }
+  struct I8Kernel {
+    const char* name;
+    Int8Backend backend;
+    bool available;
+  };
+  for (const I8Kernel& kernel :
+       {I8Kernel{"specd i8 (VNNI)", Int8Backend::kSpecd, cpu.avx512},
+        I8Kernel{"specd i8 (AMX)", Int8Backend::kAmx, cpu.amx_int8},
+        I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
+    if (!kernel.available) continue;
+    const KernelContext i8_ctx{&pool, cpu, kernel.backend};
+    MatmulScratch scratch;
+    row(kernel.name, [&](int m) {
+      return TimeMs([&] { Matmul(i8_ctx, x.data(), m, i8_view, y.data(), &scratch); }, o.min_ms);
     });
   }
   row("oneDNN bf16 x bf16", [&](int m) {

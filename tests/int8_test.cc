@@ -4,19 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
-#include "base/rng.h"
-#include "kernels/kernels.h"
-#include "kernels/onednn_int8.h"
-#include "tensor/quantize.h"
 #include "base/error.h"
+#include "base/rng.h"
 #include "engine/generate.h"
 #include "engine/model_options.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kernels/onednn_int8.h"
 #include "model/model.h"
+#include "tensor/quantize.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -95,50 +95,59 @@ TEST(Int8, ReferenceIsTheExactIntegerProductScaled) {
 
 // Runs Matmul for rows [first, first + m) of x.
 std::vector<float> RunMatmul(const KernelContext& ctx, const std::vector<float>& x, int64_t first,
-                       int64_t m, const WeightView& w) {
+                             int64_t m, const WeightView& w) {
   std::vector<float> y(m * w.rows);
   MatmulScratch scratch;
   Matmul(ctx, x.data() + first * w.cols, m, w, y.data(), &scratch);
   return y;
 }
 
-// Every path, every row count 1..64 and 1 or 2 threads: the reference's bits.
+// Every path, every row count 1..64, 1 or 2 threads, with and without SmoothQuant's column
+// scales: the reference's bits.
 TEST(Int8, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
   const CpuFeatures cpu = CpuFeatures::Detect();
-  const int64_t rows = 53, cols = 320, max_m = 64;  // a partial row group; 10 blocks
+  // An odd number of row groups, the last partial; 11 blocks (AMX's tiles of 64 leave a half).
+  const int64_t rows = 69, cols = 352, max_m = 64;
   I8Weights w = MakeI8(rows, cols, 3);
   const auto x = RandomVector(max_m * cols, 4, 3.0f);
-  std::vector<float> want(max_m * rows);
-  reference::MatmulI8(x.data(), max_m, w.view, want.data());
-  for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    PackedInt8Weights packed;
-    WeightView fast = w.view;
-    if (cpu.avx512) {
-      packed = PackInt8(w.view, &pool);
-      packed.onednn = MakeOneDnnInt8Weights({&w.view});
-      fast.packed = &packed;
-    }
-    struct Path {
-      const char* name;
-      bool avx512;
-      Int8Backend backend;
-    };
-    for (const Path& path : {Path{"portable", false, Int8Backend::kSpecd},
-                             Path{"specd-vnni", true, Int8Backend::kSpecd},
-                             Path{"onednn", true, Int8Backend::kOneDnn}}) {
-      if (path.avx512 && !cpu.avx512) continue;
-      KernelContext ctx{&pool, cpu, path.backend};
-      ctx.cpu.avx512 = path.avx512;
-      const WeightView& view = path.avx512 ? fast : w.view;
-      for (int64_t m = 1; m <= max_m; ++m) {
-        const int64_t first = (m * 13) % (max_m - m + 1);  // rows from different places
-        const std::vector<float> got = RunMatmul(ctx, x, first, m, view);
-        const std::vector<float> expected(want.begin() + first * rows,
-                                          want.begin() + (first + m) * rows);
-        ASSERT_TRUE(SameBits(got, expected))
-            << path.name << " m=" << m << " threads=" << threads
-            << " relative error=" << RelativeError(got, expected);
+  std::vector<float> col_scales = RandomVector(cols, 5, 1.0f);
+  for (float& s : col_scales) s = 0.25f + std::abs(s);
+  for (bool smooth : {false, true}) {
+    w.view.col_scales = smooth ? col_scales.data() : nullptr;
+    std::vector<float> want(max_m * rows);
+    reference::MatmulI8(x.data(), max_m, w.view, want.data());
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      PackedInt8Weights packed;
+      WeightView fast = w.view;
+      if (cpu.avx512) {
+        packed = PackInt8(w.view, &pool);
+        packed.onednn = MakeOneDnnInt8Weights({&w.view});
+        fast.packed = &packed;
+      }
+      struct Path {
+        const char* name;
+        bool avx512;
+        Int8Backend backend;
+      };
+      for (const Path& path : {Path{"portable", false, Int8Backend::kSpecd},
+                               Path{"specd-vnni", true, Int8Backend::kSpecd},
+                               Path{"specd-amx", true, Int8Backend::kAmx},
+                               Path{"onednn", true, Int8Backend::kOneDnn}}) {
+        if (path.avx512 && !cpu.avx512) continue;
+        if (path.backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
+        KernelContext ctx{&pool, cpu, path.backend};
+        ctx.cpu.avx512 = path.avx512;
+        const WeightView& view = path.avx512 ? fast : w.view;
+        for (int64_t m = 1; m <= max_m; ++m) {
+          const int64_t first = (m * 13) % (max_m - m + 1);  // rows from different places
+          const std::vector<float> got = RunMatmul(ctx, x, first, m, view);
+          const std::vector<float> expected(want.begin() + first * rows,
+                                            want.begin() + (first + m) * rows);
+          ASSERT_TRUE(SameBits(got, expected))
+              << path.name << " m=" << m << " threads=" << threads << " smooth=" << smooth
+              << " relative error=" << RelativeError(got, expected);
+        }
       }
     }
   }
@@ -155,7 +164,8 @@ TEST(Int8, StackedI8EqualsSeparateMatmulsBitForBit) {
   const WeightView stacked_view{DType::kI8, nullptr, stacked.rows, 96, &stacked};
   const int64_t m = 9;
   const auto x = RandomVector(m * 96, 8);
-  for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kOneDnn}) {
+  for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kAmx, Int8Backend::kOneDnn}) {
+    if (backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
     const KernelContext ctx{&pool, cpu, backend};
     const std::vector<float> together = RunMatmul(ctx, x, 0, m, stacked_view);
     int64_t offset = 0;
@@ -219,8 +229,7 @@ using testing::Greedy;
 
 // The tiny pair converted to i8 at load, SmoothQuant calibrated on a prompt, on one backend.
 struct I8Pair {
-  I8Pair(Int8Backend backend, bool avx512)
-      : pool(2), ctx{&pool, CpuFeatures::Detect(), backend} {
+  I8Pair(Int8Backend backend, bool avx512) : pool(2), ctx{&pool, CpuFeatures::Detect(), backend} {
     ctx.cpu.avx512 = ctx.cpu.avx512 && avx512;
     ModelLoadOptions options;
     options.int8_weights = true;
@@ -238,8 +247,9 @@ struct I8Pair {
 // specd's kernel and on oneDNN.
 TEST(I8Model, GreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
   const CpuFeatures cpu = CpuFeatures::Detect();
-  for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kOneDnn}) {
-    if (backend == Int8Backend::kOneDnn && !cpu.avx512) continue;
+  for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kAmx, Int8Backend::kOneDnn}) {
+    if (backend != Int8Backend::kSpecd && !cpu.avx512) continue;
+    if (backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
     I8Pair p(backend, true);
     ASSERT_EQ(p.target->MatrixType(), DType::kI8);
     const int n = 8;
@@ -302,11 +312,14 @@ TEST(I8Model, RowLogitsDoNotDependOnBatchBackendOrKernel) {
   const std::vector<int32_t> seq_a = testing::Prompt(12, 1), seq_b = testing::Prompt(5, 2);
   std::vector<float> reference;  // [12, n_vocab] sequence a, one forward per token
   const std::string path_i8 = TinyI8File();
-  for (int path = 0; path < 3; ++path) {
+  const Int8Backend backends[] = {Int8Backend::kSpecd, Int8Backend::kSpecd, Int8Backend::kOneDnn,
+                                  Int8Backend::kAmx};
+  for (int path = 0; path < 4; ++path) {
     const bool avx512 = path > 0;
     if (avx512 && !cpu.avx512) continue;
+    if (backends[path] == Int8Backend::kAmx && !cpu.amx_int8) continue;
     ThreadPool pool(2);
-    KernelContext ctx{&pool, cpu, path == 2 ? Int8Backend::kOneDnn : Int8Backend::kSpecd};
+    KernelContext ctx{&pool, cpu, backends[path]};
     ctx.cpu.avx512 = avx512;
     struct {
       KernelContext ctx;

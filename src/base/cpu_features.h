@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -15,7 +17,7 @@ namespace specd {
 struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ, VNNI, plus FMA and F16C: every int8 / f32 kernel
   bool avx512_bf16 = false;  // AVX512_BF16 as well: the bf16-weight kernel
-  bool amx_int8 = false;     // AMX-TILE + AMX-INT8, enabled by the OS (oneDNN's i8 path uses it)
+  bool amx_int8 = false;     // AMX-TILE + AMX-INT8, enabled by the OS: the i8 tile kernel
   bool f16c = false;         // half conversions in hardware (the portable attention's f16 cache)
   bool avx2 = false;         // AVX2 with FMA and F16C: the packed int8 kernels without AVX-512
 
@@ -53,7 +55,7 @@ struct CpuFeatures {
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
   }
   // CPUID leaf 7 sub-leaf 0, EDX bits 24 (AMX-TILE) and 25 (AMX-INT8), and the OS saving the
-  // tile state (XCR0 bits 17 and 18).
+  // tile state (XCR0 bits 17 and 18), with the permission to use it granted.
   static bool HasAmxInt8() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
@@ -64,7 +66,12 @@ struct CpuFeatures {
     }
     unsigned xcr0_lo = 0, xcr0_hi = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    return (xcr0_lo & (3u << 17)) == (3u << 17);
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+    // Linux hands out the tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA); the permission then holds for every thread of the process.
+    constexpr int kArchReqXcompPerm = 0x1023;
+    constexpr int kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }
   // Whether the packed int8 kernels (AVX-512 VNNI or AVX2) run here: quantized weights are
   // re-laid for them at load.

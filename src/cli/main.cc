@@ -73,9 +73,9 @@ void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
                   "int8 per token, as in BASS)")
       ->check(CLI::IsMember({"i8"}));
   app->add_option("--int8-kernel", flags->int8_kernel,
-                  "matmul of i8 weights: auto (oneDNN's AMX path from 8 rows where the CPU has "
-                  "AMX, else specd's VNNI kernel), specd or onednn; all give the same bits")
-      ->check(CLI::IsMember({"auto", "specd", "onednn"}));
+                  "matmul of i8 weights: auto (specd's AMX tile kernel where the CPU has AMX, "
+                  "else its VNNI kernel), specd (VNNI), amx or onednn; all give the same bits")
+      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
   app->add_option("--smooth-alpha", flags->smooth_alpha,
                   "i8: SmoothQuant migration strength (0 = none; default 0.5), calibrated at "
                   "load on --calibration's text")
@@ -392,8 +392,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"", "i8"}));
   bench_forward
       ->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
-                   "matmul of i8 weights: auto, specd or onednn")
-      ->check(CLI::IsMember({"auto", "specd", "onednn"}));
+                   "matmul of i8 weights: auto, specd (VNNI), amx or onednn")
+      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
   AddLoraFlags(bench_forward, &fwd.weight_flags);
 
   bench::AttentionBenchOptions ab;

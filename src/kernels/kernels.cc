@@ -101,28 +101,24 @@ std::string Int8KernelName(const KernelContext& ctx) {
   switch (ctx.int8_backend) {
     case Int8Backend::kSpecd:
       return own;
+    case Int8Backend::kAmx:
+      return "specd AMX";
     case Int8Backend::kOneDnn:
       return ctx.cpu.amx_int8 ? "oneDNN (AMX)" : "oneDNN (VNNI)";
     case Int8Backend::kAuto:
-      return ctx.cpu.amx_int8 ? "oneDNN AMX from " + std::to_string(ctx.onednn_min_rows) +
-                                    " rows, " + own + " below"
-                              : own + " (no AMX here)";
+      return ctx.cpu.amx_int8
+                 ? "specd AMX from " + std::to_string(ctx.amx_min_rows) + " rows, " + own + " below"
+                 : own + " (no AMX here)";
   }
   return own;
 }
 
 namespace {
 
-bool UseOneDnn(const KernelContext& ctx, int64_t m) {
-  switch (ctx.int8_backend) {
-    case Int8Backend::kOneDnn:
-      return true;
-    case Int8Backend::kSpecd:
-      return false;
-    case Int8Backend::kAuto:
-      return ctx.cpu.amx_int8 && m >= ctx.onednn_min_rows;
-  }
-  return false;
+bool UseAmx(const KernelContext& ctx, int64_t m) {
+  if (!ctx.cpu.amx_int8) return false;
+  return ctx.int8_backend == Int8Backend::kAmx ||
+         (ctx.int8_backend == Int8Backend::kAuto && m >= ctx.amx_min_rows);
 }
 
 SPECD_VECTOR_CLONES void HalfsToFloats(const uint16_t* h, float* f, int n) {
@@ -191,6 +187,10 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
+  const bool packed_i8 = w.type == DType::kI8 && w.packed != nullptr && w.packed->row_scales;
+  if (packed_i8 && ctx.cpu.avx512 && UseAmx(ctx, m)) {  // applies SmoothQuant's scales itself
+    return amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
+  }
   if (w.type == DType::kI8 && w.col_scales != nullptr) {
     // SmoothQuant: scale the activations here, once, for every path below.
     scratch->smoothed.Resize(m * w.cols);  // [m, cols]
@@ -204,8 +204,7 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
     plain.col_scales = nullptr;
     return Matmul(ctx, smoothed, m, plain, y, scratch);
   }
-  if (w.type == DType::kI8 && w.packed != nullptr && w.packed->onednn != nullptr &&
-      UseOneDnn(ctx, m)) {
+  if (packed_i8 && w.packed->onednn != nullptr && ctx.int8_backend == Int8Backend::kOneDnn) {
     OneDnnMatmulI8(ctx, x, m, *w.packed, y, scratch);
   } else if (ctx.cpu.avx512 && w.packed != nullptr) {
     avx512::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);

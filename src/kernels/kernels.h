@@ -66,6 +66,9 @@ struct PackedInt8Weights {
   int64_t GroupBytes() const {
     return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * 64 : 0) + (row_scales ? 64 : 0);
   }
+  // Bytes after the last group: the AMX kernel reads i8 weights in tiles of 64 values, so with
+  // cols % 64 == 32 its last tile reaches 448 bytes past the end (multiplied by zeros).
+  int64_t SlackBytes() const { return row_scales ? 512 : 0; }
   // The trailer of super-block scales (k_scales) or row scales (row_scales) of a row group.
   int64_t TrailerOffset() const { return cols / 32 * BlockBytes(); }
 };
@@ -112,8 +115,9 @@ struct WeightView {
 // Which matmul runs i8 weights. Every choice gives the same bits (exact integer sums, one fixed
 // order of the float steps after them), so this is a choice of speed only.
 enum class Int8Backend {
-  kAuto,    // oneDNN from onednn_min_rows rows on a CPU with AMX, specd's VNNI kernel otherwise
-  kSpecd,   // specd's AVX-512 VNNI kernel
+  kAuto,   // specd's AMX kernel from amx_min_rows rows on a CPU with AMX, its VNNI kernel otherwise
+  kSpecd,  // specd's AVX-512 VNNI kernel
+  kAmx,    // specd's AMX tile kernel (CPUs with AMX-INT8)
   kOneDnn,  // oneDNN's s8 x s8 -> s32 matmul (AMX or VNNI, its choice; ONEDNN_VERBOSE shows it)
 };
 
@@ -127,7 +131,9 @@ struct KernelContext {
   ThreadPool* pool = nullptr;
   CpuFeatures cpu;
   Int8Backend int8_backend = Int8Backend::kAuto;
-  int onednn_min_rows = 8;  // kAuto: rows from which oneDNN runs i8 matmuls (AMX CPUs only)
+  // kAuto: rows from which the AMX kernel runs i8 matmuls (one row streams no faster on tiles,
+  // and the VNNI kernel has less to set up; measured on SmolLM2's matrices).
+  int amx_min_rows = 2;
 };
 
 // A kernel splits its work over threads only while each thread gets at least this many
@@ -272,6 +278,14 @@ void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_
                int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                float* scores, float* out);
 }  // namespace avx2
+
+// AMX-INT8 (matmul_amx.cc): the packed i8 matmul on tiles, the AVX-512 kernel's results bit for
+// bit. Callers go through Matmul (Int8Backend kAmx, or kAuto on a CPU with AMX).
+namespace amx {
+// col_scales: SmoothQuant's [cols] multipliers of the activations, or null.
+void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
+                    const float* col_scales, float* y, MatmulScratch* scratch);
+}  // namespace amx
 
 // Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.
 namespace avx512 {

@@ -296,7 +296,8 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
   p.cols = w.cols;
   p.row_groups = (w.rows + 15) / 16;
   const int64_t nb = w.cols / 32;
-  p.data.Resize(p.row_groups * p.GroupBytes());
+  p.data.Resize(p.row_groups * p.GroupBytes() + p.SlackBytes());
+  std::fill(p.data.data() + p.row_groups * p.GroupBytes(), p.data.data() + p.data.size(), 0);
   pool->ParallelFor(p.row_groups, 1, [&](int64_t g0, int64_t g1) {
     BlockLevels rows[16];
     for (int64_t group = g0; group < g1; ++group) {
@@ -348,7 +349,9 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
   stacked.cols = parts[0]->cols;
   for (const WeightView* w : parts) stacked.rows += w->rows;
   stacked.row_groups = (stacked.rows + 15) / 16;
-  stacked.data.Resize(stacked.row_groups * stacked.GroupBytes());
+  stacked.data.Resize(stacked.row_groups * stacked.GroupBytes() + stacked.SlackBytes());
+  std::fill(stacked.data.data() + stacked.row_groups * stacked.GroupBytes(),
+            stacked.data.data() + stacked.data.size(), 0);
   uint8_t* at = stacked.data.data();
   for (const WeightView* w : parts) {
     const PackedInt8Weights part = PackInt8(*w, pool);

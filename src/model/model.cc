@@ -183,8 +183,15 @@ ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
 Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cpu) {
   if (flags.int8_kernel == "auto") return Int8Backend::kAuto;
   if (flags.int8_kernel == "specd") return Int8Backend::kSpecd;
+  if (flags.int8_kernel == "amx") {
+    SPECD_CHECK(flags.weights == "i8", "--int8-kernel amx applies to i8 weights: add --weights i8");
+    SPECD_CHECK(cpu.amx_int8 && cpu.avx512,
+                "--int8-kernel amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
+                "offer");
+    return Int8Backend::kAmx;
+  }
   SPECD_CHECK(flags.int8_kernel == "onednn", "--int8-kernel: '", flags.int8_kernel,
-              "' is not one of auto, specd, onednn");
+              "' is not one of auto, specd, amx, onednn");
   SPECD_CHECK(flags.weights == "i8",
               "--int8-kernel onednn applies to i8 weights: add --weights i8");
   // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
@@ -516,9 +523,8 @@ const GgufValue* Model::FindMetadata(const std::string& key) const {
 }
 
 void Model::PackWeights(const KernelContext& ctx) {
-  // oneDNN's copy of i8 matrices, when it may run them (see Int8Backend).
-  const bool onednn = ctx.int8_backend == Int8Backend::kOneDnn ||
-                      (ctx.int8_backend == Int8Backend::kAuto && ctx.cpu.amx_int8);
+  // oneDNN's copy of i8 matrices, when it runs them (--int8-kernel onednn).
+  const bool onednn = ctx.int8_backend == Int8Backend::kOneDnn;
   auto with_onednn = [&](PackedInt8Weights* packed, const std::vector<const WeightView*>& parts) {
     if (onednn && packed->row_scales) packed->onednn = MakeOneDnnInt8Weights(parts);
   };

@@ -189,7 +189,7 @@ struct ActivationMaxima {
 // --weights and --int8-kernel as the CLI spells them.
 struct WeightFlags {
   std::string weights;               // "" (as stored) or "i8"
-  std::string int8_kernel = "auto";  // auto | specd | onednn
+  std::string int8_kernel = "auto";  // auto | specd | amx | onednn
   float smooth_alpha = 0.5f;         // i8: SmoothQuant's migration strength; 0: none
   std::string calibration_file;      // i8: its calibration text (default: a built-in one)
   std::vector<LoraSpec> lora;        // --lora / --lora-scaled (the target model only)

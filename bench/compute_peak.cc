@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/timer.h"
 
 namespace specd::bench {
@@ -36,20 +37,87 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t VnniLoop(int32_t 
   return total;
 }
 
-}  // namespace
+constexpr int64_t kAmxIters = 1'000'000;
+constexpr int kAmxChains = 4;  // tdpbssd per iteration, into tiles 0-3
 
-double MeasureInt8PeakGmacs(ThreadPool& pool, int reps) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512vnni")) return 0.0;
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16};
+};
+
+__attribute__((target("amx-tile,amx-int8"))) int32_t AmxLoop(int32_t seed) {
+  const AmxConfig config;
+  _tile_loadconfig(&config);
+  alignas(64) int8_t a[16 * 64];
+  alignas(64) int32_t c[16 * 16];
+  for (int i = 0; i < 16 * 64; ++i) a[i] = static_cast<int8_t>(seed + i);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, a, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < kAmxIters; ++i) {
+    _tile_dpbssd(0, 4, 5);
+    _tile_dpbssd(1, 4, 6);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 6, 5);
+  }
+  int32_t total = 0;
+  for (int tile = 0; tile < kAmxChains; ++tile) {
+    switch (tile) {  // tile numbers are immediates
+      case 0:
+        _tile_stored(0, c, 64);
+        break;
+      case 1:
+        _tile_stored(1, c, 64);
+        break;
+      case 2:
+        _tile_stored(2, c, 64);
+        break;
+      default:
+        _tile_stored(3, c, 64);
+        break;
+    }
+    for (int32_t v : c) total += v;
+  }
+  _tile_release();
+  return total;
+}
+
+// Runs loop on every pool thread `reps` times; the best wall time in seconds.
+template <typename Loop>
+double BestSeconds(ThreadPool& pool, int reps, Loop loop) {
   std::vector<int32_t> sinks(pool.size());
   double best_s = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
     Timer t;
-    pool.RunOnAll([&](int thread) { sinks[thread] = VnniLoop(thread + rep); });
+    pool.RunOnAll([&](int thread) { sinks[thread] = loop(thread + rep); });
     best_s = std::min(best_s, t.ElapsedMs() / 1000.0);
   }
   volatile int32_t keep = sinks[0];
   (void)keep;
+  return best_s;
+}
+
+}  // namespace
+
+double MeasureAmxInt8PeakGmacs(ThreadPool& pool, int reps) {
+  if (!CpuFeatures::Detect().amx_int8) return 0.0;
+  const double best_s = BestSeconds(pool, reps, AmxLoop);
+  // Each tdpbssd on full tiles does 16 x 16 x 64 multiply-accumulates.
+  const double macs = 16.0 * 16 * 64 * kAmxChains * static_cast<double>(kAmxIters) * pool.size();
+  return macs / best_s / 1e9;
+}
+
+double MeasureInt8PeakGmacs(ThreadPool& pool, int reps) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni")) return 0.0;
+  const double best_s = BestSeconds(pool, reps, VnniLoop);
   // Each vpdpbusd on 512 bits does 64 multiply-accumulates.
   const double macs = 64.0 * kChains * static_cast<double>(kIters) * pool.size();
   return macs / best_s / 1e9;

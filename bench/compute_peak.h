@@ -9,4 +9,8 @@ namespace specd::bench {
 // the ceiling of any int8 matmul here. 0 when the CPU has no AVX-512 VNNI.
 double MeasureInt8PeakGmacs(ThreadPool& pool, int reps);
 
+// The same for AMX-INT8 (tdpbssd on full 16 x 64-byte tiles, four independent accumulators,
+// operands in tiles): the ceiling of the AMX i8 kernel. 0 when the CPU or OS offers no AMX.
+double MeasureAmxInt8PeakGmacs(ThreadPool& pool, int reps);
+
 }  // namespace specd::bench

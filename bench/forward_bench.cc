@@ -121,12 +121,17 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   const std::vector<DType> types = synthetic ? o.types : std::vector<DType>{DType::kF32};
   std::ostringstream md_profile;
   std::ostringstream md_bounds;
-  double peak_gmacs = 0.0;
+  double peak_gmacs = 0.0, amx_peak_gmacs = 0.0;
   {
     ThreadPool pool(max_threads);
     peak_gmacs = MeasureInt8PeakGmacs(pool, 3);
     log(StrCat("int8 VNNI peak with ", max_threads, " thread(s): ", peak_gmacs, " GMAC/s"));
     report["int8_peak_gmacs"] = peak_gmacs;
+    amx_peak_gmacs = MeasureAmxInt8PeakGmacs(pool, 3);
+    if (amx_peak_gmacs > 0.0) {
+      log(StrCat("int8 AMX peak with ", max_threads, " thread(s): ", amx_peak_gmacs, " GMAC/s"));
+      report["amx_int8_peak_gmacs"] = amx_peak_gmacs;
+    }
   }
   std::vector<std::pair<DType, std::string>> variants;  // (listed type, weights form)
   for (DType listed_type : types) {
@@ -194,12 +199,16 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     md_rows << "\n";
     if (IsPackable(type) && peak_gmacs > 0.0) {
       // What no kernel can beat: the weights streamed once from DRAM, and the matmul work done at
-      // the VNNI peak. Verifying K drafts is cheap only while the first bound dominates.
+      // the peak of the arithmetic that runs it (AMX where the i8 tile kernel does, else VNNI).
+      // Verifying K drafts is cheap only while the first bound dominates.
       const double macs = static_cast<double>(model->MatmulMacsPerToken());
       for (int m : o.rows) {
         const double ms = entry["rows"][std::to_string(m)]["ms"].get<double>();
         const double memory_ms = model->WeightBytesPerToken() / (bandwidth[max_threads] * 1e6);
-        const double compute_ms = m * macs / (peak_gmacs * 1e6);
+        const bool on_amx = type == DType::kI8 && amx_peak_gmacs > 0.0 &&
+                            (backend == Int8Backend::kAmx ||
+                             (backend == Int8Backend::kAuto && m >= ctx.amx_min_rows));
+        const double compute_ms = m * macs / ((on_amx ? amx_peak_gmacs : peak_gmacs) * 1e6);
         entry["rows"][std::to_string(m)]["dram_bound_ms"] = memory_ms;
         entry["rows"][std::to_string(m)]["int8_compute_bound_ms"] = compute_ms;
         char line[160];
@@ -251,10 +260,16 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   if (!md_bounds.str().empty()) {
     char peak[64];
     std::snprintf(peak, sizeof(peak), "%.0f", peak_gmacs);
+    char amx_peak[96] = "";
+    if (amx_peak_gmacs > 0.0) {
+      std::snprintf(amx_peak, sizeof(amx_peak),
+                    "; i8 rows on AMX tiles at the AMX peak, %.0f GMAC/s", amx_peak_gmacs);
+    }
     md << "\nLower bounds of an M-row forward, " << max_threads
        << " threads: all weights read once from DRAM, and the matmul multiply-accumulates at the "
           "int8 VNNI peak measured here ("
-       << peak << " GMAC/s). A model that fits the L3 cache reads faster than DRAM.\n\n"
+       << peak << " GMAC/s" << amx_peak
+       << "). A model that fits the L3 cache reads faster than DRAM.\n\n"
        << "| weights | M | ms | DRAM bound ms | int8 compute bound ms | larger bound / ms (> 1: "
           "weights came from cache) |\n"
        << "|---|---|---|---|---|---|\n"

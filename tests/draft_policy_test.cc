@@ -312,5 +312,24 @@ TEST(CostAwarePolicy, AColdFirstStepDoesNotSwitchSpeculationOff) {
   EXPECT_LE(recording.plain_steps(), 4) << recording.Histogram();
 }
 
+TEST(CostAwareDraftLength, OneSlowDraftingStepDoesNotSwitchSpeculationOff) {
+  // Batch 8 of the 16.5M pair on AMX as measured: a plain step 0.75 ms, K drafts cost
+  // 0.75 + 0.4 K ms, acceptance 0.9. The first K = 1 step is a 1.6 ms outlier, which alone makes
+  // K = 1 (1.9 tokens) look worse than plain steps and not within the probing margin.
+  CostAwareDraftLength policy(8);
+  bool outlier_seen = false;
+  int drafting_steps = 0;
+  for (int i = 0; i < 100; ++i) {
+    const int k = policy.Next(8);
+    double ms = 0.75 + 0.4 * k;
+    if (k == 1 && !outlier_seen) ms = 1.6, outlier_seen = true;
+    policy.ObserveStep(8, k, ms, /*catch_up=*/false);
+    for (int s = 0; s < 8; ++s) policy.ObserveAcceptance(k, static_cast<int>(0.9 * k + 0.5));
+    drafting_steps += k > 0;
+  }
+  EXPECT_TRUE(outlier_seen);
+  EXPECT_GE(drafting_steps, 80);
+}
+
 }  // namespace
 }  // namespace specd

@@ -21,6 +21,8 @@
 //  - the times of a process's first 2 steps are not kept (they run cold);
 //  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
 //    (times drift: memory bandwidth on a shared machine comes and goes);
+//  - a drafting K that lost to plain steps on one measurement is measured once more before
+//    plain steps are trusted (at most twice per run): one slow step must not switch it off;
 //  - after plain steps, drafting resumes only when predicted 5% better (the draft must first
 //    catch up on what they wrote); when plain steps win but drafting is within 10% of them,
 //    drafting is probed once more after 16 plain steps (unless the request is about to end), to
@@ -88,6 +90,7 @@ class CostAwareDraftLength {
   int refresh_after_;       // drafting steps between refreshes: 4, 8, then 16
   int steps_seen_ = 0;
   int refresh_side_ = 1;  // which neighbour (+1 / -1) is refreshed next
+  int second_looks_ = 0;  // drafting Ks measured again after losing to plain steps once
 };
 
 }  // namespace specd

@@ -22,9 +22,12 @@ constexpr int64_t kTileK = 64;           // int8 values per tile line
 constexpr int64_t kTileBytes = 1024;     // one B tile: 16 lines of 64 bytes
 constexpr int kMaxTileRows = 16;         // activation rows per A tile
 constexpr int64_t kGroupsPerChunk = 16;  // row groups whose weights stay in L2 across M-blocks
-// Ahead of the tile being multiplied, the weights asked for (the HW prefetcher follows two
-// streams at once less well than one).
-constexpr int64_t kPrefetchBytes = 2048;
+// How far ahead of a pass's weights the kernel asks for them. A pass walks 2 or 4 row groups
+// side by side, but their weights are contiguous, so the prefetch runs linearly through the
+// pass's bytes at the pass's pace and on into the next pass: prefetching each group's own
+// stream left every group's first tiles unrequested. 8 KiB ahead: 4-row forwards of the 16.5M
+// target took 0.54 / 0.49 / 0.49 / 0.47 ms with 1 / 4 / 8 / 16 KiB.
+constexpr int64_t kPrefetchBytes = 8192;
 
 // Two tilings of the 8 tile registers (the intrinsics paste their tile arguments into the
 // assembly, so the code spells tile numbers as literals):
@@ -63,9 +66,10 @@ TileConfig ConfigFor(int rows0, int rows1) {
   return c;
 }
 
-inline void Prefetch(const uint8_t* tile) {
+// Prefetches one tile's worth of bytes kPrefetchBytes ahead of `at`.
+inline void Prefetch(const uint8_t* at) {
   for (int64_t line = 0; line < kTileBytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(tile) + kPrefetchBytes + line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(at) + kPrefetchBytes + line, _MM_HINT_T0);
   }
 }
 
@@ -134,21 +138,18 @@ void MultiplyWide(const Activations& a, const PackedInt8Weights& w, int64_t g, i
   if constexpr (kGroups > 3) _tile_zero(3);
   for (int64_t t = 0; t < a.k_padded / kTileK; ++t) {
     _tile_loadd(4, a0 + t * kTileK, a.k_padded);
-    Prefetch(WeightTile(b0, t));
+    for (int j = 0; j < kGroups; ++j) Prefetch(b0 + (t * kGroups + j) * kTileBytes);
     _tile_loadd(5, WeightTile(b0, t), 64);
     _tile_dpbsud(0, 4, 5);
     if constexpr (kGroups > 1) {
-      Prefetch(WeightTile(b1, t));
       _tile_loadd(6, WeightTile(b1, t), 64);
       _tile_dpbsud(1, 4, 6);
     }
     if constexpr (kGroups > 2) {
-      Prefetch(WeightTile(b2, t));
       _tile_loadd(7, WeightTile(b2, t), 64);
       _tile_dpbsud(2, 4, 7);
     }
     if constexpr (kGroups > 3) {
-      Prefetch(WeightTile(b3, t));
       _tile_loadd(5, WeightTile(b3, t), 64);
       _tile_dpbsud(3, 4, 5);
     }
@@ -177,12 +178,11 @@ void MultiplyTall(const Activations& a, const PackedInt8Weights& w, int64_t g, i
   for (int64_t t = 0; t < a.k_padded / kTileK; ++t) {
     _tile_loadd(4, a0 + t * kTileK, a.k_padded);
     _tile_loadd(5, a1 + t * kTileK, a.k_padded);
-    Prefetch(WeightTile(b0, t));
+    for (int j = 0; j < kGroups; ++j) Prefetch(b0 + (t * kGroups + j) * kTileBytes);
     _tile_loadd(6, WeightTile(b0, t), 64);
     _tile_dpbsud(0, 4, 6);
     _tile_dpbsud(2, 5, 6);
     if constexpr (kGroups > 1) {
-      Prefetch(WeightTile(b1, t));
       _tile_loadd(7, WeightTile(b1, t), 64);
       _tile_dpbsud(1, 4, 7);
       _tile_dpbsud(3, 5, 7);

@@ -172,7 +172,6 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
   }
 }
 
-
 // Several query rows against one run of keys (BASS's batched attention: a sequence's
 // verification rows, or the heads sharing a KV head, read each key and value once). Per
 // (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same

@@ -52,7 +52,6 @@ __attribute__((target("amx-tile,amx-int8"))) int32_t AmxLoop(int32_t seed) {
   const AmxConfig config;
   _tile_loadconfig(&config);
   alignas(64) int8_t a[16 * 64];
-  alignas(64) int32_t c[16 * 16];
   for (int i = 0; i < 16 * 64; ++i) a[i] = static_cast<int8_t>(seed + i);
   _tile_loadd(4, a, 64);
   _tile_loadd(5, a, 64);
@@ -67,23 +66,14 @@ __attribute__((target("amx-tile,amx-int8"))) int32_t AmxLoop(int32_t seed) {
     _tile_dpbssd(2, 5, 6);
     _tile_dpbssd(3, 6, 5);
   }
+  alignas(64) int32_t sums[kAmxChains][16 * 16];
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  _tile_stored(2, sums[2], 64);
+  _tile_stored(3, sums[3], 64);
   int32_t total = 0;
-  for (int tile = 0; tile < kAmxChains; ++tile) {
-    switch (tile) {  // tile numbers are immediates
-      case 0:
-        _tile_stored(0, c, 64);
-        break;
-      case 1:
-        _tile_stored(1, c, 64);
-        break;
-      case 2:
-        _tile_stored(2, c, 64);
-        break;
-      default:
-        _tile_stored(3, c, 64);
-        break;
-    }
-    for (int32_t v : c) total += v;
+  for (const auto& tile : sums) {
+    for (int32_t v : tile) total += v;
   }
   _tile_release();
   return total;

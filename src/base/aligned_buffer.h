@@ -28,6 +28,13 @@ class AlignedBuffer {
 
   // Grows (never shrinks) the allocation; contents are zeroed.
   void Resize(size_t n) {
+    ResizeForOverwrite(n);
+    if (n > 0) std::memset(static_cast<void*>(data_), 0, n * sizeof(T));
+  }
+  // The same without zeroing, for buffers the caller writes in full before reading: a forward
+  // pass resizes its activation buffers and matmul scratch every layer, and zeroing them cost
+  // ~6% of a 16-row SmolLM2 forward. Contents are unspecified.
+  void ResizeForOverwrite(size_t n) {
     if (n > capacity_) {
       std::free(data_);
       const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
@@ -36,7 +43,6 @@ class AlignedBuffer {
       capacity_ = n;
     }
     size_ = n;
-    if (n > 0) std::memset(static_cast<void*>(data_), 0, n * sizeof(T));
   }
   T* data() { return data_; }
   const T* data() const { return data_; }

@@ -249,11 +249,11 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
   const int64_t k = w.cols;
   const int64_t k_padded = (k + kTileK - 1) / kTileK * kTileK;
   // [m, k_padded] int8 activations, [m] row scales, [m] offset corrections.
-  scratch->bytes.Resize(m * k_padded + m * 8 + 64);
+  scratch->bytes.ResizeForOverwrite(m * k_padded + m * 8 + 64);
   auto* q = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* d = reinterpret_cast<float*>(scratch->bytes.data() + m * k_padded);
   auto* corr = reinterpret_cast<int32_t*>(d + m);
-  if (col_scales != nullptr) scratch->smoothed.Resize(k);  // [k]
+  if (col_scales != nullptr) scratch->smoothed.ResizeForOverwrite(k);  // [k]
   // Serial: splitting the rows over the threads (with a barrier before the products) measured
   // slower here, the rows moving between cores.
   for (int64_t i = 0; i < m; ++i) {

@@ -687,7 +687,7 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
                     float* y, MatmulScratch* scratch) {
   const int64_t k = w.cols;
   // [m, K] int8 activations, [m] row scales, [m] -128 * sum of the row's activations.
-  scratch->bytes.Resize(m * k + m * 8);
+  scratch->bytes.ResizeForOverwrite(m * k + m * 8);
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   auto* acorr = reinterpret_cast<int32_t*>(da + m);
@@ -705,7 +705,7 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
   const int64_t nb = k / 32;
   // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
   // each 16 activations.
-  scratch->bytes.Resize(m * k + m * nb * 16);
+  scratch->bytes.ResizeForOverwrite(m * k + m * nb * 16);
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);

@@ -742,18 +742,18 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   logits->resize(batch.n_outputs() * c.n_vocab);  // fully written by the output matmul
   if (m == 0) return;
 
-  x_.Resize(m * d);            // [m, n_embd] residual stream
-  xb_.Resize(m * d);           // [m, n_embd] normalized
-  gate_.Resize(m * c.n_ff);    // [m, n_ff]
-  up_.Resize(m * c.n_ff);      // [m, n_ff]
-  ffn_.Resize(m * d);          // [m, n_embd]
-  rope_cos_.Resize(m * half);  // [m, rotary_dim / 2]
-  rope_sin_.Resize(m * half);  // [m, rotary_dim / 2]
+  x_.ResizeForOverwrite(m * d);            // [m, n_embd] residual stream
+  xb_.ResizeForOverwrite(m * d);           // [m, n_embd] normalized
+  gate_.ResizeForOverwrite(m * c.n_ff);    // [m, n_ff]
+  up_.ResizeForOverwrite(m * c.n_ff);      // [m, n_ff]
+  ffn_.ResizeForOverwrite(m * d);          // [m, n_embd]
+  rope_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+  rope_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
 
   const bool local_rope = c.sliding_window > 0;
   if (local_rope) {
-    rope_local_cos_.Resize(m * half);
-    rope_local_sin_.Resize(m * half);
+    rope_local_cos_.ResizeForOverwrite(m * half);
+    rope_local_sin_.ResizeForOverwrite(m * half);
     window_first_.resize(m);
   }
   if (extras.input_rows != nullptr) {
@@ -812,7 +812,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   }
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();
-  out_rows_.Resize(n_out * d);  // [n_out, n_embd]
+  out_rows_.ResizeForOverwrite(n_out * d);  // [n_out, n_embd]
   for (int64_t r = 0, o = 0; r < m; ++r) {
     if (batch.output[r]) {
       RmsNorm(x_.data() + r * d, output_norm_.data(), out_rows_.data() + o * d, 1, d, c.rms_eps);
@@ -826,7 +826,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   } else {
     // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
     const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
-    head_logits_.Resize(n_out * n_head);
+    head_logits_.ResizeForOverwrite(n_out * n_head);
     Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
     std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
     for (int64_t o = 0; o < n_out; ++o) {
@@ -905,12 +905,12 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   const int64_t kv_dim = c.kv_dim();
   const int half = c.rope.rotary_dim / 2;
   const bool local = c.IsLocalLayer(il);
-  s.xb.Resize(m * d);       // [m, n_embd] normalized
-  s.q.Resize(m * q_dim);    // [m, n_head * head_dim]
-  s.k.Resize(m * kv_dim);   // [m, kv_dim]
-  s.v.Resize(m * kv_dim);   // [m, kv_dim]
-  s.att.Resize(m * q_dim);  // [m, n_head * head_dim]
-  s.out.Resize(m * d);      // [m, n_embd]
+  s.xb.ResizeForOverwrite(m * d);       // [m, n_embd] normalized
+  s.q.ResizeForOverwrite(m * q_dim);    // [m, n_head * head_dim]
+  s.k.ResizeForOverwrite(m * kv_dim);   // [m, kv_dim]
+  s.v.ResizeForOverwrite(m * kv_dim);   // [m, kv_dim]
+  s.att.ResizeForOverwrite(m * q_dim);  // [m, n_head * head_dim]
+  s.out.ResizeForOverwrite(m * d);      // [m, n_embd]
   AttentionRows& rows = s.rows;
   rows.q = s.q.data();
   rows.out = s.att.data();
@@ -919,7 +919,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   mark(ForwardProfile::kNorm);
   if (ctx.cpu.packed_kernels() && l.wqkv.packed != nullptr) {
     const int64_t width = q_dim + 2 * kv_dim;
-    s.stacked.Resize(m * width);  // [m, q_dim + 2 kv_dim]
+    s.stacked.ResizeForOverwrite(m * width);  // [m, q_dim + 2 kv_dim]
     Matmul(ctx, s.xb.data(), m, l.wqkv, s.stacked.data(), &s.matmul);
     for (int64_t r = 0; r < m; ++r) {
       const float* row = s.stacked.data() + r * width;
@@ -995,7 +995,7 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kNorm);
   if (ctx.cpu.packed_kernels() && l.w_gate_up.packed != nullptr) {
-    stacked_.Resize(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
+    stacked_.ResizeForOverwrite(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
     Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
     AddLowRank(ctx,
                {{&l.lora[kLoraGate], stacked_.data(), 2 * c.n_ff},

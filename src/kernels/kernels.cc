@@ -193,7 +193,7 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
   }
   if (w.type == DType::kI8 && w.col_scales != nullptr) {
     // SmoothQuant: scale the activations here, once, for every path below.
-    scratch->smoothed.Resize(m * w.cols);  // [m, cols]
+    scratch->smoothed.ResizeForOverwrite(m * w.cols);  // [m, cols]
     float* smoothed = scratch->smoothed.data();
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < w.cols; ++j) {

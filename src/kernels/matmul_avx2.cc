@@ -445,7 +445,7 @@ void QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
 void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
                     float* y, MatmulScratch* scratch) {
   const int64_t k = w.cols;
-  scratch->bytes.Resize(m * k + m * 4);  // [m, K] int8 activations, [m] row scales
+  scratch->bytes.ResizeForOverwrite(m * k + m * 4);  // [m, K] int8 activations, [m] row scales
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   for (int64_t i = 0; i < m; ++i) QuantizeRow(x + i * k, k, aq + i * k, da + i);
@@ -516,7 +516,7 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
   const int64_t nb = k / 32;
   // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
   // each 16 activations.
-  scratch->bytes.Resize(m * k + m * nb * 16);
+  scratch->bytes.ResizeForOverwrite(m * k + m * nb * 16);
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);

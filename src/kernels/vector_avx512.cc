@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <vector>
 
@@ -172,6 +173,48 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
   }
 }
 
+// The output of queries [i0, i0 + kQueries) over dimensions [d0, d0 + 16 kVectors): sum_t w_t v_t
+// in key order, each query up to its own n_visible, then times 1 / sum. The counts are template
+// parameters so that the accumulators stay in registers (with run-time counts the compiler kept
+// them on the stack, a store per multiply-add).
+template <typename KvT, int kQueries, int kVectors>
+void AccumulateValues(const AttentionBlock& b, const KvT* v, int i0, int d0, const float* inv) {
+  int32_t t_end = 0;
+  for (int i = 0; i < kQueries; ++i) t_end = std::max(t_end, b.n_visible[i0 + i]);
+  __m512 acc[kQueries][kVectors];
+  for (int i = 0; i < kQueries; ++i) {
+    for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int32_t t = 0; t < t_end; ++t) {
+    const KvT* vt = v + static_cast<int64_t>(t) * b.kv_stride + d0;
+    __m512 vv[kVectors];
+    for (int j = 0; j < kVectors; ++j) vv[j] = Load16(vt + 16 * j);
+    for (int i = 0; i < kQueries; ++i) {
+      if (t >= b.n_visible[i0 + i]) continue;
+      const __m512 w = _mm512_set1_ps(b.scores[(i0 + i) * b.n_compute + t]);
+      for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_fmadd_ps(w, vv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < kQueries; ++i) {
+    for (int j = 0; j < kVectors; ++j) {
+      _mm512_storeu_ps(b.out[i0 + i] + d0 + 16 * j,
+                       _mm512_mul_ps(acc[i][j], _mm512_set1_ps(inv[i0 + i])));
+    }
+  }
+}
+
+template <typename KvT>
+using AccumulateFn = void (*)(const AttentionBlock&, const KvT*, int, int, const float*);
+template <typename KvT, int kQueries>
+constexpr std::array<AccumulateFn<KvT>, 4> kAccumulateRow = {
+    AccumulateValues<KvT, kQueries, 1>, AccumulateValues<KvT, kQueries, 2>,
+    AccumulateValues<KvT, kQueries, 3>, AccumulateValues<KvT, kQueries, 4>};
+// [queries - 1][vectors - 1]
+template <typename KvT>
+constexpr std::array<std::array<AccumulateFn<KvT>, 4>, 6> kAccumulateValues = {
+    kAccumulateRow<KvT, 1>, kAccumulateRow<KvT, 2>, kAccumulateRow<KvT, 3>,
+    kAccumulateRow<KvT, 4>, kAccumulateRow<KvT, 5>, kAccumulateRow<KvT, 6>};
+
 // Several query rows against one run of keys (BASS's batched attention: a sequence's
 // verification rows, or the heads sharing a KV head, read each key and value once). Per
 // (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same
@@ -219,30 +262,9 @@ void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
   constexpr int kTile = 6;
   for (int i0 = 0; i0 < b.n_queries; i0 += kTile) {
     const int nq = b.n_queries - i0 < kTile ? b.n_queries - i0 : kTile;
-    int32_t t_end = 0;
-    for (int i = 0; i < nq; ++i) t_end = std::max(t_end, b.n_visible[i0 + i]);
     for (int d0 = 0; d0 < hd; d0 += 64) {
       const int nv = (hd - d0 < 64 ? hd - d0 : 64) / 16;
-      __m512 acc[kTile][4];
-      for (int i = 0; i < kTile; ++i) {
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
-      }
-      for (int32_t t = 0; t < t_end; ++t) {
-        const KvT* vt = v + static_cast<int64_t>(t) * b.kv_stride + d0;
-        __m512 vv[4];
-        for (int j = 0; j < nv; ++j) vv[j] = Load16(vt + 16 * j);
-        for (int i = 0; i < nq; ++i) {
-          if (t >= b.n_visible[i0 + i]) continue;
-          const __m512 w = _mm512_set1_ps(b.scores[(i0 + i) * b.n_compute + t]);
-          for (int j = 0; j < nv; ++j) acc[i][j] = _mm512_fmadd_ps(w, vv[j], acc[i][j]);
-        }
-      }
-      for (int i = 0; i < nq; ++i) {
-        for (int j = 0; j < nv; ++j) {
-          _mm512_storeu_ps(b.out[i0 + i] + d0 + 16 * j,
-                           _mm512_mul_ps(acc[i][j], _mm512_set1_ps(inv[i0 + i])));
-        }
-      }
+      kAccumulateValues<KvT>[nq - 1][nv - 1](b, v, i0, d0, inv.data());
     }
   }
 }

@@ -34,6 +34,12 @@ void CostAwarePolicy::Observe(const StepObservation& step) {
   // (forward time taken as proportional to rows), the step still measures its K.
   double step_ms = step.step_ms;
   bool typical = !step.catch_up;
+  // A plain step right after a drafting step reads target weights that the draft's forwards
+  // pushed out of the caches (SmolLM2 i8 on the Xeon, whose weights partly fit its L3: 4.3-5.0 ms
+  // against 3.7-3.9 in a run of plain steps). That is drafting's cost, not a plain step's:
+  // counted for K = 0 it made plain steps look slow and kept drafting on where it lost (0.88x).
+  if (step.k == 0 && previous_k_ > 0) typical = false;
+  previous_k_ = step.k;
   if (step.catch_up && !step.draft_forwards.empty()) {
     const auto& [rows, ms] = step.draft_forwards.front();
     if (rows > step.n_sequences) {

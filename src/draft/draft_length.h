@@ -89,6 +89,7 @@ class CostAwarePolicy : public DraftLengthPolicy {
  private:
   int k_max_;
   CostAwareDraftLength model_;
+  int previous_k_ = 0;  // the last decode step's draft length
 };
 
 class ScheduledDraftLength : public DraftLengthPolicy {

@@ -205,9 +205,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       for (int m : o.rows) {
         const double ms = entry["rows"][std::to_string(m)]["ms"].get<double>();
         const double memory_ms = model->WeightBytesPerToken() / (bandwidth[max_threads] * 1e6);
-        const bool on_amx = type == DType::kI8 && amx_peak_gmacs > 0.0 &&
-                            (backend == Int8Backend::kAmx ||
-                             (backend == Int8Backend::kAuto && m >= ctx.amx_min_rows));
+        const bool on_amx = type == DType::kI8 && amx_peak_gmacs > 0.0 && RunsOnAmx(ctx, m);
         const double compute_ms = m * macs / ((on_amx ? amx_peak_gmacs : peak_gmacs) * 1e6);
         entry["rows"][std::to_string(m)]["dram_bound_ms"] = memory_ms;
         entry["rows"][std::to_string(m)]["int8_compute_bound_ms"] = compute_ms;

@@ -113,13 +113,13 @@ std::string Int8KernelName(const KernelContext& ctx) {
   return own;
 }
 
-namespace {
-
-bool UseAmx(const KernelContext& ctx, int64_t m) {
-  if (!ctx.cpu.amx_int8) return false;
+bool RunsOnAmx(const KernelContext& ctx, int64_t m) {
+  if (!ctx.cpu.amx_int8 || !ctx.cpu.avx512) return false;
   return ctx.int8_backend == Int8Backend::kAmx ||
          (ctx.int8_backend == Int8Backend::kAuto && m >= ctx.amx_min_rows);
 }
+
+namespace {
 
 SPECD_VECTOR_CLONES void HalfsToFloats(const uint16_t* h, float* f, int n) {
   for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
@@ -188,7 +188,7 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
             MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
   const bool packed_i8 = w.type == DType::kI8 && w.packed != nullptr && w.packed->row_scales;
-  if (packed_i8 && ctx.cpu.avx512 && UseAmx(ctx, m)) {  // applies SmoothQuant's scales itself
+  if (packed_i8 && RunsOnAmx(ctx, m)) {  // applies SmoothQuant's scales itself
     return amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
   }
   if (w.type == DType::kI8 && w.col_scales != nullptr) {

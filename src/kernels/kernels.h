@@ -125,6 +125,8 @@ enum class Int8Backend {
 // specd VNNI below)" and so on.
 struct KernelContext;
 std::string Int8KernelName(const KernelContext& ctx);
+// Whether an m-row matmul of packed i8 weights runs on specd's AMX kernel under ctx.
+bool RunsOnAmx(const KernelContext& ctx, int64_t m);
 
 // Explicit context for every kernel call: threads and the ISA to use.
 struct KernelContext {
@@ -282,7 +284,7 @@ void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_
 }  // namespace avx2
 
 // AMX-INT8 (matmul_amx.cc): the packed i8 matmul on tiles, the AVX-512 kernel's results bit for
-// bit. Callers go through Matmul (Int8Backend kAmx, or kAuto on a CPU with AMX).
+// bit. Callers go through Matmul (where RunsOnAmx).
 namespace amx {
 // col_scales: SmoothQuant's [cols] multipliers of the activations, or null.
 void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,

@@ -23,7 +23,7 @@ std::shared_ptr<OneDnnInt8Weights> MakeOneDnnInt8Weights(
     const std::vector<const WeightView*>& parts);
 
 // y[m, rows] = reference::MatmulI8's result for x [m, cols], through oneDNN. w.onednn must be set.
-void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m, const PackedInt8Weights& w,
-                    float* y, MatmulScratch* scratch);
+void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
+                    const PackedInt8Weights& w, float* y, MatmulScratch* scratch);
 
 }  // namespace specd

@@ -15,23 +15,6 @@
 namespace specd {
 namespace {
 
-// Runs fn(r) for the rows [0, m) of a per-row operation (the GLU) on the pool's threads when
-// each would get enough of them (`macs_per_row`: about the work of one row).
-// A row's result does not depend on which thread computes it.
-template <typename Fn>
-void ForEachRow(const KernelContext& ctx, int64_t m, int64_t macs_per_row, Fn fn) {
-  if (ctx.pool == nullptr) {
-    for (int64_t r = 0; r < m; ++r) fn(r);
-    return;
-  }
-  ctx.pool->ParallelFor(
-      m, 1,
-      [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) fn(r);
-      },
-      MinItemsPerThread(macs_per_row));
-}
-
 std::string Key(const std::string& arch, const std::string& suffix) { return arch + "." + suffix; }
 
 int64_t GetInt(const GgufFile& f, const std::string& key) { return f.Get(key).AsInt(key); }
@@ -1018,11 +1001,16 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
                {{&l.lora[kLoraGate], stacked_.data(), 2 * c.n_ff},
                 {&l.lora[kLoraUp], stacked_.data() + c.n_ff, 2 * c.n_ff}},
                xb_.data(), m, &lora_scratch_);
-    // An exp and a few multiplies per value: ~8 multiply-adds' worth.
-    ForEachRow(ctx, m, 8 * c.n_ff, [&](int64_t r) {
-      const float* row = stacked_.data() + r * 2 * c.n_ff;
-      glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
-    });
+    // Rows on the pool's threads (an exp and a few multiplies per value: ~8 multiply-adds).
+    ctx.pool->ParallelFor(
+        m, 1,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* row = stacked_.data() + r * 2 * c.n_ff;
+            glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
+          }
+        },
+        MinItemsPerThread(8 * c.n_ff));
   } else {
     Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
     Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);

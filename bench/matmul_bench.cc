@@ -61,8 +61,10 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   for (float& v : w) v = rng.NextSymmetric();
   for (float& v : x) v = rng.NextSymmetric();
   std::vector<float> y(static_cast<size_t>(64) * n);
-  std::printf("Matmul [M, %d] x [%d, %d]^T, %d threads, GMAC/s (higher is better); oneDNN %s\n\n",
-              k, n, k, o.threads, "uses its own OpenMP threads (OMP_NUM_THREADS)");
+  std::printf("Matmul [M, %d] x [%d, %d]^T, %d threads, GMAC/s (higher is better); oneDNN %s\n", k,
+              n, k, o.threads, "uses its own OpenMP threads (OMP_NUM_THREADS)");
+  std::printf("specd's kernels use %d distinct cop%s of the weights in turn; oneDNN one\n\n",
+              o.copies, o.copies == 1 ? "y" : "ies");
   std::printf("| kernel |");
   for (int m : o.m) std::printf(" M=%d |", m);
   std::printf("\n|---|");
@@ -75,21 +77,32 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     std::fflush(stdout);
   };
   for (DType type : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    // One copy's bytes, then o.copies views of distinct copies.
     std::vector<uint8_t> bytes(RowBytes(type, k) * n);
     for (int r = 0; r < n; ++r) {
       QuantizeRow(type, w.data() + static_cast<size_t>(r) * k, bytes.data() + r * RowBytes(type, k),
                   k);
     }
-    WeightView view{type, bytes.data(), n, k};
-    PackedInt8Weights packed;
-    if (cpu.packed_kernels() && type != DType::kBF16) {
-      packed = PackInt8(view, &pool);
-      view.packed = &packed;
+    std::vector<std::vector<uint8_t>> copies(o.copies, bytes);
+    std::vector<PackedInt8Weights> packed(o.copies);
+    std::vector<WeightView> views;
+    for (int c = 0; c < o.copies; ++c) {
+      views.push_back(WeightView{type, copies[c].data(), n, k});
+      if (cpu.packed_kernels() && type != DType::kBF16) {
+        packed[c] = PackInt8(views[c], &pool);
+        views[c].packed = &packed[c];
+      }
     }
     MatmulScratch scratch;
     const std::string name = "specd " + std::string(DTypeName(type));
+    int next = 0;
     row(name.c_str(), [&](int m) {
-      return TimeMs([&] { Matmul(ctx, x.data(), m, view, y.data(), &scratch); }, o.min_ms);
+      return TimeMs(
+          [&] {
+            Matmul(ctx, x.data(), m, views[next], y.data(), &scratch);
+            next = (next + 1) % o.copies;
+          },
+          o.min_ms);
     });
   }
   // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
@@ -102,11 +115,15 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   }
   WeightView i8_view{DType::kI8, i8.data(), n, k};
   i8_view.row_scales = i8_scales.data();
-  PackedInt8Weights i8_packed;
+  // Packed copies for specd's kernels; oneDNN's own layout for the first only.
+  std::vector<PackedInt8Weights> i8_packed(o.copies);
+  std::vector<WeightView> i8_views(o.copies, i8_view);
   if (cpu.avx512) {
-    i8_packed = PackInt8(i8_view, &pool);
-    i8_packed.onednn = MakeOneDnnInt8Weights({&i8_view});
-    i8_view.packed = &i8_packed;
+    for (int c = 0; c < o.copies; ++c) {
+      i8_packed[c] = PackInt8(i8_view, &pool);
+      i8_views[c].packed = &i8_packed[c];
+    }
+    i8_packed[0].onednn = MakeOneDnnInt8Weights({&i8_view});
   }
   struct I8Kernel {
     const char* name;
@@ -119,9 +136,16 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
         I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
     if (!kernel.available) continue;
     const KernelContext i8_ctx{&pool, cpu, kernel.backend};
+    const int used = kernel.backend == Int8Backend::kOneDnn ? 1 : o.copies;
     MatmulScratch scratch;
+    int next = 0;
     row(kernel.name, [&](int m) {
-      return TimeMs([&] { Matmul(i8_ctx, x.data(), m, i8_view, y.data(), &scratch); }, o.min_ms);
+      return TimeMs(
+          [&] {
+            Matmul(i8_ctx, x.data(), m, i8_views[next], y.data(), &scratch);
+            next = (next + 1) % used;
+          },
+          o.min_ms);
     });
   }
   row("oneDNN bf16 x bf16", [&](int m) {

@@ -12,6 +12,9 @@ struct MatmulBenchOptions {
   int cols_k = 2048;  // input features
   int threads = 2;
   std::vector<int> m = {1, 4, 8, 16, 32, 64};
+  // Distinct copies of the weights, used in turn: enough of them stream from memory, as a
+  // forward's layers do, while one copy sits in cache.
+  int copies = 1;
   double min_ms = 300;  // time per measurement
 };
 

@@ -422,6 +422,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(32, 1 << 16));
   bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
   bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
+  bench_matmul
+      ->add_option("--copies", mm.copies,
+                   "distinct copies of the weights used in turn (e.g. 30: streamed from memory "
+                   "like a forward's layers; oneDNN rows use one)")
+      ->check(CLI::Range(1, 1024));
 
   bench::SpecBenchOptions sb;
   auto* bench_spec = bench->add_subcommand("spec", "plain vs speculative decoding by batch size");

@@ -49,6 +49,19 @@ double OneDnnMs(dnnl::memory::data_type src_type, dnnl::memory::data_type weight
       min_ms);
 }
 
+// ms per Matmul, each call on the next of `views` (distinct copies of one matrix).
+double CyclingMatmulMs(const KernelContext& ctx, const float* x, int m,
+                       const std::vector<WeightView>& views, float* y, double min_ms) {
+  MatmulScratch scratch;
+  size_t next = 0;
+  return TimeMs(
+      [&] {
+        Matmul(ctx, x, m, views[next], y, &scratch);
+        next = (next + 1) % views.size();
+      },
+      min_ms);
+}
+
 }  // namespace
 
 void RunMatmulBench(const MatmulBenchOptions& o) {
@@ -93,17 +106,9 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
         views[c].packed = &packed[c];
       }
     }
-    MatmulScratch scratch;
     const std::string name = "specd " + std::string(DTypeName(type));
-    int next = 0;
-    row(name.c_str(), [&](int m) {
-      return TimeMs(
-          [&] {
-            Matmul(ctx, x.data(), m, views[next], y.data(), &scratch);
-            next = (next + 1) % o.copies;
-          },
-          o.min_ms);
-    });
+    row(name.c_str(),
+        [&](int m) { return CyclingMatmulMs(ctx, x.data(), m, views, y.data(), o.min_ms); });
   }
   // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
   // oneDNN through specd's wrapper (activation quantization and float steps included).
@@ -136,17 +141,10 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
         I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
     if (!kernel.available) continue;
     const KernelContext i8_ctx{&pool, cpu, kernel.backend};
-    const int used = kernel.backend == Int8Backend::kOneDnn ? 1 : o.copies;
-    MatmulScratch scratch;
-    int next = 0;
-    row(kernel.name, [&](int m) {
-      return TimeMs(
-          [&] {
-            Matmul(i8_ctx, x.data(), m, i8_views[next], y.data(), &scratch);
-            next = (next + 1) % used;
-          },
-          o.min_ms);
-    });
+    const std::vector<WeightView> used =
+        kernel.backend == Int8Backend::kOneDnn ? std::vector<WeightView>{i8_views[0]} : i8_views;
+    row(kernel.name,
+        [&](int m) { return CyclingMatmulMs(i8_ctx, x.data(), m, used, y.data(), o.min_ms); });
   }
   row("oneDNN bf16 x bf16", [&](int m) {
     return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k,

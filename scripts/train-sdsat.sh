@@ -2,7 +2,7 @@
 # SDSAT fine-tunes (`specd train sdsat`), resumable from checkpoints/ (not in git):
 #
 #   bash scripts/train-sdsat.sh            # the shipped 16.5M target (~25 min on 2 cores)
-#   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (hours)
+#   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (~1.5 hours)
 #   bash scripts/train-sdsat.sh smollm2-pilot   # its 240-step pilot (~35 min), measured in the
 #                                               # README; adapters go to pretrained/ (not in
 #                                               # git: models/ has a 60 MB budget)
@@ -31,7 +31,7 @@ case "$which" in
     # as a llama.cpp adapter for --lora. SmolLM2's vocabulary has no FIM tokens.
     "$specd" train sdsat --base pretrained/SmolLM2-135M-Instruct.Q4_1.gguf --corpus "$corpus" \
       --adaptive-token '<empty_output>' --max-window 5 --lora-rank 16 --ctx 256 --batch 8 \
-      --steps 2000 --lr 1e-3 --min-lr-ratio 0.1 --warmup 50 --eval-every 100 \
+      --steps 600 --lr 1e-3 --min-lr-ratio 0.1 --warmup 50 --eval-every 100 \
       --checkpoint checkpoints/sdsat-smollm2-lora16 --checkpoint-every 25 "${stop[@]}" \
       --type f16 --name smollm2-135m-instruct-sdsat-lora16 \
       -o pretrained/smollm2-sdsat-lora16-f16.gguf

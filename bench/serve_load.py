@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Load generator for `specd serve`: plain vs speculative at 1..64 concurrent clients.
 
-For each model pair it starts the server twice (--spec-type none, then with speculation), and
-at each concurrency level C runs max(16, 2C) streaming completion requests from C client
-threads. Reported per level: throughput (generated tokens / wall time), time to first token and
-time per output token after the first (TPOT, what a reader of the stream waits per token) at
-p50 / p99 over requests. Writes a markdown table, a JSON file and an SVG plot.
+For each model pair it starts two servers side by side (--spec-type none and with speculation)
+and at each concurrency level C runs max(16, 2C) streaming completion requests from C client
+threads against one, then the other, --reps times in turn (the median run by throughput is
+kept), so a machine that drifts moves both alike. Reported per level: throughput (generated
+tokens / wall time), time to first token and time per output token after the first (TPOT, what a
+reader of the stream waits per token) at p50 / p99 over requests. Writes a markdown table, a
+JSON file and an SVG plot.
 
-  bench/serve_load.py --specd build/release/specd --out bench/results/serve
+  bench/serve_load.py --specd build/release/specd --out bench/results/serve [-- --weights i8]
 """
 import argparse
 import concurrent.futures
@@ -150,6 +152,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--pairs", default="smollm2,16m",
                     help="smollm2 (SmolLM2 + its draft), 16m (the shipped 16.5M pair)")
+    ap.add_argument("--reps", type=int, default=1, help="runs per level and mode (median kept)")
+    ap.add_argument("server_args", nargs="*", help="more `specd serve` arguments, after --")
     a = ap.parse_args()
     levels = [int(c) for c in a.concurrency.split(",")]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,23 +163,33 @@ def main():
                      "-md", f"{root}/models/specd-draft-q8_0.gguf"]}
     prompts = code_prompts(128)
     os.makedirs(a.out, exist_ok=True)
-    results, rows = {}, []
+    results = {}
     for pair in a.pairs.split(","):
-        for mode in ["none", "draft"]:
-            name = f"{pair} {'plain' if mode == 'none' else 'speculative'}"
-            server = Server(a.specd, [*pairs[pair], "--spec-type", mode, "--parallel",
-                                      str(max(levels)), "-c", "1024", "--max-queue", "256"])
-            try:
+        servers = {}
+        try:
+            for mode in ["none", "draft"]:
+                name = f"{pair} {'plain' if mode == 'none' else 'speculative'}"
+                servers[name] = Server(a.specd, [*pairs[pair], "--spec-type", mode, "--parallel",
+                                                 str(max(levels)), "-c", "1024", "--max-queue",
+                                                 "256", *a.server_args])
                 results[name] = []
-                for c in levels:
-                    r = run_level(server.port, prompts, c, a.max_tokens)
+            for c in levels:
+                runs = {name: [] for name in servers}
+                for _ in range(a.reps):
+                    for name, server in servers.items():
+                        runs[name].append(run_level(server.port, prompts, c, a.max_tokens))
+                for name in servers:
+                    r = sorted(runs[name], key=lambda r: r["throughput_tok_s"])[len(runs[name]) // 2]
                     results[name].append(r)
                     print(name, json.dumps(r), flush=True)
-            finally:
+        finally:
+            for server in servers.values():
                 server.stop()
+    extra = f" (`{' '.join(a.server_args)}`)" if a.server_args else ""
     header = (f"`bench/serve_load.py`, {time.strftime('%Y-%m-%d')}, {cpu_name()}, 2 threads; "
               f"greedy code completions of {a.max_tokens} tokens, streamed; speculative = the "
-              "pair's draft with the cost-aware length\n\n"
+              f"pair's draft with the cost-aware length{extra}; plain and speculative servers "
+              f"side by side, median of {a.reps} alternating run(s) per level\n\n"
               "| pair | clients | plain tok/s | spec tok/s | ratio | TPOT p50 plain / spec ms | "
               "TPOT p99 plain / spec ms | TTFT p50 plain / spec ms |\n|---|---|---|---|---|---|---|---|")
     lines = [header]

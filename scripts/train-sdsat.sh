@@ -2,7 +2,7 @@
 # SDSAT fine-tunes (`specd train sdsat`), resumable from checkpoints/ (not in git):
 #
 #   bash scripts/train-sdsat.sh            # the shipped 16.5M target (~25 min on 2 cores)
-#   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (~1.5 hours)
+#   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (~1 hour)
 #   bash scripts/train-sdsat.sh smollm2-pilot   # its 240-step pilot (~35 min), measured in the
 #                                               # README; adapters go to pretrained/ (not in
 #                                               # git: models/ has a 60 MB budget)

@@ -56,7 +56,7 @@ TileConfig ConfigFor(int rows0, int rows1) {
   };
   if (rows1 == 0) {
     for (int tile : {0, 1, 2, 3, 4}) set(tile, rows0);
-    for (int tile : {5, 6, 7}) set(tile, 16);
+    for (int tile : {5, 6}) set(tile, 16);
   } else {
     for (int tile : {0, 1, 4}) set(tile, rows0);
     for (int tile : {2, 3, 5}) set(tile, rows1);
@@ -190,22 +190,23 @@ void WidePass(const Activations& a, const PackedInt8Weights& w, int64_t g, int64
 // tiling, storing them during the next pass, 750 (1 row: 50 -> 57).
 void MultiplyWide(const Activations& a, const PackedInt8Weights& w, int64_t g0, int64_t g1,
                   int64_t m0, int rows, float* y) {
-  int64_t previous_g = -1;
-  int parity = 0;
-  for (int64_t g = g0; g < g1; g += 2, parity ^= 1) {
-    const bool pair = g + 1 < g1;
+  int64_t previous_g = -1;  // the pass whose sums are still in its accumulators
+  int previous_parity = 1, previous_groups = 0;
+  for (int64_t g = g0; g < g1; g += 2) {
+    const int parity = 1 - previous_parity;
+    const int groups = g + 1 < g1 ? 2 : 1;
     if (parity == 0) {
-      pair ? WidePass<0, 2>(a, w, g, previous_g, m0, rows, y)
-           : WidePass<0, 1>(a, w, g, previous_g, m0, rows, y);
+      groups == 2 ? WidePass<0, 2>(a, w, g, previous_g, m0, rows, y)
+                  : WidePass<0, 1>(a, w, g, previous_g, m0, rows, y);
     } else {
-      pair ? WidePass<1, 2>(a, w, g, previous_g, m0, rows, y)
-           : WidePass<1, 1>(a, w, g, previous_g, m0, rows, y);
+      groups == 2 ? WidePass<1, 2>(a, w, g, previous_g, m0, rows, y)
+                  : WidePass<1, 1>(a, w, g, previous_g, m0, rows, y);
     }
     previous_g = g;
+    previous_parity = parity;
+    previous_groups = groups;
   }
-  // The last pass: parity flipped once more after it.
-  const int64_t last_groups = (g1 - g0) % 2 == 0 ? 2 : 1;
-  if (previous_g >= 0) StorePass(a, w, parity ^ 1, previous_g, last_groups, m0, rows, y);
+  if (previous_g >= 0) StorePass(a, w, previous_parity, previous_g, previous_groups, m0, rows, y);
 }
 
 // Tall tiling: kGroups (1..2) row groups from g times activation rows [m0, m0 + 16 + rows1).

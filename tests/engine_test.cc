@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "base/error.h"
@@ -146,6 +147,61 @@ TEST(Engine, CoupledSpeculativeSamplingEqualsPlainSamplingTokenForToken) {
     if (name != "cost") {
       EXPECT_GT(e.engine.stats().n_accepted, 0) << name;
     }
+  }
+}
+
+// Draft lengths from a plan by step number; records what each step measured.
+class PlannedDraftLength : public DraftLengthPolicy {
+ public:
+  explicit PlannedDraftLength(std::function<int(int)> plan) : plan_(std::move(plan)) {}
+  int Next(int, int) override { return plan_(n_next_++); }
+  void Observe(const StepObservation& step) override { observed.push_back(step); }
+  int max_length() const override { return 4; }
+  const char* name() const override { return "planned"; }
+  std::vector<StepObservation> observed;
+
+ private:
+  std::function<int(int)> plan_;
+  int n_next_ = 0;
+};
+
+// While plain steps run, the draft leaves new prompts unread (the same engine without
+// speculation would not read them); the first drafting step reads them, or, after plain steps
+// wrote more than a catch-up reads, restarts the draft from the last tokens without them.
+// Either way the output is plain decoding's.
+TEST(Engine, PlainStepsLeaveNewPromptsToTheFirstDraftingStep) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
+  for (int plain_steps : {3, 40}) {
+    const int draft_from = 3 + plain_steps;  // Next calls: the first 3 steps draft
+    auto owned = std::make_unique<PlannedDraftLength>(
+        [&](int step) { return step < 3 || step >= draft_from ? 3 : 0; });
+    PlannedDraftLength* policy = owned.get();
+    SpecEngine e(p, std::move(owned));
+    const SequenceRequest first = Request(Prompt(5, 41), 80, 0.0f, 0);
+    const SequenceRequest late = Request(Prompt(12, 42), 60, 0.0f, 0);
+    const int a = e.engine.Add(first);
+    int late_id = -1;
+    while (e.engine.HasWork()) {
+      // Joins at the first plain step: its prompt is read in a step that does not draft.
+      if (late_id < 0 && policy->observed.size() == 4) late_id = e.engine.Add(late);
+      e.engine.Step();
+    }
+    EXPECT_EQ(e.engine.sequence(a).tokens, Alone(p, first)) << plain_steps;
+    EXPECT_EQ(e.engine.sequence(late_id).tokens, Alone(p, late)) << plain_steps;
+    int prefill_step = -1, draft_rows_after = 0;
+    for (size_t i = 0; i < policy->observed.size(); ++i) {
+      const StepObservation& o = policy->observed[i];
+      if (o.prefill_target_rows > 0 && o.n_sequences > 0) prefill_step = static_cast<int>(i);
+      if (o.k == 0 && o.n_sequences > 0)
+        EXPECT_EQ(o.prefill_draft_rows, 0) << plain_steps << " step " << i;
+      if (prefill_step >= 0 && o.k > 0) draft_rows_after += o.prefill_draft_rows;
+    }
+    ASSERT_GE(prefill_step, 0);
+    EXPECT_EQ(policy->observed[prefill_step].k, 0);
+    // The late prompt's 11 rows (all but its last token) are read by the first drafting step,
+    // unless the plain steps wrote more than the draft's catch-up limit.
+    EXPECT_EQ(draft_rows_after, plain_steps < DraftModelProposer::kDefaultCatchUpLimit ? 11 : 0)
+        << plain_steps;
   }
 }
 

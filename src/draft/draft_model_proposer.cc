@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -62,7 +63,8 @@ void DraftModelProposer::AddSequence(int seq, std::span<const int32_t> prompt) {
 void DraftModelProposer::ForkSequence(int src, int dst) {
   auto it = seqs_.find(src);
   SPECD_CHECK(it != seqs_.end(), "draft: no sequence ", src, " to fork");
-  if (!it->second.prefill.empty()) RunPrefill(nullptr);  // share the prompt's KV, read once
+  // Share the prompt's KV, read once; its time goes to the next step's report.
+  if (!it->second.prefill.empty()) RunPrefill(&fork_timings_);
   const State& from = seqs_.at(src);
   SPECD_CHECK(!seqs_.count(dst), "draft: sequence ", dst, " already exists");
   State s = from;
@@ -79,8 +81,17 @@ void DraftModelProposer::RemoveSequence(int seq) {
 }
 
 void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
+  ProposerTimings untimed;
+  if (timings == nullptr) timings = &untimed;
+  if (timings != &fork_timings_) {
+    timings->prefill_rows += std::exchange(fork_timings_.prefill_rows, 0);
+    timings->prefill_ms += std::exchange(fork_timings_.prefill_ms, 0.0);
+  }
   Batch batch;
   for (auto& [seq, s] : seqs_) {
+    // Plain steps left the prompt unread and wrote more than a catch-up reads: the draft will
+    // restart from the last tokens (BeginStep), so the prompt is not worth reading.
+    if (static_cast<int>(s.pending.size()) > options_.catch_up_limit) s.prefill.clear();
     const int base = kv_.Length(s.slot);
     for (size_t i = 0; i < s.prefill.size(); ++i) {
       batch.Add(s.prefill[i], base + static_cast<int>(i), s.slot, false);
@@ -90,10 +101,8 @@ void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
   if (batch.size() == 0) return;
   Timer timer;
   model_.Forward(ctx_, batch, kv_, attention_, &logits_);
-  if (timings != nullptr) {
-    timings->prefill_rows += static_cast<int>(batch.size());
-    timings->prefill_ms += timer.ElapsedMs();
-  }
+  timings->prefill_rows += static_cast<int>(batch.size());
+  timings->prefill_ms += timer.ElapsedMs();
 }
 
 int DraftModelProposer::BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings) {

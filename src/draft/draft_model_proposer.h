@@ -82,7 +82,8 @@ class DraftModelProposer : public Proposer {
     int kv_before = 0;             // KV length before this step's drafting
     int pending_before = 0;        // pending inputs fed by this step's drafting
   };
-  // Reads every queued prompt in one forward.
+  // Reads every queued prompt in one forward (adding its time, and that of a prompt read for a
+  // fork since the last step, to `timings`).
   void RunPrefill(ProposerTimings* timings);
   // Sets up each drafting sequence's step (catch-up, KV marks); returns the largest k.
   int BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings);
@@ -97,6 +98,7 @@ class DraftModelProposer : public Proposer {
 
   Model& model_;
   KvCache& kv_;
+  ProposerTimings fork_timings_;  // prompts read for ForkSequence, reported with the next step
   const KernelContext& ctx_;
   AttentionMode attention_;
   std::map<int, State> seqs_;

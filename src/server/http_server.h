@@ -50,6 +50,7 @@ class HttpServer {
   ApiLimits limits_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
+  int listen_socket_ = -1;  // the socket cpp-httplib listens on (seen as it sets its options)
   int64_t created_ = 0;
 };
 

@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -232,6 +233,18 @@ class LimitsTest(unittest.TestCase):
             self.assertEqual(ok.usage.completion_tokens, 2)
             self.assertEqual(server.raw("GET", "/health")[0], 200)  # health needs no key
             self.assertEqual(server.raw("GET", "/v1/models")[0], 401)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    @unittest.skipUnless(shutil.which("ss"), "needs ss (iproute2)")
+    def test_listen_backlog_holds_a_burst_of_clients(self):
+        # cpp-httplib listens with a backlog of 5: 64 clients connecting at once had SYNs
+        # dropped and waited a second for the resend. ss shows a listener's backlog as Send-Q.
+        server = Server("--parallel", "1")
+        try:
+            out = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            self.assertGreaterEqual(int(out[2]), 256, out)
         finally:
             self.assertEqual(server.stop(), 0)
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 namespace specd {
 namespace {
@@ -17,6 +18,7 @@ constexpr int kRefreshEvery = 16;       // drafting steps between re-measuring a
 constexpr int kTrusted = 2;             // measurements of a K near the best before it is trusted
 constexpr int kColdSteps = 2;           // a process's first steps: their times are not kept
 constexpr int kMaxSecondLooks = 2;      // re-measurements of a drafting K that lost once
+constexpr double kPlainWithinReach = 0.9;  // plain steps refreshed only if this close to the best
 }  // namespace
 
 CostAwareDraftLength::CostAwareDraftLength(int k_max, double prior_acceptance)
@@ -76,7 +78,9 @@ double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   if (t == nullptr || t->ms() <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
   const double drafts = t->drafted >= 0.0 ? t->drafted : k;
-  return (1.0 - std::pow(a, drafts + 1)) / (1.0 - a) / t->ms();
+  const double tokens = (1.0 - std::pow(a, drafts + 1)) / (1.0 - a);  // per sequence
+  const double overhead_ms = k > 0 ? draft_overhead_ms_ * tokens * DecidingBatch(n_sequences) : 0.0;
+  return tokens / (t->ms() + overhead_ms);
 }
 
 int CostAwareDraftLength::BestMeasured(int batch, double* rate) const {
@@ -136,12 +140,18 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
     plain_steps_ = 0;
     probe_after_ = kFirstProbe;
     probes_ = 0;
+    if (std::exchange(plain_refresh_pending_, false)) return 0;  // the timed one
     if (++drafting_steps_ >= refresh_after_) {
       drafting_steps_ = 0;
       refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
       refresh_side_ = -refresh_side_;
       const int neighbour = std::clamp(best + refresh_side_, 0, k_max_);
-      if (neighbour != best) return neighbour;
+      if (neighbour == 0 && ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate &&
+          remaining_tokens > 2) {
+        plain_refresh_pending_ = true;
+        return 0;
+      }
+      if (neighbour > 0 && neighbour != best) return neighbour;
     }
     return best;
   }

@@ -20,7 +20,11 @@
 //    ever add time), and the best K is measured twice before it is trusted;
 //  - the times of a process's first 2 steps are not kept (they run cold);
 //  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
-//    (times drift: memory bandwidth on a shared machine comes and goes);
+//    (times drift: memory bandwidth on a shared machine comes and goes); K = 0 takes two plain
+//    steps, the first of which is not timed (it follows drafting), and only while plain steps
+//    are within reach (at least 3/4 of the best rate): otherwise their time cannot matter;
+//  - drafting is charged what the draft's reading of new prompts costs per token it commits
+//    (SetDraftOverheadPerToken), which a step's time does not show;
 //  - a drafting K that lost to plain steps on one measurement is measured once more before
 //    plain steps are trusted (at most twice per run): one slow step must not switch it off;
 //  - after plain steps, drafting resumes only when predicted 5% better (the draft must first
@@ -56,6 +60,11 @@ class CostAwareDraftLength {
   void ObserveStep(int n_sequences, int k, double step_ms, bool catch_up,
                    double mean_drafted = -1.0);
 
+  // What reading new prompts costs the draft, per token committed by drafting steps (the same
+  // engine without speculation does not read them; plain steps leave them unread). Charged to
+  // every drafting K: at high load, with prompts arriving all the time, it decides.
+  void SetDraftOverheadPerToken(double ms) { draft_overhead_ms_ = ms; }
+
   double acceptance() const;
   // Expected tokens per ms per sequence of a step with draft length k over n_sequences, from
   // the times measured at that batch size (or the nearest one measured); 0 when unmeasured.
@@ -89,8 +98,12 @@ class CostAwareDraftLength {
   int drafting_steps_ = 0;  // drafting steps since the last refresh of a neighbour
   int refresh_after_;       // drafting steps between refreshes: 4, 8, then 16
   int steps_seen_ = 0;
-  int refresh_side_ = 1;  // which neighbour (+1 / -1) is refreshed next
-  int second_looks_ = 0;  // drafting Ks measured again after losing to plain steps once
+  int refresh_side_ = 1;            // which neighbour (+1 / -1) is refreshed next
+  int second_looks_ = 0;            // drafting Ks measured again after losing to plain steps once
+  double draft_overhead_ms_ = 0.0;  // per token committed while drafting
+  // A plain step right after drafting is not timed (it runs with the target's weights pushed out
+  // of the caches): a refresh of K = 0 takes two plain steps and times the second.
+  bool plain_refresh_pending_ = false;
 };
 
 }  // namespace specd

@@ -26,13 +26,21 @@ void AdaptiveDraftLength::Observe(const StepObservation& step) {
 }
 
 void CostAwarePolicy::Observe(const StepObservation& step) {
+  // The draft's reading of prompts, per token that drafting steps commit (a decayed ratio with a
+  // prior of kPriorTokens tokens, so that the first prompt of a run is not charged to its first
+  // few tokens).
+  constexpr double kDecay = 0.995, kPriorTokens = 256.0;
+  draft_prompt_ms_ = kDecay * draft_prompt_ms_ + step.prefill_draft_ms;
+  drafted_tokens_ = kDecay * drafted_tokens_ + (step.k > 0 ? step.tokens : 0);
+  model_.SetDraftOverheadPerToken(draft_prompt_ms_ / (drafted_tokens_ + kPriorTokens));
   // Steps that read prompts are not typical decode steps.
   if (step.prefill_target_rows > 0 || step.n_sequences == 0) return;
   for (const auto& [drafted, accepted] : step.verified) model_.ObserveAcceptance(drafted, accepted);
   // A step whose draft first caught up on tokens written by plain steps: its first draft
   // forward read more rows than a typical one. Counted as if it had read one per sequence
-  // (forward time taken as proportional to rows), the step still measures its K.
-  double step_ms = step.step_ms;
+  // (forward time taken as proportional to rows), the step still measures its K. Prompts the
+  // draft read first (left unread by plain steps) are charged above, not to the step.
+  double step_ms = step.step_ms - step.prefill_draft_ms;
   bool typical = !step.catch_up;
   // A plain step right after a drafting step reads target weights that the draft's forwards
   // pushed out of the caches (SmolLM2 i8 on the Xeon, whose weights partly fit its L3: 4.3-5.0 ms

@@ -89,7 +89,9 @@ class CostAwarePolicy : public DraftLengthPolicy {
  private:
   int k_max_;
   CostAwareDraftLength model_;
-  int previous_k_ = 0;  // the last decode step's draft length
+  int previous_k_ = 0;            // the last decode step's draft length
+  double draft_prompt_ms_ = 0.0;  // decayed sums: the draft reading prompts,
+  double drafted_tokens_ = 0.0;   // and the tokens drafting steps committed
 };
 
 class ScheduledDraftLength : public DraftLengthPolicy {

@@ -66,8 +66,9 @@ TEST(CostAwareDraftLength, ProbesDraftingOnceWhenItIsCloseAndNotNearTheEnd) {
     }
     return drafting_after_start;
   };
-  EXPECT_EQ(run(1 << 20), 1);  // one probe, after 16 plain steps: each costs a catch-up
-  EXPECT_EQ(run(3), 0);        // none when the request is about to end
+  EXPECT_EQ(run(1 << 20),
+            2);          // one probe of two steps, after 16 plain steps (a catch-up, then timed)
+  EXPECT_EQ(run(3), 0);  // none when the request is about to end
 }
 
 TEST(CostAwareDraftLength, PicksAnInteriorLengthForAffineCosts) {

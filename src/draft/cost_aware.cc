@@ -99,6 +99,8 @@ int CostAwareDraftLength::BestMeasured(int batch, double* rate) const {
 }
 
 int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
+  // A probe's first step caught the draft up (and is not timed); its second measures it.
+  if (const int k = std::exchange(probe_second_step_, 0); k > 0) return k;
   const int batch = DecidingBatch(n_sequences);
   double best_rate = 0.0;
   const int best = BestMeasured(batch, &best_rate);
@@ -133,9 +135,11 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
     }
   }
   if (best > 0) {
-    // A neighbour of the best never tried (the climb skipped it): try it now.
-    for (int k : {best + 1, best - 1}) {
-      if (k >= 0 && k <= k_max_ && Time(batch, k) == nullptr) return k;
+    // A neighbour of the best never tried (the climb skipped it), or, beyond 4 sequences (where
+    // plain steps often win), plain steps when this batch size started from another's best K (a
+    // first plain step after drafting is not timed: it then comes again): try it now.
+    for (int k : {best + 1, best - 1, n_sequences > 4 ? 0 : -1}) {
+      if (k >= 0 && k <= k_max_ && Time(batch, k) == nullptr && remaining_tokens > 2) return k;
     }
     plain_steps_ = 0;
     probe_after_ = kFirstProbe;
@@ -144,14 +148,15 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
     if (++drafting_steps_ >= refresh_after_) {
       drafting_steps_ = 0;
       refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
-      refresh_side_ = -refresh_side_;
-      const int neighbour = std::clamp(best + refresh_side_, 0, k_max_);
-      if (neighbour == 0 && ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate &&
+      // In turn: the longer neighbour, the shorter one, plain steps.
+      refresh_turn_ = (refresh_turn_ + 1) % 3;
+      const int k = refresh_turn_ == 2 ? 0 : std::clamp(best + 1 - 2 * refresh_turn_, 0, k_max_);
+      if (k == 0 && ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate &&
           remaining_tokens > 2) {
         plain_refresh_pending_ = true;
         return 0;
       }
-      if (neighbour > 0 && neighbour != best) return neighbour;
+      if (k > 0 && k != best) return k;
     }
     return best;
   }
@@ -178,6 +183,7 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
     plain_steps_ = 1;  // still behind: the probe's step is a catch-up
     probe_after_ *= 2;
     ++probes_;
+    probe_second_step_ = drafting_k;
     return drafting_k;
   }
   return 0;

@@ -32,7 +32,7 @@
 //    drafting is probed once more after 16 plain steps (unless the request is about to end), to
 //    follow a changing acceptance or undo an unlucky measurement. More probes cost more than
 //    they found in simulation: each is a step at a losing K plus the draft's catch-up (up to 32
-//    tokens per sequence); a probe's time is counted without the catch-up's extra rows;
+//    tokens per sequence). A probe takes two steps: the first catches up, the second is timed;
 //  - a batch size within 25% of a measured one (sequences finishing one by one) is decided
 //    with that one's times; another starts from the nearest measured one's best K.
 #pragma once
@@ -98,12 +98,13 @@ class CostAwareDraftLength {
   int drafting_steps_ = 0;  // drafting steps since the last refresh of a neighbour
   int refresh_after_;       // drafting steps between refreshes: 4, 8, then 16
   int steps_seen_ = 0;
-  int refresh_side_ = 1;            // which neighbour (+1 / -1) is refreshed next
-  int second_looks_ = 0;            // drafting Ks measured again after losing to plain steps once
+  int refresh_turn_ = 2;  // what was refreshed last: 0 the longer neighbour, 1 the shorter, 2 K = 0
+  int second_looks_ = 0;  // drafting Ks measured again after losing to plain steps once
   double draft_overhead_ms_ = 0.0;  // per token committed while drafting
   // A plain step right after drafting is not timed (it runs with the target's weights pushed out
   // of the caches): a refresh of K = 0 takes two plain steps and times the second.
   bool plain_refresh_pending_ = false;
+  int probe_second_step_ = 0;  // K of a probe's second step (the first caught the draft up)
 };
 
 }  // namespace specd

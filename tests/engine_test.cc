@@ -165,14 +165,16 @@ class PlannedDraftLength : public DraftLengthPolicy {
   int n_next_ = 0;
 };
 
-// While plain steps run, the draft leaves new prompts unread (the same engine without
-// speculation would not read them); the first drafting step reads them, or, after plain steps
-// wrote more than a catch-up reads, restarts the draft from the last tokens without them.
-// Either way the output is plain decoding's.
-TEST(Engine, PlainStepsLeaveNewPromptsToTheFirstDraftingStep) {
+// The draft reads a new prompt only when its sequence first drafts, not in the step where the
+// target reads it: while plain steps win, the same engine without speculation would not read it.
+// After plain steps that wrote more than a catch-up reads, the draft restarts from the last
+// tokens without it. Either way the output is plain decoding's.
+TEST(Engine, TheDraftReadsANewPromptWhenItsSequenceFirstDrafts) {
   ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
-  for (int plain_steps : {3, 40}) {
-    const int draft_from = 3 + plain_steps;  // Next calls: the first 3 steps draft
+  for (int plain_steps : {0, 3, 40}) {
+    // Steps (Next calls) 0-2 draft, then plain_steps plain steps, then drafting again; the late
+    // sequence joins at step 3 (in a plain step unless plain_steps is 0).
+    const int draft_from = 3 + plain_steps;
     auto owned = std::make_unique<PlannedDraftLength>(
         [&](int step) { return step < 3 || step >= draft_from ? 3 : 0; });
     PlannedDraftLength* policy = owned.get();
@@ -182,7 +184,6 @@ TEST(Engine, PlainStepsLeaveNewPromptsToTheFirstDraftingStep) {
     const int a = e.engine.Add(first);
     int late_id = -1;
     while (e.engine.HasWork()) {
-      // Joins at the first plain step: its prompt is read in a step that does not draft.
       if (late_id < 0 && policy->observed.size() == 4) late_id = e.engine.Add(late);
       e.engine.Step();
     }
@@ -191,14 +192,16 @@ TEST(Engine, PlainStepsLeaveNewPromptsToTheFirstDraftingStep) {
     int prefill_step = -1, draft_rows_after = 0;
     for (size_t i = 0; i < policy->observed.size(); ++i) {
       const StepObservation& o = policy->observed[i];
-      if (o.prefill_target_rows > 0 && o.n_sequences > 0) prefill_step = static_cast<int>(i);
-      if (o.k == 0 && o.n_sequences > 0)
-        EXPECT_EQ(o.prefill_draft_rows, 0) << plain_steps << " step " << i;
-      if (prefill_step >= 0 && o.k > 0) draft_rows_after += o.prefill_draft_rows;
+      if (o.prefill_target_rows > 0 && o.n_sequences > 0) {
+        prefill_step = static_cast<int>(i);
+        EXPECT_EQ(o.prefill_draft_rows, 0) << plain_steps;  // not read with the target
+      } else if (prefill_step >= 0) {
+        draft_rows_after += o.prefill_draft_rows;
+      }
     }
     ASSERT_GE(prefill_step, 0);
-    EXPECT_EQ(policy->observed[prefill_step].k, 0);
-    // The late prompt's 11 rows (all but its last token) are read by the first drafting step,
+    EXPECT_EQ(policy->observed[prefill_step].k, plain_steps == 0 ? 3 : 0);
+    // The late prompt's 11 rows (all but its last token) are read by its first drafting step,
     // unless the plain steps wrote more than the draft's catch-up limit.
     EXPECT_EQ(draft_rows_after, plain_steps < DraftModelProposer::kDefaultCatchUpLimit ? 11 : 0)
         << plain_steps;

@@ -1,6 +1,8 @@
 #include "draft/draft_model_proposer.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -64,7 +66,9 @@ void DraftModelProposer::ForkSequence(int src, int dst) {
   auto it = seqs_.find(src);
   SPECD_CHECK(it != seqs_.end(), "draft: no sequence ", src, " to fork");
   // Share the prompt's KV, read once; its time goes to the next step's report.
-  if (!it->second.prefill.empty()) RunPrefill(&fork_timings_);
+  if (!it->second.prefill.empty()) {
+    RunPrefill(&fork_timings_, [src](int seq) { return seq == src; });
+  }
   const State& from = seqs_.at(src);
   SPECD_CHECK(!seqs_.count(dst), "draft: sequence ", dst, " already exists");
   State s = from;
@@ -80,7 +84,8 @@ void DraftModelProposer::RemoveSequence(int seq) {
   seqs_.erase(it);
 }
 
-void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
+void DraftModelProposer::RunPrefill(ProposerTimings* timings,
+                                    const std::function<bool(int)>& wanted) {
   ProposerTimings untimed;
   if (timings == nullptr) timings = &untimed;
   if (timings != &fork_timings_) {
@@ -89,6 +94,7 @@ void DraftModelProposer::RunPrefill(ProposerTimings* timings) {
   }
   Batch batch;
   for (auto& [seq, s] : seqs_) {
+    if (s.prefill.empty() || !wanted(seq)) continue;
     // Plain steps left the prompt unread and wrote more than a catch-up reads: the draft will
     // restart from the last tokens (BeginStep), so the prompt is not worth reading.
     if (static_cast<int>(s.pending.size()) > options_.catch_up_limit) s.prefill.clear();
@@ -135,7 +141,13 @@ void DraftModelProposer::DraftForward(const Batch& batch, bool first, ProposerTi
 
 void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                                  ProposerTimings* timings) {
-  RunPrefill(timings);
+  // The prompts of the sequences that draft now (others wait: while plain steps win at their
+  // batch size, the same engine without speculation would not read them).
+  std::set<int> drafting;
+  for (const DraftInput& in : inputs) {
+    if (in.k > 0) drafting.insert(in.seq);
+  }
+  RunPrefill(timings, [&drafting](int seq) { return drafting.count(seq) > 0; });
   out->assign(inputs.size(), Proposal{});
   if (options_.tree_width > 1) return ProposeTrees(inputs, out, timings);
   const int64_t n_vocab = model_.config().n_vocab;

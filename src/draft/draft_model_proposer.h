@@ -4,6 +4,7 @@
 // drafts token trees instead of chains.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -64,7 +65,9 @@ class DraftModelProposer : public Proposer {
   void AddSequence(int seq, std::span<const int32_t> prompt) override;
   void ForkSequence(int src, int dst) override;
   void RemoveSequence(int seq) override;
-  void Prefill(ProposerTimings* timings) override { RunPrefill(timings); }
+  // Prompts are read by the first Propose that drafts for their sequence, not when the target
+  // reads them: a sequence that joins a batch where plain steps win never needs them (Prefill
+  // stays the base class's no-op).
   void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
@@ -82,9 +85,9 @@ class DraftModelProposer : public Proposer {
     int kv_before = 0;             // KV length before this step's drafting
     int pending_before = 0;        // pending inputs fed by this step's drafting
   };
-  // Reads every queued prompt in one forward (adding its time, and that of a prompt read for a
-  // fork since the last step, to `timings`).
-  void RunPrefill(ProposerTimings* timings);
+  // Reads the queued prompts of the sequences `wanted` accepts in one forward (adding its time,
+  // and that of a prompt read for a fork since the last step, to `timings`).
+  void RunPrefill(ProposerTimings* timings, const std::function<bool(int)>& wanted);
   // Sets up each drafting sequence's step (catch-up, KV marks); returns the largest k.
   int BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings);
   // One draft forward; the first of a step is exact under bonus calibration.

@@ -115,8 +115,13 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
         nearest = key.first;
       }
     }
+    // Only a batch size within a factor of 2 says much: the server met 32 sequences after 1 and
+    // 2, whose K = 2 started a climb through K = 1..4 where plain steps won.
     double rate = 0.0;
-    if (nearest >= 0 && BestMeasured(nearest, &rate) >= 0) return BestMeasured(nearest, &rate);
+    if (nearest >= 0 && 2 * std::min(nearest, n_sequences) >= std::max(nearest, n_sequences) &&
+        BestMeasured(nearest, &rate) >= 0) {
+      return BestMeasured(nearest, &rate);
+    }
     return std::min(k_max_, n_sequences == 1 ? 2 : n_sequences <= 4 ? 1 : 0);
   }
   // The best K measured only once is measured again at once (one slow step could be what

@@ -34,7 +34,8 @@
 //    they found in simulation: each is a step at a losing K plus the draft's catch-up (up to 32
 //    tokens per sequence). A probe takes two steps: the first catches up, the second is timed;
 //  - a batch size within 25% of a measured one (sequences finishing one by one) is decided
-//    with that one's times; another starts from the nearest measured one's best K.
+//    with that one's times; another starts from the nearest measured one's best K if that is
+//    within a factor of 2, else as a first batch does.
 #pragma once
 
 #include <map>

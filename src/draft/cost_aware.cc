@@ -37,6 +37,7 @@ void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, b
                                        double mean_drafted) {
   if (n_sequences <= 0 || step_ms <= 0.0 || catch_up || ++steps_seen_ <= kColdSteps) return;
   StepTime& t = times_[{n_sequences, k}];
+  if (t.count == 0) ++measured_ks_[n_sequences];
   t.recent_ms[t.count++ % StepTime::kKept] = step_ms;
   if (mean_drafted >= 0.0) {
     t.drafted = t.drafted < 0.0 ? mean_drafted : 0.8 * t.drafted + 0.2 * mean_drafted;
@@ -58,11 +59,10 @@ const CostAwareDraftLength::StepTime* CostAwareDraftLength::Time(int batch, int 
 }
 
 int CostAwareDraftLength::DecidingBatch(int n_sequences) const {
-  std::map<int, int> measured_ks;  // batch -> K measured
-  for (const auto& [key, t] : times_) ++measured_ks[key.first];
-  if (measured_ks[n_sequences] >= 2) return n_sequences;
+  const auto own = measured_ks_.find(n_sequences);
+  if (own != measured_ks_.end() && own->second >= 2) return n_sequences;
   int nearest = n_sequences;
-  for (const auto& [batch, n_k] : measured_ks) {
+  for (const auto& [batch, n_k] : measured_ks_) {
     if (n_k >= 2 && (nearest == n_sequences ||
                      std::abs(batch - n_sequences) < std::abs(nearest - n_sequences))) {
       nearest = batch;

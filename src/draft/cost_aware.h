@@ -93,6 +93,7 @@ class CostAwareDraftLength {
   double accepted_ = 0.0;  // decayed counts of accepted drafts and of rejections
   double rejected_ = 0.0;
   std::map<std::pair<int, int>, StepTime> times_;  // by (batch, K)
+  std::map<int, int> measured_ks_;                 // batch -> how many Ks it has times for
   int plain_steps_ = 0;                            // consecutive plain steps chosen as the best
   int probe_after_;         // plain steps before drafting is probed again; doubles after each
   int probes_ = 0;          // probes since drafting was last the best

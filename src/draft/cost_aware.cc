@@ -18,7 +18,7 @@ constexpr int kRefreshEvery = 16;       // drafting steps between re-measuring a
 constexpr int kTrusted = 2;             // measurements of a K near the best before it is trusted
 constexpr int kColdSteps = 2;           // a process's first steps: their times are not kept
 constexpr int kMaxSecondLooks = 2;      // re-measurements of a drafting K that lost once
-constexpr double kPlainWithinReach = 0.9;  // plain steps refreshed only if this close to the best
+constexpr double kPlainWithinReach = 0.8;  // plain steps refreshed only if this close to the best
 }  // namespace
 
 CostAwareDraftLength::CostAwareDraftLength(int k_max, double prior_acceptance)

@@ -3,13 +3,15 @@
 
 For each model pair it starts two servers side by side (--spec-type none and with speculation)
 and at each concurrency level C runs max(16, 2C) streaming completion requests from C client
-threads against one, then the other, --reps times in turn (the median run by throughput is
-kept), so a machine that drifts moves both alike. Reported per level: throughput (generated
+threads against one, then the other, --reps times in turn, so a machine that drifts moves both
+alike; --restarts N does it all with N fresh pairs of servers (a server's policy learns as it
+runs, so one server's runs are not independent). The median run by throughput is kept. Reported per level: throughput (generated
 tokens / wall time), time to first token and time per output token after the first (TPOT, what a
 reader of the stream waits per token) at p50 / p99 over requests. Writes a markdown table, a
 JSON file and an SVG plot.
 
-  bench/serve_load.py --specd build/release/specd --out bench/results/serve [-- --weights i8]
+  bench/serve_load.py --specd build/release/specd --out bench/results/serve [--reps 3 --restarts 3]
+      [-- --weights i8]
 """
 import argparse
 import concurrent.futures
@@ -153,6 +155,8 @@ def main():
     ap.add_argument("--pairs", default="smollm2,16m",
                     help="smollm2 (SmolLM2 + its draft), 16m (the shipped 16.5M pair)")
     ap.add_argument("--reps", type=int, default=1, help="runs per level and mode (median kept)")
+    ap.add_argument("--restarts", type=int, default=1,
+                    help="fresh server pairs, each running every level --reps times (median over all)")
     ap.add_argument("server_args", nargs="*", help="more `specd serve` arguments, after --")
     a = ap.parse_args()
     levels = [int(c) for c in a.concurrency.split(",")]
@@ -165,31 +169,36 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     results = {}
     for pair in a.pairs.split(","):
-        servers = {}
-        try:
-            for mode in ["none", "draft"]:
-                name = f"{pair} {'plain' if mode == 'none' else 'speculative'}"
-                servers[name] = Server(a.specd, [*pairs[pair], "--spec-type", mode, "--parallel",
-                                                 str(max(levels)), "-c", "1024", "--max-queue",
-                                                 "256", *a.server_args])
-                results[name] = []
+        names = [f"{pair} plain", f"{pair} speculative"]
+        runs = {name: {c: [] for c in levels} for name in names}
+        # A server's draft-length policy learns as it runs, so runs of one server are not
+        # independent: each restart is a fresh pair of servers.
+        for _ in range(a.restarts):
+            servers = {}
+            try:
+                for name, mode in zip(names, ["none", "draft"]):
+                    servers[name] = Server(a.specd, [*pairs[pair], "--spec-type", mode,
+                                                     "--parallel", str(max(levels)), "-c", "1024",
+                                                     "--max-queue", "256", *a.server_args])
+                for c in levels:
+                    for _ in range(a.reps):
+                        for name, server in servers.items():
+                            runs[name][c].append(run_level(server.port, prompts, c, a.max_tokens))
+            finally:
+                for server in servers.values():
+                    server.stop()
+        for name in names:
+            results[name] = []
             for c in levels:
-                runs = {name: [] for name in servers}
-                for _ in range(a.reps):
-                    for name, server in servers.items():
-                        runs[name].append(run_level(server.port, prompts, c, a.max_tokens))
-                for name in servers:
-                    r = sorted(runs[name], key=lambda r: r["throughput_tok_s"])[len(runs[name]) // 2]
-                    results[name].append(r)
-                    print(name, json.dumps(r), flush=True)
-        finally:
-            for server in servers.values():
-                server.stop()
+                by_rate = sorted(runs[name][c], key=lambda r: r["throughput_tok_s"])
+                results[name].append(by_rate[len(by_rate) // 2])
+                print(name, json.dumps(results[name][-1]), flush=True)
     extra = f" (`{' '.join(a.server_args)}`)" if a.server_args else ""
     header = (f"`bench/serve_load.py`, {time.strftime('%Y-%m-%d')}, {cpu_name()}, 2 threads; "
               f"greedy code completions of {a.max_tokens} tokens, streamed; speculative = the "
               f"pair's draft with the cost-aware length{extra}; plain and speculative servers "
-              f"side by side, median of {a.reps} alternating run(s) per level\n\n"
+              f"side by side, median of {a.reps} alternating run(s) per level x {a.restarts} "
+              "fresh server pair(s)\n\n"
               "| pair | clients | plain tok/s | spec tok/s | ratio | TPOT p50 plain / spec ms | "
               "TPOT p99 plain / spec ms | TTFT p50 plain / spec ms |\n|---|---|---|---|---|---|---|---|")
     lines = [header]

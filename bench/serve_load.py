@@ -5,10 +5,10 @@ For each model pair it starts two servers side by side (--spec-type none and wit
 and at each concurrency level C runs max(16, 2C) streaming completion requests from C client
 threads against one, then the other, --reps times in turn, so a machine that drifts moves both
 alike; --restarts N does it all with N fresh pairs of servers (a server's policy learns as it
-runs, so one server's runs are not independent). The median run by throughput is kept. Reported per level: throughput (generated
-tokens / wall time), time to first token and time per output token after the first (TPOT, what a
-reader of the stream waits per token) at p50 / p99 over requests. Writes a markdown table, a
-JSON file and an SVG plot.
+runs, so one server's runs are not independent). The median run by throughput is kept.
+Reported per level: throughput (generated tokens / wall time), time to first token and time per
+output token after the first (TPOT, what a reader of the stream waits per token) at p50 / p99
+over requests. Writes a markdown table, a JSON file and an SVG plot.
 
   bench/serve_load.py --specd build/release/specd --out bench/results/serve [--reps 3 --restarts 3]
       [-- --weights i8]

@@ -340,12 +340,7 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
       hand_out(decode[j]->id, bases[j], proposals[j].is_tree() ? 1 : 1 + n_drafts, n_rows);
     }
   }
-  // The proposer reads new prompts now only if this step drafted (or nothing decodes yet): while
-  // plain steps win, reading them is a cost the same server without speculation does not pay;
-  // the next drafting step reads them (or restarts the draft from the last tokens).
-  if (!prefill.empty() && proposer_ != nullptr && (k > 0 || decode.empty())) {
-    proposer_->Prefill(&timings);
-  }
+  if (!prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&timings);
 
   // The repetition penalty, row by row with each row's own history, so that every token below
   // (plain or verified) is drawn from the penalized distribution.

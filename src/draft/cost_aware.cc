@@ -74,12 +74,13 @@ int CostAwareDraftLength::DecidingBatch(int n_sequences) const {
 }
 
 double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
-  const StepTime* t = Time(DecidingBatch(n_sequences), k);
+  const int batch = DecidingBatch(n_sequences);
+  const StepTime* t = Time(batch, k);
   if (t == nullptr || t->ms() <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
   const double drafts = t->drafted >= 0.0 ? t->drafted : k;
   const double tokens = (1.0 - std::pow(a, drafts + 1)) / (1.0 - a);  // per sequence
-  const double overhead_ms = k > 0 ? draft_overhead_ms_ * tokens * DecidingBatch(n_sequences) : 0.0;
+  const double overhead_ms = k > 0 ? draft_overhead_ms_ * tokens * batch : 0.0;
   return tokens / (t->ms() + overhead_ms);
 }
 

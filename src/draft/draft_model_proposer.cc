@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -88,10 +87,6 @@ void DraftModelProposer::RunPrefill(ProposerTimings* timings,
                                     const std::function<bool(int)>& wanted) {
   ProposerTimings untimed;
   if (timings == nullptr) timings = &untimed;
-  if (timings != &fork_timings_) {
-    timings->prefill_rows += std::exchange(fork_timings_.prefill_rows, 0);
-    timings->prefill_ms += std::exchange(fork_timings_.prefill_ms, 0.0);
-  }
   Batch batch;
   for (auto& [seq, s] : seqs_) {
     if (s.prefill.empty() || !wanted(seq)) continue;
@@ -141,13 +136,16 @@ void DraftModelProposer::DraftForward(const Batch& batch, bool first, ProposerTi
 
 void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                                  ProposerTimings* timings) {
+  if (timings != nullptr) {  // a prompt read for a fork since the last step
+    timings->prefill_rows += std::exchange(fork_timings_.prefill_rows, 0);
+    timings->prefill_ms += std::exchange(fork_timings_.prefill_ms, 0.0);
+  }
   // The prompts of the sequences that draft now (others wait: while plain steps win at their
   // batch size, the same engine without speculation would not read them).
-  std::set<int> drafting;
-  for (const DraftInput& in : inputs) {
-    if (in.k > 0) drafting.insert(in.seq);
-  }
-  RunPrefill(timings, [&drafting](int seq) { return drafting.count(seq) > 0; });
+  RunPrefill(timings, [inputs](int seq) {
+    return std::any_of(inputs.begin(), inputs.end(),
+                       [seq](const DraftInput& in) { return in.seq == seq && in.k > 0; });
+  });
   out->assign(inputs.size(), Proposal{});
   if (options_.tree_width > 1) return ProposeTrees(inputs, out, timings);
   const int64_t n_vocab = model_.config().n_vocab;

@@ -85,8 +85,8 @@ class DraftModelProposer : public Proposer {
     int kv_before = 0;             // KV length before this step's drafting
     int pending_before = 0;        // pending inputs fed by this step's drafting
   };
-  // Reads the queued prompts of the sequences `wanted` accepts in one forward (adding its time,
-  // and that of a prompt read for a fork since the last step, to `timings`).
+  // Reads the queued prompts of the sequences `wanted` accepts in one forward, adding its time
+  // to `timings` (may be null).
   void RunPrefill(ProposerTimings* timings, const std::function<bool(int)>& wanted);
   // Sets up each drafting sequence's step (catch-up, KV marks); returns the largest k.
   int BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings);

@@ -83,6 +83,24 @@ TEST(Engine, SequencesJoiningMidRunAndMixingGreedyAndSampledEqualEachAlone) {
   }
 }
 
+TEST(Engine, SequencesThatSumNoLogProbabilityDecodeTheSame) {
+  // The server turns the sum off (it reports no mean log-probability): nothing else may change.
+  ModelPair p(DType::kQ8_0, 99);
+  for (float temperature : {0.0f, 0.9f}) {
+    SequenceRequest summed = Request(Prompt(6, 8), 24, temperature, 3);
+    SequenceRequest unsummed = summed;
+    unsummed.sum_logprob = false;
+    SpecEngine e(p, std::make_unique<FixedDraftLength>(2));
+    const int a = e.engine.Add(summed);
+    const int b = e.engine.Add(unsummed);
+    while (e.engine.HasWork()) e.engine.Step();
+    EXPECT_EQ(e.engine.sequence(a).tokens, e.engine.sequence(b).tokens) << temperature;
+    EXPECT_EQ(e.engine.sequence(a).n_logprob, 24);
+    EXPECT_LT(e.engine.sequence(a).mean_logprob(), 0.0);
+    EXPECT_EQ(e.engine.sequence(b).n_logprob, 0);
+  }
+}
+
 TEST(Engine, CancelFreesTheSlotsAndLeavesTheOthersAlone) {
   ModelPair p(DType::kF32, 99);
   SpecEngine e(p, std::make_unique<FixedDraftLength>(2), 2);

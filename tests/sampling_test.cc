@@ -116,6 +116,74 @@ TEST(Sampling, KeptSetsMatchTheDefinitionOnALargeVocabulary) {
   }
 }
 
+TEST(Sampling, TruncatedSetsAreListedByProbabilityAndWholeOnesById) {
+  // A vocabulary of SmolLM2's size, flat enough that top-p 0.95 keeps thousands of tokens: the
+  // sampler sorts only as much of it as the kept prefix needs, over several rounds.
+  constexpr int kVocab = 49152;
+  std::vector<float> logits(kVocab);
+  for (int i = 0; i < kVocab; ++i) logits[i] = 0.5f * std::sin(i * 1.3f) + 0.002f * (i % 97);
+  for (SamplingParams p : {SamplingParams{1.0f, 0, 0.95f, 0}, SamplingParams{1.0f, 0, 0.3f, 0},
+                           SamplingParams{0.05f, 0, 0.9f, 0}, SamplingParams{1.0f, 500, 0.8f, 0}}) {
+    const std::vector<TokenProb> kept = ProcessLogits(logits, p);
+    EXPECT_EQ(KeptSet(logits, p), KeptByDefinition(logits, p))
+        << "t " << p.temperature << " k " << p.top_k << " p " << p.top_p;
+    ASSERT_GT(kept.size(), 1u);
+    for (size_t i = 1; i < kept.size(); ++i) {
+      const auto& [a, b] = std::pair(kept[i - 1], kept[i]);
+      // (Probabilities are rounded to float: unequal weights may share one.)
+      ASSERT_TRUE(a.prob >= b.prob && (logits[a.token] != logits[b.token] || a.token < b.token))
+          << "t " << p.temperature << " p " << p.top_p << ": place " << i << " token " << b.token
+          << " (" << b.prob << ") after token " << a.token << " (" << a.prob << ")";
+    }
+  }
+  // Nothing cut: every token, in id order, probabilities summing to one.
+  const std::vector<TokenProb> all = ProcessLogits(logits, {1.0f, 0, 1.0f, 0});
+  ASSERT_EQ(all.size(), static_cast<size_t>(kVocab));
+  double total = 0.0;
+  for (int i = 0; i < kVocab; ++i) {
+    ASSERT_EQ(all[i].token, i);
+    total += all[i].prob;
+  }
+  EXPECT_NEAR(total, 1.0, 1e-4);
+}
+
+// Gumbel-max by its definition: every kept token scored, log p - log(-log u).
+int32_t GumbelArgmaxByDefinition(const std::vector<TokenProb>& kept, const RngKey& key) {
+  int32_t best_token = -1;
+  double best = -std::numeric_limits<double>::infinity();
+  for (const TokenProb& tp : kept) {
+    if (tp.prob <= 0.0f) continue;
+    const uint32_t word = Philox4x32(key, static_cast<uint32_t>(tp.token) / 4)[tp.token % 4];
+    const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;
+    const double score = std::log(static_cast<double>(tp.prob)) - std::log(-std::log(u));
+    if (score > best || (score == best && tp.token < best_token)) {
+      best = score;
+      best_token = tp.token;
+    }
+  }
+  return best_token;
+}
+
+TEST(Sampling, GumbelArgmaxSkipsOnlyTokensThatCannotWin) {
+  // Whole vocabularies (id order) and truncated sets (probability order), peaked to flat, many
+  // keys: the sampler's pruned search picks the token the definition picks, every time.
+  constexpr int kVocab = 8192;
+  for (float spread : {0.3f, 3.0f, 12.0f}) {
+    std::vector<float> logits(kVocab);
+    for (int i = 0; i < kVocab; ++i) logits[i] = spread * std::sin(i * 0.77f + std::cos(i * 0.1f));
+    for (SamplingParams p : {SamplingParams{1.0f, 0, 1.0f, 0}, SamplingParams{0.6f, 0, 0.95f, 0},
+                             SamplingParams{1.0f, 50, 1.0f, 0}}) {
+      const std::vector<TokenProb> kept = ProcessLogits(logits, p);
+      for (uint64_t position = 0; position < 200; ++position) {
+        const RngKey key{7, 3, position, RngPurpose::kSample};
+        ASSERT_EQ(GumbelArgmax(kept, key), GumbelArgmaxByDefinition(kept, key))
+            << "spread " << spread << " top-p " << p.top_p << " top-k " << p.top_k << " position "
+            << position;
+      }
+    }
+  }
+}
+
 TEST(Sampling, MinPKeepsTokensAtLeastThatShareOfTheMostLikely) {
   // Probabilities 0.5, 0.25, 0.125, 0.125: min-p 0.25 keeps >= 0.125, 0.3 keeps >= 0.15.
   const std::vector<float> logits = {std::log(0.125f), std::log(0.5f), std::log(0.25f),

@@ -24,6 +24,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     TokenizerTrainOptions tok;
     TrainOptions model;
     std::string type = "f32";
+    std::string teacher_weights;  // "" or "i8"
   };
   auto state = std::make_shared<State>();
 
@@ -98,6 +99,17 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
       ->add_option("--teacher-chat-share", state->model.teacher_chat_share,
                    "share of the teacher text that is chat (default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
+  draft
+      ->add_option("--teacher-batch", state->model.teacher_run.batch,
+                   "sequences the teacher writes at once (default 16)")
+      ->check(CLI::Range(1, 1024));
+  draft->add_option("--teacher-weights", state->teacher_weights,
+                    "i8: the teacher writes with its matrices in i8 (as --weights i8)")
+      ->check(CLI::IsMember({"i8"}));
+  draft
+      ->add_option("--init", state->model.init_from,
+                   "draft GGUF to start from (same shape) instead of random weights")
+      ->check(CLI::ExistingFile);
   draft
       ->add_option("--head-vocab", state->model.head_vocab,
                    "output layer over the N most frequent tokens only (FR-Spec; default: all)")
@@ -334,6 +346,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     }
     TrainOptions options = state->model;
     options.export_type = *DTypeFromName(state->type);
+    options.teacher_run.int8_weights = state->teacher_weights == "i8";
     auto tok = GgufFile::Open(options.tokenizer);
     options.shape.n_vocab = static_cast<int64_t>(
         tok->Get("tokenizer.ggml.tokens").AsArray("tokenizer.ggml.tokens").items.size());

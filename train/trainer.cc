@@ -71,6 +71,30 @@ bool TakesTurn(int64_t i, double share) {
   return std::floor(double(i + 1) * share) > std::floor(double(i) * share);
 }
 
+// The draft of `init_from`, to train further: its shape must be the one the options ask for (a
+// run that silently changed width or depth would not be the run its command line reads as).
+Llama ImportDraftToContinue(const TrainOptions& o) {
+  Llama model = ImportGguf(o.init_from);
+  const LlamaShape& got = model->shape;
+  const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
+      {"--dim", {got.dim, o.shape.dim}},
+      {"--layers", {got.n_layers, o.shape.n_layers}},
+      {"--heads", {got.n_heads, o.shape.n_heads}},
+      {"--kv-heads", {got.n_kv_heads, o.shape.n_kv_heads}},
+      {"--ffn", {got.ffn, o.shape.ffn}},
+      {"--ctx", {got.ctx, o.shape.ctx}},
+      {"the vocabulary", {got.n_vocab, o.shape.n_vocab}},
+      {"--head-vocab",
+       {model->has_head() ? model->head_tokens.numel() : 0, o.head_vocab}},
+  };
+  for (const auto& [flag, values] : sizes) {
+    SPECD_CHECK(values.first == values.second, o.init_from, " has ", flag, " ", values.first,
+                ", but this run asks for ", values.second);
+  }
+  std::fprintf(stderr, "model: starting from %s\n", o.init_from.c_str());
+  return model;
+}
+
 }  // namespace
 
 // Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
@@ -86,15 +110,16 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               int64_t ctx, int threads, uint64_t seed,
                                               double sampled_share, const std::string& cache_path,
                                               const std::vector<std::vector<int32_t>>& chat_prompts,
-                                              double chat_share) {
+                                              double chat_share, const TeacherRun& run) {
   SPECD_CHECK(sampled_share >= 0.0 && sampled_share <= 1.0,
               "the sampled share of teacher text must be in [0, 1], got ", sampled_share);
   SPECD_CHECK(chat_share >= 0.0 && chat_share <= 1.0,
               "the chat share of teacher text must be in [0, 1], got ", chat_share);
   SPECD_CHECK(chat_share == 0.0 || !chat_prompts.empty(), "a chat share of ", chat_share,
               " needs chat prompts");
+  SPECD_CHECK(run.batch >= 1, "the teacher's batch must be at least 1, got ", run.batch);
   constexpr int64_t kPrefix = 32;
-  constexpr int kBatch = 16;
+  const int kBatch = run.batch;
   const int64_t length = ctx + 1;
   const int64_t sequence_bytes = length * static_cast<int64_t>(sizeof(int32_t));
   const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
@@ -118,6 +143,12 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     const size_t used = std::strlen(recipe_tag);
     std::snprintf(recipe_tag + used, sizeof recipe_tag - used, ".chat%g.%zu", chat_share,
                   chat_prompts.size());
+  }
+  // Batches of 16 and stored weights were the only recipe once: their tag stays as it was.
+  if (run.batch != 16 || run.int8_weights) {
+    const size_t used = std::strlen(recipe_tag);
+    std::snprintf(recipe_tag + used, sizeof recipe_tag - used, ".b%d%s", run.batch,
+                  run.int8_weights ? ".i8" : "");
   }
   const std::string recipe = StrCat(recipe_tag, "\n");
   const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
@@ -150,7 +181,9 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   }
   ThreadPool pool(threads);
   const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
-  auto teacher = Model::Load(teacher_gguf, &ctx_kernels);
+  ModelLoadOptions load_options;
+  load_options.int8_weights = run.int8_weights;
+  auto teacher = Model::Load(teacher_gguf, &ctx_kernels, load_options);
   // Chat prompts vary in length: every sequence is generated to the longest length needed.
   int64_t longest_chat_prompt = 0;
   for (const auto& p : chat_prompts) {
@@ -314,10 +347,11 @@ TrainResult Train(const TrainOptions& o) {
         TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
                     o.teacher_text_sampled_share,
                     o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin",
-                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share);
+                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share,
+                    o.teacher_run);
   }
-  Llama model(o.shape);
-  if (o.head_vocab > 0) {
+  Llama model = o.init_from.empty() ? Llama(o.shape) : ImportDraftToContinue(o);
+  if (o.head_vocab > 0 && o.init_from.empty()) {
     model->SetHeadTokens(
         MostFrequentTokens(train_stream, teacher_text, o.shape.n_vocab, o.head_vocab));
   }

@@ -12,6 +12,15 @@
 
 namespace specd::train {
 
+// How the teacher runs while it writes: sequences per batch, and whether its matrices are
+// converted to i8 (BASS's INT8, `--weights i8`: on a CPU with AMX it writes ~2x faster at large
+// batches; its text is then that of the i8 model, which agrees with the stored one on nearly
+// every token).
+struct TeacherRun {
+  int batch = 16;
+  bool int8_weights = false;
+};
+
 struct TrainOptions {
   LlamaShape shape;
   std::string corpus_dir;
@@ -46,6 +55,10 @@ struct TrainOptions {
   // are the teacher's answers to them, in its chat template.
   std::string teacher_chat_file;
   double teacher_chat_share = 0.5;
+  TeacherRun teacher_run;  // --teacher-batch, --teacher-weights
+  // A draft GGUF to start from instead of random weights (its shape and FR-Spec head are kept;
+  // the shape options must agree with it). A checkpoint, when present, still wins.
+  std::string init_from;
   // FR-Spec: an output layer over the `head_vocab` tokens most frequent in the training text
   // (corpus and teacher text) instead of the whole vocabulary. 0: the whole vocabulary.
   int64_t head_vocab = 0;
@@ -81,7 +94,8 @@ std::string FormatTrainLoss(double loss, const char* if_unknown);
 std::vector<std::vector<int32_t>> TeacherText(
     const std::string& teacher_gguf, const std::vector<int32_t>& stream, int64_t n_tokens,
     int64_t ctx, int threads, uint64_t seed, double sampled_share, const std::string& cache_path,
-    const std::vector<std::vector<int32_t>>& chat_prompts = {}, double chat_share = 0.0);
+    const std::vector<std::vector<int32_t>>& chat_prompts = {}, double chat_share = 0.0,
+    const TeacherRun& run = {});
 
 // Chat prompts for TeacherText: each line of a JSONL file ({"prompt": "..."}) as a user message
 // in the teacher's chat template, with the assistant's turn opened. Prompts longer than

@@ -46,8 +46,10 @@ SamplingParams EffectiveSampling(const Sequence& s, SpecSampling mode) {
 
 bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
                          StepReport* report) {
-  s.sum_logprob += LogProb(row, token);
-  ++s.n_logprob;
+  if (s.request.sum_logprob) {
+    s.sum_logprob += LogProb(row, token);
+    ++s.n_logprob;
+  }
   s.elapsed_ms = now - s.t_added_ms;
   const auto& stops = s.request.stop_tokens;
   const bool stop = token == target_.config().eos_token ||

@@ -41,6 +41,10 @@ struct SequenceRequest {
   // -1: no per-token log-probabilities; n >= 0: record each generated token's and the n most
   // likely alternatives' (OpenAI's logprobs / top_logprobs).
   int logprobs = -1;
+  // Sum every generated token's log-probability (Sequence::mean_logprob: `generate` ranks and
+  // reports completions by it). A full pass over the vocabulary per token: the server, which
+  // never reads it, turns it off.
+  bool sum_logprob = true;
 };
 
 // A generated token's log-probability under the raw model, with the most likely alternatives.

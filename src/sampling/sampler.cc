@@ -113,6 +113,31 @@ SPECD_VECTOR_CLONES int64_t FindFirst(const float* x, int64_t n, float value) {
   return -1;
 }
 
+// Sorts the first elements of order[0, count) by `before` until they hold at least `mass`
+// (with a margin over the rounding of summing in another order) or all of them, and returns how
+// many are sorted; the rest stay after them, unsorted. A flat distribution's top-p set may be
+// thousands of tokens out of tens of thousands of candidates: only its top needs sorting.
+template <typename Before>
+int64_t SortTopReaching(std::vector<int32_t>& order, int64_t count, const float* weight,
+                        double mass, Before before) {
+  constexpr int64_t kFirstTop = 256;
+  const double enough = mass * (1.0 + 1e-9);
+  int64_t top = 0;
+  double top_mass = 0.0;
+  for (int64_t end = kFirstTop;; end *= 4) {
+    if (end >= count) {
+      end = count;
+    } else {
+      std::nth_element(order.begin() + top, order.begin() + end, order.begin() + count, before);
+    }
+    for (int64_t i = top; i < end; ++i) top_mass += weight[order[i]];
+    top = end;
+    if (top == count || top_mass >= enough) break;
+  }
+  std::sort(order.begin(), order.begin() + top, before);
+  return top;
+}
+
 }  // namespace
 
 int32_t Argmax(std::span<const float> logits) {
@@ -176,7 +201,6 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
     if (enough || threshold == 0.0f || min_p) break;
     threshold = threshold < 1e-30f ? 0.0f : threshold * 1e-4f;
   }
-  std::sort(order.begin(), order.begin() + keep, before);
   // Top-p's mass is over the top-k set (or everything), candidates below the threshold too.
   if (top_k && keep < params.top_k) {
     kept_total = 0.0;
@@ -188,11 +212,21 @@ std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const Sampli
   if (top_p) {
     // The shortest sorted prefix whose cumulative probability reaches top_p.
     const double target = params.top_p * kept_total;
+    const int64_t sorted = SortTopReaching(order, keep, weight.data(), target, before);
     double cumulative = 0.0;
     int64_t i = 0;
-    while (i < keep && cumulative < target) cumulative += weight[order[i++]];
+    while (i < sorted && cumulative < target) cumulative += weight[order[i++]];
+    if (cumulative < target && sorted < keep) {
+      // The sorted top's mass, summed in another order, fell short by rounding: sort it all.
+      std::sort(order.begin(), order.begin() + keep, before);
+      while (i < keep && cumulative < target) cumulative += weight[order[i++]];
+    }
     keep = std::max<int64_t>(i, 1);
+  } else if (top_k || min_p) {
+    std::sort(order.begin(), order.begin() + keep, before);
   }
+  // Otherwise every token is kept, in id order: sorting a whole vocabulary (~2 ms for 49152
+  // tokens) for every sampled token would cost more than the model's forward at batch 1.
   if (params.min_p > 0.0f) {
     // Weights are relative to the most likely token's (1), which is always kept.
     int64_t i = 1;
@@ -226,34 +260,72 @@ int32_t SampleFrom(const std::vector<TokenProb>& kept, double u) {
 
 namespace {
 
+// G(word) = -log(-log(u)), u = (word + 0.5) / 2^32 in (0, 1): the Gumbel noise of a token.
+double GumbelNoise(uint32_t word) {
+  const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;
+  return -std::log(-std::log(u));
+}
+
+// The Philox words of a key, one block of four tokens at a time: tokens listed in id order (a
+// whole vocabulary) draw each block once instead of once per token.
+class GumbelWords {
+ public:
+  explicit GumbelWords(const RngKey& key) : key_(key) {}
+  uint32_t operator()(int32_t token) {
+    const uint32_t block = static_cast<uint32_t>(token) / 4;
+    if (!valid_ || block != block_) {
+      words_ = Philox4x32(key_, block);
+      block_ = block;
+      valid_ = true;
+    }
+    return words_[token % 4];
+  }
+
+ private:
+  RngKey key_;
+  std::array<uint32_t, 4> words_{};
+  uint32_t block_ = 0;
+  bool valid_ = false;
+};
+
 // log(p) + G(key, token): the score Gumbel-max ranks tokens by.
-double GumbelScore(const TokenProb& tp, const RngKey& key) {
-  const uint32_t word = Philox4x32(key, static_cast<uint32_t>(tp.token) / 4)[tp.token % 4];
-  const double u = (static_cast<double>(word) + 0.5) / 4294967296.0;  // in (0, 1)
-  return std::log(static_cast<double>(tp.prob)) - std::log(-std::log(u));
+double GumbelScore(const TokenProb& tp, GumbelWords& words) {
+  return std::log(static_cast<double>(tp.prob)) + GumbelNoise(words(tp.token));
 }
 
 }  // namespace
 
 int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
   SPECD_CHECK(!kept.empty(), "cannot sample from an empty set");
+  // No token's noise exceeds that of the largest word, so a token whose probability is below
+  // exp(best - that) cannot win and needs neither its noise nor its logarithm (a whole
+  // vocabulary at temperature 1 is mostly such tokens). The margin covers rounding.
+  constexpr double kMaxNoise = 22.874;  // GumbelNoise(0xffffffff) = 22.87386..., plus a margin
+  GumbelWords words(key);
   int32_t best_token = -1;
   double best = -std::numeric_limits<double>::infinity();
+  float cannot_win_below = 0.0f;
   for (const auto& tp : kept) {
-    if (tp.prob <= 0.0f) continue;
-    const double score = GumbelScore(tp, key);
+    if (tp.prob <= 0.0f || tp.prob < cannot_win_below) continue;
+    const double score = GumbelScore(tp, words);
     if (score > best || (score == best && tp.token < best_token)) {
       best = score;
       best_token = tp.token;
+      // Rounded down to a float, so that no token at or above the true bound is skipped.
+      const double bound = std::exp(best - kMaxNoise);
+      float as_float = static_cast<float>(bound);
+      if (static_cast<double>(as_float) > bound) as_float = std::nextafter(as_float, 0.0f);
+      cannot_win_below = as_float;
     }
   }
   return best_token >= 0 ? best_token : kept.front().token;
 }
 
 std::vector<int32_t> GumbelTop(const std::vector<TokenProb>& kept, const RngKey& key, int n) {
+  GumbelWords words(key);
   std::vector<std::pair<double, int32_t>> scored;
   for (const auto& tp : kept) {
-    if (tp.prob > 0.0f) scored.emplace_back(GumbelScore(tp, key), tp.token);
+    if (tp.prob > 0.0f) scored.emplace_back(GumbelScore(tp, words), tp.token);
   }
   n = std::min(n, static_cast<int>(scored.size()));
   // Best score first, ties to the lower token id (as GumbelArgmax).

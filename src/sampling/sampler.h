@@ -50,8 +50,9 @@ struct TokenProb {
 // Checks ranges; throws an Error naming the bad parameter.
 void ValidateSamplingParams(const SamplingParams& params);
 
-// The kept tokens with their renormalized probabilities, sorted by probability (desc, ties by id).
-// Greedy params give the single argmax token with probability 1.
+// The kept tokens with their renormalized probabilities, sorted by probability (desc, ties by id)
+// when anything was cut, in id order when nothing was. Greedy params give the single argmax token
+// with probability 1.
 std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const SamplingParams& params);
 
 // The full processed distribution over the vocabulary (zeros outside the kept set).

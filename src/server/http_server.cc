@@ -209,6 +209,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
   s.sampling.method = SamplingMethod::kGumbel;
   s.stop_tokens = r.stop_tokens;
   s.logprobs = r.logprobs;
+  s.sum_logprob = false;  // nothing in a response reports it
   std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);
   if (job == nullptr) {
     res.set_header("Retry-After", "1");

@@ -11,7 +11,7 @@ output token after the first (TPOT, what a reader of the stream waits per token)
 over requests. Writes a markdown table, a JSON file and an SVG plot.
 
   bench/serve_load.py --specd build/release/specd --out bench/results/serve [--reps 3 --restarts 3]
-      [-- --weights i8]
+      [--temperature 1] [-- --weights i8]
 """
 import argparse
 import concurrent.futures
@@ -66,11 +66,11 @@ class Server:
         self.proc.wait()
 
 
-def one_request(port, prompt, max_tokens):
+def one_request(port, prompt, max_tokens, temperature=0.0):
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", "/v1/completions", body=json.dumps({
-        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
         "stream_options": {"include_usage": True}}))
     resp = conn.getresponse()
     t_first, n_tokens = None, 0
@@ -95,12 +95,12 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def run_level(port, prompts, concurrency, max_tokens):
+def run_level(port, prompts, concurrency, max_tokens, temperature):
     n = max(16, 2 * concurrency)
-    one_request(port, prompts[0], 8)  # warm
+    one_request(port, prompts[0], 8, temperature)  # warm
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda p: one_request(port, p, max_tokens),
+        results = list(pool.map(lambda p: one_request(port, p, max_tokens, temperature),
                                 [prompts[i % len(prompts)] for i in range(n)]))
     wall = time.perf_counter() - t0
     return {"concurrency": concurrency, "requests": n,
@@ -152,6 +152,8 @@ def main():
     ap.add_argument("--out", default="bench/results/serve")
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="of every request (0: greedy; otherwise OpenAI's defaults: top-p 1, no top-k)")
     ap.add_argument("--pairs", default="smollm2,16m",
                     help="smollm2 (SmolLM2 + its draft), 16m (the shipped 16.5M pair)")
     ap.add_argument("--reps", type=int, default=1, help="runs per level and mode (median kept)")
@@ -183,7 +185,8 @@ def main():
                 for c in levels:
                     for _ in range(a.reps):
                         for name, server in servers.items():
-                            runs[name][c].append(run_level(server.port, prompts, c, a.max_tokens))
+                            runs[name][c].append(
+                                run_level(server.port, prompts, c, a.max_tokens, a.temperature))
             finally:
                 for server in servers.values():
                     server.stop()
@@ -195,7 +198,8 @@ def main():
                 print(name, json.dumps(results[name][-1]), flush=True)
     extra = f" (`{' '.join(a.server_args)}`)" if a.server_args else ""
     header = (f"`bench/serve_load.py`, {time.strftime('%Y-%m-%d')}, {cpu_name()}, 2 threads; "
-              f"greedy code completions of {a.max_tokens} tokens, streamed; speculative = the "
+              f"{'greedy' if a.temperature == 0 else f'temperature {a.temperature:g}'} code "
+              f"completions of {a.max_tokens} tokens, streamed; speculative = the "
               f"pair's draft with the cost-aware length{extra}; plain and speculative servers "
               f"side by side, median of {a.reps} alternating run(s) per level x {a.restarts} "
               "fresh server pair(s)\n\n"

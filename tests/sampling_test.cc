@@ -285,6 +285,23 @@ TEST(Rng, PhiloxKnownAnswer) {
       (std::array<uint32_t, 4>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
+TEST(Rng, PhiloxBlocksInBulkAreTheBlocksOneByOne) {
+  // Runs of every length around the sixteen-block vector path, from counters near wrap-around.
+  const RngKey key{0x1234567890abcdefull, 77, (uint64_t{1} << 40) + 5, RngPurpose::kSample};
+  for (uint32_t first : {0u, 3u, 0xfffffff0u}) {
+    for (int64_t n : {1, 15, 16, 17, 33, 100}) {
+      std::vector<uint32_t> words(4 * n);
+      Philox4x32Blocks(key, first, n, words.data());
+      for (int64_t b = 0; b < n; ++b) {
+        const auto block = Philox4x32(key, first + static_cast<uint32_t>(b));
+        for (int w = 0; w < 4; ++w) {
+          ASSERT_EQ(words[4 * b + w], block[w]) << "first " << first << " n " << n << " block " << b;
+        }
+      }
+    }
+  }
+}
+
 TEST(Rng, PhiloxDrawsAreKeyedAndUniform) {
   // Same key and counter always give the same words; a different index changes all four.
   const RngKey key{12345, 6, 7, RngPurpose::kSample};

@@ -111,8 +111,9 @@ struct DraftReport {
   int64_t n_prompts = 0;
   int64_t n_drafted = 0;
   double mean_accepted_length = 0.0;
-  // Share of the steps whose draft i (0-based) was accepted (so were drafts 0..i-1): their mean
-  // is acceptance_rate.
+  // Of the steps whose drafts 0..i-1 (0-based) were all accepted, the share that accepted draft
+  // i too: a conditional rate, so it may rise with i (their product is about the share of steps
+  // that accepted every draft).
   std::vector<double> accepted_at_position;
   double draft_ms_per_token = 0.0;  // one decode step in specd's engine
   double target_ms_per_token = 0.0;

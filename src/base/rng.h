@@ -31,6 +31,10 @@ std::array<uint32_t, 4> Philox4x32Block(std::array<uint32_t, 4> ctr, std::array<
 // Four 32-bit random words for `key` and draw `index`.
 std::array<uint32_t, 4> Philox4x32(const RngKey& key, uint32_t index);
 
+// The words of draws first .. first + n_blocks - 1 of `key`, four each, in order (what
+// Philox4x32(key, first + b) gives, for every b): sixteen blocks at a time, vectorized.
+void Philox4x32Blocks(const RngKey& key, uint32_t first, int64_t n_blocks, uint32_t* words);
+
 // A uniform double in [0, 1) with 53 random bits.
 double UniformDouble(const RngKey& key, uint32_t index = 0);
 

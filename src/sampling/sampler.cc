@@ -297,22 +297,36 @@ double GumbelScore(const TokenProb& tp, GumbelWords& words) {
 
 int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
   SPECD_CHECK(!kept.empty(), "cannot sample from an empty set");
-  // No token's noise exceeds that of the largest word, so a token whose probability is below
-  // exp(best - that) cannot win and needs neither its noise nor its logarithm (a whole
-  // vocabulary at temperature 1 is mostly such tokens). The margin covers rounding.
-  constexpr double kMaxNoise = 22.874;  // GumbelNoise(0xffffffff) = 22.87386..., plus a margin
+  // A whole vocabulary in id order (nothing cut): its noise words in one vectorized pass.
+  const int64_t n = static_cast<int64_t>(kept.size());
+  const bool whole = n >= 64 && kept.front().token == 0 && kept.back().token == n - 1;
+  std::vector<uint32_t> whole_words;
+  if (whole) {
+    whole_words.resize((n + 3) / 4 * 4);
+    Philox4x32Blocks(key, 0, (n + 3) / 4, whole_words.data());
+  }
   GumbelWords words(key);
+  // Token t beats the best score s only if -log(u_t) < p_t e^-s; as -log(u) >= 1 - u, a token
+  // with 1 - u_t above p_t e^-s (by a margin for rounding) cannot, and needs no logarithm. No
+  // 1 - u is below 0.5 / 2^32, so a token of probability under 2^-33 e^s needs no noise either.
+  constexpr double kMargin = 1.0 + 1e-6;
+  constexpr double kMinOneMinusU = 0.5 / 4294967296.0;
   int32_t best_token = -1;
   double best = -std::numeric_limits<double>::infinity();
+  double scale = std::numeric_limits<double>::infinity();  // e^-best
   float cannot_win_below = 0.0f;
   for (const auto& tp : kept) {
     if (tp.prob <= 0.0f || tp.prob < cannot_win_below) continue;
-    const double score = GumbelScore(tp, words);
+    const uint32_t word = whole ? whole_words[tp.token] : words(tp.token);
+    const double one_minus_u = (4294967296.0 - static_cast<double>(word) - 0.5) / 4294967296.0;
+    if (one_minus_u > static_cast<double>(tp.prob) * scale * kMargin) continue;
+    const double score = std::log(static_cast<double>(tp.prob)) + GumbelNoise(word);
     if (score > best || (score == best && tp.token < best_token)) {
       best = score;
       best_token = tp.token;
-      // Rounded down to a float, so that no token at or above the true bound is skipped.
-      const double bound = std::exp(best - kMaxNoise);
+      scale = std::exp(-best);
+      // Rounded down to a float, so that no token that might win is skipped.
+      const double bound = kMinOneMinusU / (scale * kMargin);
       float as_float = static_cast<float>(bound);
       if (static_cast<double>(as_float) > bound) as_float = std::nextafter(as_float, 0.0f);
       cannot_win_below = as_float;

@@ -291,6 +291,75 @@ TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
   EXPECT_EQ(ReadFileBytesForTest(split.out), ReadFileBytesForTest(dir + "/split.gguf"));
 }
 
+TEST(Train, ADraftContinuedFromAFileStartsFromItsWeightsAndHead) {
+  TrainOptions options = TinyTrainOptions(1, 2, 2, 128, 32);
+  const std::string dir = specd::testing::TempDir() + "/continue";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  options.out = dir + "/first.gguf";
+  options.batch = 2;
+  options.max_steps = 6;
+  options.warmup_steps = 1;
+  options.eval_windows = 2;
+  options.head_vocab = 200;
+  ASSERT_TRUE(Train(options).finished);
+
+  // One step at a learning rate too small to move a weight visibly: the result is the file it
+  // started from, its restricted head included (not a new head from this run's text).
+  TrainOptions next = options;
+  next.init_from = options.out;
+  next.out = dir + "/next.gguf";
+  next.max_steps = 1;
+  next.warmup_steps = 0;
+  next.lr = 1e-7;
+  next.seed = 9;
+  ASSERT_TRUE(Train(next).finished);
+  Llama before = ImportGguf(options.out), after = ImportGguf(next.out);
+  ASSERT_TRUE(after->has_head());
+  EXPECT_TRUE(torch::equal(before->head_tokens, after->head_tokens));
+  const auto a = before->parameters(), b = after->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LT((a[i] - b[i]).abs().max().item<float>(), 1e-4) << "parameter " << i;
+  }
+  // Another shape is refused, naming the flag, before anything is trained.
+  TrainOptions wider = next;
+  wider.shape.dim = 96;
+  try {
+    Train(wider);
+    ADD_FAILURE() << "a draft of another width was continued";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--dim 64, but this run asks for 96"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Train, TeacherTextInI8AndOtherBatchesIsARecipeOfItsOwn) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const int64_t ctx = 40, n_tokens = 41 * 12;
+  const std::string dir = specd::testing::TempDir() + "/teacher_text_i8";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = dir + "/text.bin";
+  const TeacherRun run{8, true};
+  const auto text = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, path, {}, 0.0, run);
+  ASSERT_EQ(text.size(), 12u);
+  EXPECT_EQ(ReadFileBytesForTest(path + ".recipe"), "3.12.0.5.b8.i8\n");
+  // The same recipe reads the cache back; the stored weights' recipe writes its own text.
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, path, {}, 0.0, run), text);
+  const auto stored = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, path, {}, 0.0, {8});
+  EXPECT_EQ(ReadFileBytesForTest(path + ".recipe"), "3.12.0.5.b8\n");
+  ASSERT_EQ(stored.size(), 12u);
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_EQ(text[i].size(), 41u);
+    EXPECT_EQ(std::vector<int32_t>(text[i].begin(), text[i].begin() + 32),
+              std::vector<int32_t>(stored[i].begin(), stored[i].begin() + 32))
+        << "sequence " << i << " starts from another prefix";
+  }
+}
+
 TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
   std::vector<int32_t> stream;

@@ -305,7 +305,7 @@ TEST(Train, ADraftContinuedFromAFileStartsFromItsWeightsAndHead) {
   ASSERT_TRUE(Train(options).finished);
 
   // One step at a learning rate too small to move a weight visibly: the result is the file it
-  // started from, its restricted head included (not a new head from this run's text).
+  // started from, its restricted head carried over.
   TrainOptions next = options;
   next.init_from = options.out;
   next.out = dir + "/next.gguf";

@@ -13,9 +13,8 @@
 namespace specd::train {
 
 // How the teacher runs while it writes: sequences per batch, and whether its matrices are
-// converted to i8 (BASS's INT8, `--weights i8`: on a CPU with AMX it writes ~2x faster at large
-// batches; its text is then that of the i8 model, which agrees with the stored one on nearly
-// every token).
+// converted to i8 (BASS's INT8, `--weights i8`: on a CPU with AMX, faster at large batches; its
+// text is then that of the i8 model, not exactly the stored one's).
 struct TeacherRun {
   int batch = 16;
   bool int8_weights = false;

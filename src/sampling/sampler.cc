@@ -266,12 +266,20 @@ double GumbelNoise(uint32_t word) {
   return -std::log(-std::log(u));
 }
 
-// The Philox words of a key, one block of four tokens at a time: tokens listed in id order (a
-// whole vocabulary) draw each block once instead of once per token.
+// The Philox words of a key for the tokens of a kept set. A whole vocabulary in id order
+// (nothing cut) has them all drawn at once, vectorized; otherwise one block of four tokens at a
+// time, each drawn once while consecutive tokens share it.
 class GumbelWords {
  public:
-  explicit GumbelWords(const RngKey& key) : key_(key) {}
+  GumbelWords(const RngKey& key, const std::vector<TokenProb>& kept) : key_(key) {
+    const int64_t n = static_cast<int64_t>(kept.size());
+    if (n >= 64 && kept.front().token == 0 && kept.back().token == n - 1) {
+      whole_.resize((n + 3) / 4 * 4);
+      Philox4x32Blocks(key, 0, (n + 3) / 4, whole_.data());
+    }
+  }
   uint32_t operator()(int32_t token) {
+    if (!whole_.empty()) return whole_[token];
     const uint32_t block = static_cast<uint32_t>(token) / 4;
     if (!valid_ || block != block_) {
       words_ = Philox4x32(key_, block);
@@ -283,6 +291,7 @@ class GumbelWords {
 
  private:
   RngKey key_;
+  std::vector<uint32_t> whole_;  // [vocabulary rounded up to 4], when the set is whole
   std::array<uint32_t, 4> words_{};
   uint32_t block_ = 0;
   bool valid_ = false;
@@ -297,15 +306,7 @@ double GumbelScore(const TokenProb& tp, GumbelWords& words) {
 
 int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
   SPECD_CHECK(!kept.empty(), "cannot sample from an empty set");
-  // A whole vocabulary in id order (nothing cut): its noise words in one vectorized pass.
-  const int64_t n = static_cast<int64_t>(kept.size());
-  const bool whole = n >= 64 && kept.front().token == 0 && kept.back().token == n - 1;
-  std::vector<uint32_t> whole_words;
-  if (whole) {
-    whole_words.resize((n + 3) / 4 * 4);
-    Philox4x32Blocks(key, 0, (n + 3) / 4, whole_words.data());
-  }
-  GumbelWords words(key);
+  GumbelWords words(key, kept);
   // Token t beats the best score s only if -log(u_t) < p_t e^-s; as -log(u) >= 1 - u, a token
   // with 1 - u_t above p_t e^-s (by a margin for rounding) cannot, and needs no logarithm. No
   // 1 - u is below 0.5 / 2^32, so a token of probability under 2^-33 e^s needs no noise either.
@@ -317,7 +318,7 @@ int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
   float cannot_win_below = 0.0f;
   for (const auto& tp : kept) {
     if (tp.prob <= 0.0f || tp.prob < cannot_win_below) continue;
-    const uint32_t word = whole ? whole_words[tp.token] : words(tp.token);
+    const uint32_t word = words(tp.token);
     const double one_minus_u = (4294967296.0 - static_cast<double>(word) - 0.5) / 4294967296.0;
     if (one_minus_u > static_cast<double>(tp.prob) * scale * kMargin) continue;
     const double score = std::log(static_cast<double>(tp.prob)) + GumbelNoise(word);
@@ -336,7 +337,7 @@ int32_t GumbelArgmax(const std::vector<TokenProb>& kept, const RngKey& key) {
 }
 
 std::vector<int32_t> GumbelTop(const std::vector<TokenProb>& kept, const RngKey& key, int n) {
-  GumbelWords words(key);
+  GumbelWords words(key, kept);
   std::vector<std::pair<double, int32_t>> scored;
   for (const auto& tp : kept) {
     if (tp.prob > 0.0f) scored.emplace_back(GumbelScore(tp, words), tp.token);

@@ -26,13 +26,35 @@ namespace specd::avx2 {
 namespace {
 
 // Measured on the AVX-512 kernels; the stream of packed weights is the same here.
-constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchBytes = 8192;
 
-inline void PrefetchAhead(const uint8_t* block, int64_t bytes) {
-  for (int64_t line = 0; line < bytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + line, _MM_HINT_T0);
+// A tile reads its row group twice (one pass per half of 8 rows), so a prefetch per block of
+// half 0 alone would leave the memory idle for all of half 1. Instead each of the group's 2 * nb
+// (half, block) steps prefetches an equal share of the group's bytes, kPrefetchBytes ahead of
+// where an even stream through the group would be (near its end: into the next group). Only the
+// first tile of activation rows prefetches: later tiles re-read the same groups from cache.
+class GroupPrefetcher {
+ public:
+  GroupPrefetcher(const uint8_t* group, int64_t group_bytes, int64_t n_steps, bool enabled)
+      : base_(reinterpret_cast<uintptr_t>(group) + kPrefetchBytes),
+        end_(base_ + group_bytes),
+        step_bytes_(enabled ? group_bytes / n_steps : 0),
+        last_step_(n_steps - 1) {}
+
+  // Prefetches the lines that start in this step's share.
+  void Step(int64_t step) const {
+    if (step_bytes_ == 0) return;
+    const uintptr_t from = base_ + step * step_bytes_;
+    const uintptr_t to = step == last_step_ ? end_ : from + step_bytes_;
+    for (uintptr_t line = (from + 63) & ~uintptr_t{63}; line < to; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    }
   }
-}
+
+ private:
+  uintptr_t base_, end_;
+  int64_t step_bytes_, last_step_;
+};
 
 typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
@@ -155,15 +177,16 @@ inline void StoreRows(float* y, __m256 acc, int64_t valid) {
 // AVX-512's PackedTile (f16 block scales, no mins, one scale per 32): for 8 output rows of a
 // half, acc += float(isum) * (dw * da) per block.
 template <int MT, bool kNibbles, int kPlanes, bool kSigned>
-void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
-                const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
-                int64_t y_stride, int64_t n0, int64_t rows_valid) {
+void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
+                const int8_t* aq, const float* da, const int32_t* acorr, int64_t k, int64_t m0,
+                float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
     __m256 acc[MT];
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      if (h == 0) PrefetchAhead(blk, block_bytes);  // half 1 reads the same lines
+      prefetch.Step(h * nb + b);
       __m256i isum[MT][1];
       for (int r = 0; r < MT; ++r) {
         isum[r][0] = _mm256_set1_epi32(kSigned ? 0 : acorr[(m0 + r) * nb + b]);
@@ -186,17 +209,18 @@ enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 // AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
 // same float steps in the same order.
 template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
-void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
-                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
-                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
-                       int64_t rows_valid) {
+void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
+                       int64_t header_bytes, int32_t offset, const int8_t* aq, const float* da,
+                       const int32_t* asum16, int64_t k, int64_t m0, float* y, int64_t y_stride,
+                       int64_t n0, int64_t rows_valid) {
   constexpr int kSub = kSub16 ? 2 : 1;
+  const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
     __m256 acc[MT];
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      if (h == 0) PrefetchAhead(blk, block_bytes);  // half 1 reads the same lines
+      prefetch.Step(h * nb + b);
       __m256i isum[MT][kSub];
       for (int r = 0; r < MT; ++r) {
         const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
@@ -261,14 +285,16 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
 // AVX-512's PackedTileI8: one exact integer sum over the whole row, then
 // (float(isum) * scale_w) * d_a.
 template <int MT>
-void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const float* da, int64_t k,
-                  int64_t m0, float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
+void PackedTileI8(const uint8_t* group, int64_t group_bytes, int64_t nb, const int8_t* aq,
+                  const float* da, int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                  int64_t rows_valid) {
+  const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
     __m256i isum[MT][1];
     for (int r = 0; r < MT; ++r) isum[r][0] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* values = group + b * 512;
-      if (h == 0) PrefetchAhead(values, 512);
+      prefetch.Step(h * nb + b);
       DotBlockHalf<MT, 1, false, 0, true>(values, h, aq, k, m0, b, isum);
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);
@@ -290,9 +316,12 @@ void ForEachTile(int64_t g0, int64_t g1, int64_t m, TileFn tile) {
   constexpr int64_t kGroupsPerChunk = 4;
   for (int64_t c0 = g0; c0 < g1; c0 += kGroupsPerChunk) {
     const int64_t c1 = std::min(g1, c0 + kGroupsPerChunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
-      const int64_t mt = std::min<int64_t>(kTileRows, m - m0);
+    // As few tiles as kTileRows allows, of balanced sizes (5 rows as 3 + 2, not 4 + 1).
+    const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
+    for (int64_t t = 0, m0 = 0; t < n_tiles; ++t) {
+      const int64_t mt = m / n_tiles + (t < m % n_tiles ? 1 : 0);
       for (int64_t g = c0; g < c1; ++g) tile(g, m0, mt);
+      m0 += mt;
     }
   }
 }
@@ -319,8 +348,8 @@ void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
   ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
-      PackedTile<MT, kNibbles, kPlanes, kSigned>(w.data.data() + g * w.GroupBytes(), nb,
-                                                 w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
+      PackedTile<MT, kNibbles, kPlanes, kSigned>(w.data.data() + g * w.GroupBytes(), w.GroupBytes(),
+                                                 nb, w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
                                                  w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
   });
@@ -334,8 +363,8 @@ void GeneralRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
       PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales>(
-          w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(), w.offset, aq, da,
-          asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
+          w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
   });
 }
@@ -346,8 +375,8 @@ void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int6
   ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
-      PackedTileI8<MT>(w.data.data() + g * w.GroupBytes(), nb, aq, da, w.cols, m0, y, w.rows, n0,
-                       std::min<int64_t>(16, w.rows - n0));
+      PackedTileI8<MT>(w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, aq, da, w.cols, m0,
+                       y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
   });
 }

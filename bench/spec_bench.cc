@@ -10,7 +10,6 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "engine/model_options.h"
 #include "bench/bench_prompts.h"
 #include "bench/machine.h"
 #include "draft/combined_proposer.h"
@@ -18,6 +17,7 @@
 #include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "engine/generate.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -30,25 +30,56 @@ struct Run {
   double acceptance = 0, mean_accepted_length = 0;
 };
 
-Run Measure(const GenerateResult& r, const SpeculativeStats* stats) {
+// Summarizes one configuration's run over a batch size's prompt groups (decoded one after the
+// other): per-token latency of all sequences averaged over every sequence, of the first and last
+// finished averaged over groups, tokens/s over the whole run.
+Run Measure(const std::vector<GenerateResult>& groups, const SpeculativeStats* stats) {
   Run out;
-  double first_ms = 1e300, last_ms = -1;
-  int n = 0;
-  for (const SequenceResult& s : r.sequences) {
-    if (s.tokens.empty()) continue;
-    const double ptl = s.elapsed_ms / s.tokens.size();
-    out.ptl_all += ptl;
-    ++n;
-    if (s.elapsed_ms < first_ms) first_ms = s.elapsed_ms, out.ptl_first = ptl;
-    if (s.elapsed_ms > last_ms) last_ms = s.elapsed_ms, out.ptl_last = ptl;
+  int n_sequences = 0;
+  int64_t n_tokens = 0;
+  double total_ms = 0;
+  for (const GenerateResult& r : groups) {
+    double first_ms = 1e300, last_ms = -1, ptl_first = 0, ptl_last = 0;
+    for (const SequenceResult& s : r.sequences) {
+      if (s.tokens.empty()) continue;
+      const double ptl = s.elapsed_ms / s.tokens.size();
+      out.ptl_all += ptl;
+      ++n_sequences;
+      if (s.elapsed_ms < first_ms) first_ms = s.elapsed_ms, ptl_first = ptl;
+      if (s.elapsed_ms > last_ms) last_ms = s.elapsed_ms, ptl_last = ptl;
+    }
+    out.ptl_first += ptl_first / groups.size();
+    out.ptl_last += ptl_last / groups.size();
+    n_tokens += r.n_tokens;
+    total_ms += r.t_prefill_ms + r.t_decode_ms;
   }
-  if (n) out.ptl_all /= n;
-  out.tokens_per_s = r.n_tokens / ((r.t_prefill_ms + r.t_decode_ms) / 1000.0);
+  if (n_sequences) out.ptl_all /= n_sequences;
+  out.tokens_per_s = n_tokens / (total_ms / 1000.0);
   if (stats) {
     out.acceptance = stats->acceptance_rate();
     out.mean_accepted_length = stats->mean_accepted_length();
   }
   return out;
+}
+
+// The requests that run a batch size over the prompts: every prompt once, `batch` at a time
+// (ceil(P / batch) groups; the last group wraps around to fill its batch), at most max_groups
+// groups when max_groups > 0. Measuring batch 1 on one prompt made its column one prompt's luck.
+std::vector<GenerateRequest> PromptGroups(const std::vector<std::vector<int32_t>>& prompts,
+                                          int batch, int max_groups,
+                                          const GenerateRequest& settings) {
+  const int n_prompts = static_cast<int>(prompts.size());
+  int n_groups = (n_prompts + batch - 1) / batch;
+  if (max_groups > 0) n_groups = std::min(n_groups, max_groups);
+  std::vector<GenerateRequest> groups;
+  for (int g = 0; g < n_groups; ++g) {
+    GenerateRequest request = settings;
+    for (int i = 0; i < batch; ++i) request.prompts.push_back(prompts[(g * batch + i) % n_prompts]);
+    request.prompt = request.prompts[0];
+    request.n_sequences = batch;
+    groups.push_back(std::move(request));
+  }
+  return groups;
 }
 
 std::string Svg(const std::vector<int>& batches,
@@ -107,7 +138,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
   auto target = Model::Load(o.target, &ctx, LoadOptionsForModel(o.weight_flags, o.target));
-  auto draft = Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft, ModelRole::kDraft));
+  auto draft =
+      Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft, ModelRole::kDraft));
   CheckDraftCompatible(*target, *draft);
   const auto tokenizer = Tokenizer::FromGguf(target->gguf());
   const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);
@@ -168,6 +200,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
   report["int8_kernel"] = Int8KernelName(ctx);
   report["prompt_set"] = o.prompt_set;
   report["spec_type"] = o.spec_type;
+  report["n_prompts"] = prompts.size();
+  report["prompt_groups"] = o.prompt_groups;
   // EasySpec's drafting, when asked for.
   std::string drafting;
   if (!draft_options.fuzzy.empty()) {
@@ -191,7 +225,12 @@ void RunSpecBench(const SpecBenchOptions& o) {
                                   : "n-gram lookup, then " + o.draft)
      << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
      << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
-     << " prompt per sequence, median of " << o.reps
+     << " prompt per sequence, "
+     << (o.prompt_groups > 0
+             ? "at most " + std::to_string(o.prompt_groups) + " group(s) of prompts per batch"
+             : "all " + std::to_string(prompts.size()) +
+                   " prompts at every batch size (batch B: groups of B decoded in turn)")
+     << ", median of " << o.reps
      << " round-robin runs per setting. Per batch: the best fixed / adaptive draft "
      << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
      << "cost-aware policy (chosen online; the default).\n\n"
@@ -202,17 +241,12 @@ void RunSpecBench(const SpecBenchOptions& o) {
   for (const Setting& setting : settings) {
     std::vector<double> plain_ptl, spec_ptl, auto_ptl;
     for (int batch : o.batches) {
-      GenerateRequest request;
-      request.prompts.assign(prompts.begin(),
-                             prompts.begin() + std::min<size_t>(batch, prompts.size()));
-      while (static_cast<int>(request.prompts.size()) < batch) {
-        request.prompts.push_back(prompts[request.prompts.size() % prompts.size()]);
-      }
-      request.prompt = request.prompts[0];
-      request.n_sequences = batch;
-      request.n_predict = o.n_predict;
-      request.sampling = setting.params;
-      request.stop_at_eos = false;
+      GenerateRequest settings;
+      settings.n_predict = o.n_predict;
+      settings.sampling = setting.params;
+      settings.stop_at_eos = false;
+      const std::vector<GenerateRequest> groups =
+          PromptGroups(prompts, batch, o.prompt_groups, settings);
       // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy. Plain decoding
       // and every candidate run round-robin, rep by rep, so that a slow phase of this shared
       // machine hits them alike; each is summarized by its median run (all-sequence latency).
@@ -243,11 +277,18 @@ void RunSpecBench(const SpecBenchOptions& o) {
       std::vector<Run> plain_runs;
       std::vector<double> auto_plain_share;
       for (int rep = 0; rep < o.reps; ++rep) {
-        plain_runs.push_back(
-            Measure(GenerateAutoregressive(*target, ctx, *target_kv, request), nullptr));
+        std::vector<GenerateResult> plain_results;
+        for (const GenerateRequest& request : groups) {
+          plain_results.push_back(GenerateAutoregressive(*target, ctx, *target_kv, request));
+        }
+        plain_runs.push_back(Measure(plain_results, nullptr));
         for (Candidate& c : candidates) {
-          SpeculativeStats stats;
-          c.runs.push_back(Measure(speculative(request, c.options, &stats), &stats));
+          SpeculativeStats stats;  // summed over the groups
+          std::vector<GenerateResult> results;
+          for (const GenerateRequest& request : groups) {
+            results.push_back(speculative(request, c.options, &stats));
+          }
+          c.runs.push_back(Measure(results, &stats));
           if (c.options.cost_aware) {
             auto_plain_share.push_back(stats.n_steps ? double(stats.n_plain_steps) / stats.n_steps
                                                      : 0.0);

@@ -14,7 +14,7 @@ namespace specd::bench {
 
 struct SpecBenchOptions {
   WeightFlags weight_flags;  // --weights i8 for both models, --int8-kernel
-  std::string target;  // default: the shipped pair
+  std::string target;        // default: the shipped pair
   std::string draft;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   std::vector<int> draft_lengths = {1, 2, 3, 4, 6};  // fixed lengths tried besides the policies
@@ -28,6 +28,9 @@ struct SpecBenchOptions {
   std::vector<std::string> spec_sampling = {"rejection", "coupled"};
   // Prompts: "code" (Python openings) or "chat" (questions in the target's chat template).
   std::string prompt_set = "code";
+  // Batch B runs the prompts in groups of B, one group after the other: every prompt at every
+  // batch size (0), or at most this many groups.
+  int prompt_groups = 0;
   // Proposer of every speculative run: draft (the draft model), ngram (prompt lookup) or
   // draft+ngram (lookup first, the draft where it finds nothing).
   std::string spec_type = "draft";

@@ -448,6 +448,10 @@ int main(int argc, char** argv) {
   bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
       ->check(CLI::IsMember({"code", "chat"}));
   bench_spec
+      ->add_option("--prompt-groups", sb.prompt_groups,
+                   "groups of B prompts run at batch B (0: all prompts at every batch size)")
+      ->check(CLI::Range(0, 4096));
+  bench_spec
       ->add_option("--spec-type", sb.spec_type,
                    "proposer of the speculative runs: draft, ngram or draft+ngram")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));

@@ -272,9 +272,11 @@ void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 namespace avx2 {
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);
-// Attention of one query row and head, as avx512::AttendRow's contract says; head_dim a multiple
-// of 8. Keys are dotted in 8 lanes (f16 keys widened by F16C), so the scores differ from the
-// AVX-512 kernel's in rounding, not in what they compute.
+// exp of n floats (attention_avx2.cc): relative error ~2e-7, exactly 0 below -104 and for -inf.
+void Exp(const float* x, float* y, int64_t n);
+// Attention of one query row and head (attention_avx2.cc), as avx512::AttendRow's contract says;
+// head_dim a multiple of 8. Its structure in 8 lanes (f16 keys widened by F16C), so results
+// differ from the AVX-512 kernel's in rounding, not in what they compute.
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                float* scores, float* out);

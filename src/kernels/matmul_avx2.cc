@@ -483,60 +483,7 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
       MinItemsPerThread(16 * m * k));
 }
 
-inline __m256 Load8(const float* x) { return _mm256_loadu_ps(x); }
-inline __m256 Load8(const uint16_t* x) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-}
-
-// q . k over n (a multiple of 8) in 8 lanes, then the lanes in one fixed order.
-template <typename KvT>
-inline float Dot(const float* q, const KvT* k, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int d = 0; d < n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(k + d), acc);
-  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
-}
-
-template <typename KvT>
-void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
-                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
-                float* scores, float* out) {
-  float max = -std::numeric_limits<float>::infinity();
-  for (int32_t t = 0; t < n_compute; ++t) {
-    const bool visible = t < n_visible && (mask == nullptr || mask[t] != 0);
-    const float dot = Dot(q, k + t * kv_stride, head_dim);
-    scores[t] = visible ? dot * scale : -std::numeric_limits<float>::infinity();
-    max = std::max(max, scores[t]);
-  }
-  float sum = 0.0f;
-  for (int32_t t = 0; t < n_compute; ++t) sum += (scores[t] = std::exp(scores[t] - max));
-  std::fill(out, out + head_dim, 0.0f);
-  for (int32_t t = 0; t < n_visible; ++t) {
-    if (scores[t] == 0.0f) continue;  // masked (or underflowed): adds exactly nothing
-    const __m256 s = _mm256_set1_ps(scores[t]);
-    const KvT* vt = v + t * kv_stride;
-    for (int d = 0; d < head_dim; d += 8) {
-      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(s, Load8(vt + d), _mm256_loadu_ps(out + d)));
-    }
-  }
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < head_dim; ++d) out[d] *= inv;
-}
-
 }  // namespace
-
-void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
-               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
-               float* scores, float* out) {
-  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
-}
-
-void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
-               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
-               float* scores, float* out) {
-  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
-}
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {

@@ -1,0 +1,214 @@
+// AVX2 (with FMA and F16C) attention of one (row, head), for CPUs without AVX-512. Compiled with
+// those ISA flags and called only after a run-time check.
+//
+// The structure is avx512::AttendRow's in 8 lanes: scores 8 keys at a time (8 dot-product
+// accumulators, then one transpose-and-add tree instead of 8 horizontal sums), a vectorized exp,
+// and the weighted sum of values kept in registers. Key t always lands in lane t % 8 of the
+// softmax sums and masked keys give exactly 0, so PAD (extra keys at -inf) equals SPLIT bit for
+// bit; a token-tree row gathers its visible keys in order, so it gets exactly the result of a
+// chain row that sees the same keys.
+#include <immintrin.h>
+
+#include <limits>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace specd::avx2 {
+namespace {
+
+// exp(x) for 8 floats: avx512::Exp16's reduction and polynomial (x = n ln2 + r, |r| <= ln2/2,
+// degree 6), with 2^n applied as two normal factors 2^floor(n/2) 2^(n - floor(n/2)) so that
+// results down to the subnormals round once. Inputs below -104 (including -inf) give exactly 0.
+inline __m256 Exp8(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(88.7f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.3981999507e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i ni = _mm256_cvtps_epi32(n);  // [-150, 128]
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 scale0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+  const __m256 scale1 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+  const __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, scale0), scale1);
+  return _mm256_andnot_ps(underflow, e);
+}
+
+// r[j] = sum of the 8 lanes of v[j], for 8 vectors at once, each summed in the same order:
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+inline __m256 SumEach8(const __m256 v[8]) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lanes [0, n) set (n clamped to 0..8), as a float mask and as an int mask for masked loads.
+inline __m256i LaneMask(int32_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// Sum of 8 lanes in a fixed order.
+inline float HorizontalSum(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+inline __m256 Load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 Load8(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+
+// Softmax weights of n scores in place, unnormalized: exp(score - max), lane-wise max and sum
+// over key t -> lane t % 8. Returns 1 / sum.
+inline float SoftmaxWeights(float* scores, int32_t n) {
+  const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmax = minus_inf;
+  for (int32_t t = 0; t < n; t += 8) {
+    const __m256i m = LaneMask(n - t);
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(minus_inf, _mm256_maskload_ps(scores + t, m),
+                                                _mm256_castsi256_ps(m)));
+  }
+  const __m256 max = _mm256_set1_ps(HorizontalMax(vmax));
+  __m256 vsum = _mm256_setzero_ps();
+  for (int32_t t = 0; t < n; t += 8) {
+    const __m256i m = LaneMask(n - t);
+    const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, m), max)),
+                                   _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(scores + t, m, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  return 1.0f / HorizontalSum(vsum);
+}
+
+// out[0, 8 kVectors) = inv * sum_t w_t v_t over keys key_of(0..n) in key order, the sums held in
+// registers (a template count: with a run-time one the compiler keeps them on the stack).
+template <int kVectors, typename KvT, typename KeyOf>
+void AccumulateValues(const KvT* v, int64_t kv_stride, int32_t n, KeyOf key_of,
+                      const float* weights, float inv, float* out) {
+  __m256 acc[kVectors];
+  for (int j = 0; j < kVectors; ++j) acc[j] = _mm256_setzero_ps();
+  for (int32_t t = 0; t < n; ++t) {
+    const __m256 w = _mm256_set1_ps(weights[t]);
+    const KvT* vt = v + static_cast<int64_t>(key_of(t)) * kv_stride;
+    for (int j = 0; j < kVectors; ++j) acc[j] = _mm256_fmadd_ps(w, Load8(vt + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < kVectors; ++j) {
+    _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(acc[j], _mm256_set1_ps(inv)));
+  }
+}
+
+// The computation over keys key_of(0), key_of(1), ...: scores of n_compute keys, of which the
+// first n_visible count (the rest, PAD's, at -inf), softmax, weighted values.
+template <typename KvT, typename KeyOf>
+void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, KeyOf key_of, float* scores,
+                float* out) {
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int32_t t0 = 0; t0 < n_compute; t0 += 8) {
+    const int32_t n_block = n_compute - t0 < 8 ? n_compute - t0 : 8;
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) {
+      if (j >= n_block) {
+        acc[j] = _mm256_setzero_ps();
+        continue;
+      }
+      const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
+      acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), Load8(kt));
+      for (int d = 8; d < head_dim; d += 8) {
+        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(kt + d), acc[j]);
+      }
+    }
+    const __m256 keep = _mm256_castsi256_ps(LaneMask(n_visible - t0));
+    const __m256 block = _mm256_blendv_ps(minus_inf, _mm256_mul_ps(SumEach8(acc), scale_v), keep);
+    _mm256_maskstore_ps(scores + t0, LaneMask(n_block), block);
+  }
+  const float inv = SoftmaxWeights(scores, n_compute);
+  for (int d0 = 0; d0 < head_dim; d0 += 64) {
+    const KvT* vd = v + d0;
+    switch ((head_dim - d0 < 64 ? head_dim - d0 : 64) / 8) {
+      case 1:
+        AccumulateValues<1>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 2:
+        AccumulateValues<2>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 3:
+        AccumulateValues<3>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 4:
+        AccumulateValues<4>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 5:
+        AccumulateValues<5>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 6:
+        AccumulateValues<6>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      case 7:
+        AccumulateValues<7>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+      default:
+        AccumulateValues<8>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
+        break;
+    }
+  }
+}
+
+template <typename KvT>
+void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, int head_dim,
+                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+                float* scores, float* out) {
+  if (mask == nullptr) {
+    AttendKeys(
+        q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, [](int32_t t) { return t; },
+        scores, out);
+    return;
+  }
+  std::vector<int32_t> keys;  // the visible ones, in order
+  for (int32_t t = 0; t < n_visible; ++t) {
+    if (mask[t] != 0) keys.push_back(t);
+  }
+  const int32_t n = static_cast<int32_t>(keys.size());
+  AttendKeys(
+      q, k, v, kv_stride, head_dim, scale, n, n, [&](int32_t t) { return keys[t]; }, scores, out);
+}
+
+}  // namespace
+
+void Exp(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = LaneMask(n - i < 8 ? static_cast<int32_t>(n - i) : 8);
+    _mm256_maskstore_ps(y + i, m, Exp8(_mm256_maskload_ps(x + i, m)));
+  }
+}
+
+void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
+               float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
+}
+
+void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+               int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
+               float* scores, float* out) {
+  AttendRowT(q, k, v, kv_stride, head_dim, scale, n_visible, n_compute, mask, scores, out);
+}
+
+}  // namespace specd::avx2

@@ -82,15 +82,19 @@ TEST(Pretrained, PerplexityOnEnglishProseIsThatOfATrainedModel) {
 TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
   REQUIRE_MODEL(kSmol);
   REQUIRE_MODEL(kGemma);
-  CliRun r = RunSpecd("generate -m " + kDir + kSmol +
-                      " --chat -p 'What is the capital of France?' -n 24 --temp 0 --json");
+  // "Answer in one sentence." makes the first token a clear winner (p ~0.56). For the bare
+  // question it is a near tie: "The" won with p 0.137 before and "L" (a French ramble that never
+  // names Paris) with p 0.145 after the summation order of AVX2 attention changed (2026-11-26).
+  const std::string question = "'What is the capital of France? Answer in one sentence.'";
+  CliRun r =
+      RunSpecd("generate -m " + kDir + kSmol + " --chat -p " + question + " -n 24 --temp 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
   EXPECT_NE(j["text"].get<std::string>().find("Paris"), std::string::npos) << r.out;
   EXPECT_EQ(j["finish_reason"], "stop");  // ended by <|im_end|>, not by length
   // A two-turn conversation on stdin keeps its context: the second answer knows the first.
   r = RunSpecd("generate -m " + kDir + kSmol + " -cnv -n 24 --temp 0",
-               "What is the capital of France?\nAnd of Germany?\n");
+               "What is the capital of France? Answer in one sentence.\nAnd of Germany?\n");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("Berlin"), std::string::npos) << r.out;
   r = RunSpecd("generate -m " + kDir + kGemma + " -p 'The capital of France is' -n 8 --temp 0");

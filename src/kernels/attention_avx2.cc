@@ -9,7 +9,9 @@
 // chain row that sees the same keys.
 #include <immintrin.h>
 
+#include <array>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -113,6 +115,12 @@ void AccumulateValues(const KvT* v, int64_t kv_stride, int32_t n, KeyOf key_of,
   }
 }
 
+// AccumulateValues<1..8> as a table indexed by the vector count - 1.
+template <typename KvT, typename KeyOf, int... kIndex>
+constexpr auto AccumulateTable(std::integer_sequence<int, kIndex...>) {
+  return std::array{&AccumulateValues<kIndex + 1, KvT, KeyOf>...};
+}
+
 // The computation over keys key_of(0), key_of(1), ...: scores of n_compute keys, of which the
 // first n_visible count (the rest, PAD's, at -inf), softmax, weighted values.
 template <typename KvT, typename KeyOf>
@@ -140,34 +148,12 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
     _mm256_maskstore_ps(scores + t0, LaneMask(n_block), block);
   }
   const float inv = SoftmaxWeights(scores, n_compute);
+  // Chunks of up to 64 dimensions, one accumulator function per width (8 to 64).
+  static constexpr auto kAccumulate =
+      AccumulateTable<KvT, KeyOf>(std::make_integer_sequence<int, 8>());
   for (int d0 = 0; d0 < head_dim; d0 += 64) {
-    const KvT* vd = v + d0;
-    switch ((head_dim - d0 < 64 ? head_dim - d0 : 64) / 8) {
-      case 1:
-        AccumulateValues<1>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 2:
-        AccumulateValues<2>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 3:
-        AccumulateValues<3>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 4:
-        AccumulateValues<4>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 5:
-        AccumulateValues<5>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 6:
-        AccumulateValues<6>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      case 7:
-        AccumulateValues<7>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-      default:
-        AccumulateValues<8>(vd, kv_stride, n_visible, key_of, scores, inv, out + d0);
-        break;
-    }
+    const int n_vectors = (head_dim - d0 < 64 ? head_dim - d0 : 64) / 8;
+    kAccumulate[n_vectors - 1](v + d0, kv_stride, n_visible, key_of, scores, inv, out + d0);
   }
 }
 

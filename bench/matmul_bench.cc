@@ -83,9 +83,17 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   std::printf("\n|---|");
   for (size_t i = 0; i < o.m.size(); ++i) std::printf("---|");
   std::printf("\n");
+  // A kernel that this CPU does not have (oneDNN refuses bf16 without AVX-512) gets a row that
+  // says so instead of ending the benchmark.
   auto row = [&](const char* name, const std::function<double(int)>& ms_for) {
     std::printf("| %s |", name);
-    for (int m : o.m) std::printf(" %.0f |", static_cast<double>(m) * n * k / ms_for(m) / 1e6);
+    for (int m : o.m) {
+      try {
+        std::printf(" %.0f |", static_cast<double>(m) * n * k / ms_for(m) / 1e6);
+      } catch (const dnnl::error& e) {
+        std::printf(" n/a (oneDNN: %s) |", e.what());
+      }
+    }
     std::printf("\n");
     std::fflush(stdout);
   };
@@ -123,12 +131,13 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   // Packed copies for specd's kernels; oneDNN's own layout for the first only.
   std::vector<PackedInt8Weights> i8_packed(o.copies);
   std::vector<WeightView> i8_views(o.copies, i8_view);
-  if (cpu.avx512) {
+  if (cpu.packed_kernels()) {
     for (int c = 0; c < o.copies; ++c) {
       i8_packed[c] = PackInt8(i8_view, &pool);
       i8_views[c].packed = &i8_packed[c];
     }
-    i8_packed[0].onednn = MakeOneDnnInt8Weights({&i8_view});
+    // oneDNN's int8 product is exact only with VNNI (see --int8-kernel).
+    if (cpu.avx512) i8_packed[0].onednn = MakeOneDnnInt8Weights({&i8_view});
   }
   struct I8Kernel {
     const char* name;
@@ -137,6 +146,7 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   };
   for (const I8Kernel& kernel :
        {I8Kernel{"specd i8 (VNNI)", Int8Backend::kSpecd, cpu.avx512},
+        I8Kernel{"specd i8 (AVX2)", Int8Backend::kSpecd, cpu.avx2 && !cpu.avx512},
         I8Kernel{"specd i8 (AMX)", Int8Backend::kAmx, cpu.amx_int8},
         I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
     if (!kernel.available) continue;

@@ -53,7 +53,7 @@ inline __m256 SumEach8(const __m256 v[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// Lanes [0, n) set (n clamped to 0..8), as a float mask and as an int mask for masked loads.
+// All bits of lanes [0, n) set (n < 0: none; n > 8: all), for masked loads, stores and blends.
 inline __m256i LaneMask(int32_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <ostream>
+#include <string>
 
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
@@ -295,8 +298,9 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   return ChiSquarePValue(exact, counts, n_samples);
 }
 
-TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
-  const std::vector<DistributionCase> cases = {
+// Every verifier and proposer combination the distribution test covers, and bugs it must catch.
+std::vector<DistributionCase> DistributionCases() {
+  return {
       {{1.0f, 0, 1.0f, 0}, VerifySampled, "temperature 1", true},
       {{0.7f, 0, 0.9f, 0}, VerifySampled, "temperature 0.7, top-p 0.9", true},
       {{1.0f, 0, 1.0f, 0}, WrongResidual, "residual drawn from p (a bug)", false},
@@ -475,16 +479,42 @@ TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
        .should_pass = false,
        .eagle = true},
   };
-  for (const auto& c : cases) {
-    const double p = SpeculativeTwoTokenPValue(c, 30000);
-    std::printf("%s: chi-square p = %.3g\n", c.name, p);
-    if (c.should_pass) {
-      EXPECT_GT(p, 0.001) << c.name << ": speculative samples differ from the target's";
+}
+
+void PrintTo(const DistributionCase& c, std::ostream* out) { *out << c.name; }
+
+// A case's name as a test name: its words capitalized, joined, other characters dropped.
+std::string TestName(const ::testing::TestParamInfo<DistributionCase>& info) {
+  std::string name;
+  bool word_start = true;
+  for (const char ch : std::string(info.param.name)) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      name += word_start ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+      word_start = false;
     } else {
-      EXPECT_LT(p, 0.001) << c.name << ": the test failed to detect a wrong verifier";
+      word_start = true;
     }
   }
+  return name;
 }
+
+// One test per case, so that ctest runs them in parallel (all of them take ~6 minutes on one
+// core).
+class SpeculativeDistribution : public ::testing::TestWithParam<DistributionCase> {};
+
+TEST_P(SpeculativeDistribution, MatchesTheTargetDistribution) {
+  const DistributionCase& c = GetParam();
+  const double p = SpeculativeTwoTokenPValue(c, 30000);
+  std::printf("%s: chi-square p = %.3g\n", c.name, p);
+  if (c.should_pass) {
+    EXPECT_GT(p, 0.001) << c.name << ": speculative samples differ from the target's";
+  } else {
+    EXPECT_LT(p, 0.001) << c.name << ": the test failed to detect a wrong verifier";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SpeculativeDistribution, ::testing::ValuesIn(DistributionCases()),
+                         TestName);
 
 }  // namespace
 }  // namespace specd

@@ -101,6 +101,32 @@ TEST(Engine, SequencesThatSumNoLogProbabilityDecodeTheSame) {
   }
 }
 
+TEST(Engine, PromptsWithTheirOwnLengthsGetThePrefixOfALongerRun) {
+  // The trainer's teacher text fills sequences of one length from prompts of many: each sequence
+  // stops at its own length, and its tokens must be what a batch run to the longest would give.
+  ModelPair p(DType::kQ8_0, 99);
+  for (float temperature : {0.0f, 1.0f}) {
+    GenerateRequest r;
+    r.prompts = {Prompt(3, 1), Prompt(11, 2), Prompt(6, 3)};
+    r.n_predict = 24;
+    r.stop_at_eos = false;
+    r.sampling = {temperature, 0, 1.0f, 5, SamplingMethod::kGumbel};
+    auto kv = p.target->NewKvCache({3, 64});
+    const GenerateResult longest = GenerateAutoregressive(*p.target, p.ctx, *kv, r);
+    r.n_predicts = {24, 7, 15};
+    const GenerateResult own = GenerateAutoregressive(*p.target, p.ctx, *kv, r);
+    for (int i = 0; i < 3; ++i) {
+      const auto& full = longest.sequences[i].tokens;
+      ASSERT_EQ(own.sequences[i].tokens.size(), static_cast<size_t>(r.n_predicts[i]));
+      EXPECT_EQ(own.sequences[i].tokens,
+                std::vector<int32_t>(full.begin(), full.begin() + r.n_predicts[i]))
+          << "prompt " << i << ", temperature " << temperature;
+    }
+    r.n_predicts = {24, 7};
+    EXPECT_THROW(GenerateAutoregressive(*p.target, p.ctx, *kv, r), Error);
+  }
+}
+
 TEST(Engine, CancelFreesTheSlotsAndLeavesTheOthersAlone) {
   ModelPair p(DType::kF32, 99);
   SpecEngine e(p, std::make_unique<FixedDraftLength>(2), 2);

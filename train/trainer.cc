@@ -84,8 +84,7 @@ Llama ImportDraftToContinue(const TrainOptions& o) {
       {"--ffn", {got.ffn, o.shape.ffn}},
       {"--ctx", {got.ctx, o.shape.ctx}},
       {"the vocabulary", {got.n_vocab, o.shape.n_vocab}},
-      {"--head-vocab",
-       {model->has_head() ? model->head_tokens.numel() : 0, o.head_vocab}},
+      {"--head-vocab", {model->has_head() ? model->head_tokens.numel() : 0, o.head_vocab}},
   };
   for (const auto& [flag, values] : sizes) {
     SPECD_CHECK(values.first == values.second, o.init_from, " has ", flag, " ", values.first,
@@ -184,15 +183,11 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   ModelLoadOptions load_options;
   load_options.int8_weights = run.int8_weights;
   auto teacher = Model::Load(teacher_gguf, &ctx_kernels, load_options);
-  // Chat prompts vary in length: every sequence is generated to the longest length needed.
-  int64_t longest_chat_prompt = 0;
   for (const auto& p : chat_prompts) {
     SPECD_CHECK(!p.empty() && static_cast<int64_t>(p.size()) < length, "a chat prompt of ",
                 p.size(), " tokens does not fit a sequence of ", length);
-    longest_chat_prompt = std::max<int64_t>(longest_chat_prompt, static_cast<int64_t>(p.size()));
   }
-  auto kv =
-      teacher->NewKvCache({kBatch, static_cast<int>(length + longest_chat_prompt), DType::kF16});
+  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length), DType::kF16});
   Timer timer;
   const int64_t resumed = static_cast<int64_t>(sequences.size());
   const uint64_t span = stream.size() - kPrefix;
@@ -202,7 +197,6 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
     // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
     // greedy code, sampled code, greedy chat, sampled chat).
     const bool chat = TakesTurn(first / kBatch / 2, chat_share);
-    int64_t shortest_prompt = length;
     for (int64_t i = 0; i < count; ++i) {
       const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
       if (chat) {
@@ -212,10 +206,11 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
         const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
         request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
       }
-      shortest_prompt =
-          std::min<int64_t>(shortest_prompt, static_cast<int64_t>(request.prompts.back().size()));
+      // Each sequence stops when it fills `length` (chat prompts vary in length). The tokens are
+      // those of a batch generated to its shortest prompt's end: rows do not change each other,
+      // and a sampled token's noise depends on its sequence and position only.
+      request.n_predicts.push_back(static_cast<int>(length - request.prompts.back().size()));
     }
-    request.n_predict = static_cast<int>(length - shortest_prompt);
     request.stop_at_eos = false;
     const bool sampled = TakesTurn(first / kBatch, sampled_share);
     request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
@@ -347,8 +342,7 @@ TrainResult Train(const TrainOptions& o) {
         TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
                     o.teacher_text_sampled_share,
                     o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin",
-                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share,
-                    o.teacher_run);
+                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share, o.teacher_run);
   }
   Llama model = o.init_from.empty() ? Llama(o.shape) : ImportDraftToContinue(o);
   if (o.head_vocab > 0 && o.init_from.empty()) {

@@ -19,6 +19,9 @@ struct GenerateRequest {
   int n_sequences = 1;          // completions of the prompt, decoded together
   // One sequence per prompt instead (BASS with different prompts); overrides prompt/n_sequences.
   std::vector<std::vector<int32_t>> prompts;
+  // With `prompts`: new tokens for each prompt's sequence instead of n_predict (empty: n_predict
+  // for all). A sequence that is done leaves the batch; the others go on.
+  std::vector<int> n_predicts;
   // Stop when this much time has passed (0: no budget); unfinished sequences end with
   // finish_reason "budget" (BASS section 4.5).
   double time_budget_ms = 0.0;

@@ -60,9 +60,12 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
     base.prompt = r.prompt;
     ids = engine.AddCompletions(base, r.n_sequences);
   } else {
+    SPECD_CHECK(r.n_predicts.empty() || r.n_predicts.size() == r.prompts.size(), "a request of ",
+                r.prompts.size(), " prompts has ", r.n_predicts.size(), " lengths");
     for (int i = 0; i < n; ++i) {
       base.prompt = prompts[i];
       base.rng_sequence = static_cast<uint64_t>(i);
+      if (!r.n_predicts.empty()) base.n_predict = r.n_predicts[i];
       ids.push_back(engine.Add(base));
     }
   }

@@ -23,6 +23,7 @@
 #include "train/sdsat_data.h"
 #include "train/sdsat_trainer.h"
 #include "train/tokenizer_train.h"
+#include "train/train_loop.h"
 #include "train/trainer.h"
 
 namespace specd::train {
@@ -289,6 +290,26 @@ TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
   EXPECT_EQ(again.steps, 12);
   EXPECT_NEAR(again.train_loss, second.train_loss, 1e-4);
   EXPECT_EQ(ReadFileBytesForTest(split.out), ReadFileBytesForTest(dir + "/split.gguf"));
+}
+
+TEST(Train, ASecondRunOnTheSameCheckpointFolderIsRefused) {
+  // Two runs on one folder appended their teacher text to the same partial file (a session's
+  // `pkill` missed a run): the second must stop at once with a clear error, and a run may take
+  // the folder again once the first is gone.
+  const std::string dir = specd::testing::TempDir() + "/locked";
+  fs::remove_all(dir);
+  TrainOptions options = TinyTrainOptions(1, 2, 2, 128, 32);
+  options.max_steps = 1;
+  options.checkpoint_dir = dir;
+  options.out = dir + "/out.gguf";
+  {
+    const FolderLock first(dir);
+    EXPECT_THROW(Train(options), Error);
+    EXPECT_FALSE(fs::exists(dir + "/step.txt"));
+    EXPECT_THROW(FolderLock second(dir), Error);
+  }
+  EXPECT_TRUE(Train(options).finished);
+  const FolderLock none("");  // no folder, no lock
 }
 
 TEST(Train, ADraftContinuedFromAFileStartsFromItsWeightsAndHead) {

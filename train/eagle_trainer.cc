@@ -242,7 +242,7 @@ torch::Tensor TokenTensor(const std::vector<std::vector<int32_t>>& sequences,
 
 EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
   SPECD_CHECK(!o.checkpoint_dir.empty(), "train eagle needs a checkpoint folder (--checkpoint)");
-  fs::create_directories(o.checkpoint_dir);
+  const FolderLock lock(o.checkpoint_dir);
   const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, 20);
   const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.target);
   const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.target);

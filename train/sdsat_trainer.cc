@@ -176,6 +176,7 @@ int32_t ResolveToken(const std::string& tokenizer_gguf, const std::string& token
 }
 
 SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
+  const FolderLock lock(o.checkpoint_dir);
   SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
               "stopping at a step needs a checkpoint folder to resume from");
   torch::set_num_threads(o.threads);

@@ -1,6 +1,8 @@
 #include "train/train_loop.h"
 
 #include <ATen/autocast_mode.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -63,6 +65,24 @@ void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
+}
+
+FolderLock::FolderLock(const std::string& dir) {
+  if (dir.empty()) return;
+  fs::create_directories(dir);
+  const std::string path = dir + "/lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  SPECD_CHECK(fd_ >= 0, "cannot open ", path);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    Fail("another training run is using the checkpoint folder ", dir,
+         " (two would write the same files); wait for it or give another --checkpoint");
+  }
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 Checkpoint::Checkpoint(std::string dir) : dir_(std::move(dir)) {

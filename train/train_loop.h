@@ -57,6 +57,20 @@ class Checkpoint {
   std::string dir_;
 };
 
+// Holds a checkpoint folder for one training run (an exclusive flock on `dir`/lock, released when
+// the process ends however it ends): two runs on one folder would append to the same teacher text
+// and overwrite each other's checkpoints. An empty folder takes no lock.
+class FolderLock {
+ public:
+  explicit FolderLock(const std::string& dir);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Mean next-token cross-entropy over up to `windows` evenly spaced windows of `stream`.
 double HeldOutLoss(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,
                    bool bf16);

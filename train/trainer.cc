@@ -314,6 +314,7 @@ std::string FormatTrainLoss(double loss, const char* if_unknown) {
 }
 
 TrainResult Train(const TrainOptions& o) {
+  const FolderLock lock(o.checkpoint_dir);
   torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
   const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);

@@ -334,7 +334,6 @@ TrainResult Train(const TrainOptions& o) {
   // runs several times slower next to them on 2 cores.
   std::vector<std::vector<int32_t>> teacher_text;
   if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
-    if (!o.checkpoint_dir.empty()) fs::create_directories(o.checkpoint_dir);
     std::vector<std::vector<int32_t>> chat_prompts;
     if (!o.teacher_chat_file.empty()) {
       chat_prompts = ChatPrompts(o.teacher, o.teacher_chat_file, o.shape.ctx / 2);

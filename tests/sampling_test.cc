@@ -320,7 +320,7 @@ namespace specd {
 namespace {
 
 // The one-pass top-n against sorting everything: ties to the lower id, NaN last, log-softmax
-// values; and GumbelTop's first token is GumbelArgmax's.
+// values (LogProb's); and GumbelTop's first token is GumbelArgmax's.
 TEST(Sampling, TopLogProbsAndGumbelTopMatchTheirDefinitions) {
   std::vector<float> logits(3000);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 97) / 10;
@@ -340,6 +340,7 @@ TEST(Sampling, TopLogProbsAndGumbelTopMatchTheirDefinitions) {
     for (int i = 0; i < n; ++i) {
       EXPECT_EQ(top[i].first, ids[i]) << "n " << n << " rank " << i;
       EXPECT_NEAR(top[i].second, logits[ids[i]] - max - std::log(total), 1e-4);
+      EXPECT_EQ(static_cast<float>(LogProb(logits, ids[i])), top[i].second);
     }
   }
   std::vector<TokenProb> kept;

@@ -22,6 +22,7 @@
 #include "train/llama_torch.h"
 #include "train/sdsat_data.h"
 #include "train/sdsat_trainer.h"
+#include "train/teacher_targets.h"
 #include "train/tokenizer_train.h"
 #include "train/train_loop.h"
 #include "train/trainer.h"
@@ -410,6 +411,105 @@ TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   EXPECT_EQ(ReadFileBytesForTest(cut_path), ReadFileBytesForTest(full_path));
   // A finished cache is read back as it is.
   EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, cut_path), full);
+}
+
+// Soft targets: row t of a sequence holds the engine's top-k after tokens 0..t (checked against a
+// forward of that prefix alone), probabilities falling; a cut-off run continues to the same file.
+TEST(Train, TeacherTopKIsTheEnginesNextTokenTopKAndResumesFromAPartialFile) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  const int64_t ctx = 24;
+  const int k = 4;
+  std::vector<std::vector<int32_t>> text;
+  for (int s = 0; s < 5; ++s) {
+    std::vector<int32_t> seq;
+    for (int t = 0; t <= ctx; ++t) seq.push_back((s * 97 + t * 131 + 7) % 384);
+    text.push_back(seq);
+  }
+  const std::string dir = specd::testing::TempDir() + "/teacher_topk";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = dir + "/topk.bin";
+  const TeacherTopK top = ComputeTeacherTopK(teacher, text, ctx, k, 2, {}, path);
+  ASSERT_EQ(top.ids.size(), 5u * ctx * k);
+  ASSERT_EQ(top.probs.size(), top.ids.size());
+
+  ThreadPool pool(1);
+  const KernelContext kernels{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(teacher, &kernels);
+  for (const auto& [s, t] : {std::pair{0, 0}, std::pair{3, 10}, std::pair{4, 23}}) {
+    auto kv = model->NewKvCache({1, static_cast<int>(ctx + 1), DType::kF16});
+    const int slot = kv->Acquire();
+    Batch batch;
+    for (int i = 0; i <= t; ++i) batch.Add(text[s][i], i, slot, i == t);
+    std::vector<float> logits;
+    model->Forward(kernels, batch, *kv, AttentionMode::kSplit, &logits);
+    const auto want = TopLogProbs(logits, k);
+    double sum = 0.0;
+    for (int j = 0; j < k; ++j) {
+      const int64_t at = (s * ctx + t) * k + j;
+      EXPECT_EQ(top.ids[at], want[j].first) << "sequence " << s << " row " << t << " rank " << j;
+      EXPECT_NEAR(top.probs[at], std::exp(want[j].second), 1e-5);
+      if (j > 0) EXPECT_LE(top.probs[at], top.probs[at - 1]);
+      sum += top.probs[at];
+    }
+    EXPECT_LE(sum, 1.0 + 1e-5);
+  }
+
+  // A run cut off after 2 of 5 sequences (plus part of the third) continues to the same file.
+  const std::string full = ReadFileBytesForTest(path);
+  const std::string recipe = ReadFileBytesForTest(path + ".recipe");
+  const int64_t per_sequence = ctx * k * 8;
+  fs::remove(path);
+  fs::remove(path + ".recipe");
+  std::ofstream(path + ".partial", std::ios::binary) << full.substr(0, 2 * per_sequence + 40);
+  std::ofstream(path + ".partial.recipe", std::ios::binary) << recipe;
+  const TeacherTopK resumed = ComputeTeacherTopK(teacher, text, ctx, k, 2, {}, path);
+  EXPECT_EQ(resumed.ids, top.ids);
+  EXPECT_EQ(resumed.probs, top.probs);
+  EXPECT_EQ(ReadFileBytesForTest(path), full);
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+  // Other text is another recipe: computed again, not read from the cache.
+  text[1][5] = (text[1][5] + 1) % 384;
+  const TeacherTopK other = ComputeTeacherTopK(teacher, text, ctx, k, 2, {}, path);
+  EXPECT_NE(other.ids, top.ids);
+}
+
+// The soft-target term by its definition: -sum_j p_j log q(id_j) per row, averaged, skipping
+// tokens outside the draft's FR-Spec head.
+TEST(Train, SoftTargetLossIsTheCrossEntropyAgainstTheTeachersTopK) {
+  LlamaShape shape;
+  shape.n_vocab = 16;
+  shape.dim = 32;
+  shape.n_layers = 1;
+  shape.n_heads = 2;
+  shape.n_kv_heads = 2;
+  shape.ffn = 32;
+  shape.ctx = 3;
+  Llama model(shape);
+  model->SetHeadTokens({1, 2, 3, 5, 8, 13});
+  TeacherTopK top;
+  top.k = 2;
+  top.positions = 3;
+  // 2 sequences x 3 positions x 2 candidates; token 4 is outside the head.
+  top.ids = {1, 2, 3, 4, 5, 8, 13, 1, 2, 3, 8, 5};
+  top.probs = {0.5f, 0.25f, 0.9f, 0.05f, 0.6f, 0.3f, 0.7f, 0.2f, 0.4f, 0.4f, 0.8f, 0.1f};
+  const std::vector<int64_t> picked = {1, 0, 1};  // rows: sequence 1, 0, 1
+  torch::manual_seed(5);
+  const auto log_q = torch::log_softmax(torch::randn({9, 6}), -1);
+  const auto index = [](int32_t id) {
+    const std::vector<int32_t> head = {1, 2, 3, 5, 8, 13};
+    return static_cast<int64_t>(std::find(head.begin(), head.end(), id) - head.begin());
+  };
+  double want = 0.0;
+  for (int r = 0; r < 9; ++r) {
+    const int64_t seq = picked[r / 3], pos = r % 3;
+    for (int j = 0; j < 2; ++j) {
+      const int32_t id = top.ids[(seq * 3 + pos) * 2 + j];
+      if (id == 4) continue;
+      want -= top.probs[(seq * 3 + pos) * 2 + j] * log_q[r][index(id)].item<double>();
+    }
+  }
+  EXPECT_NEAR(SoftTargetLoss(log_q, top, picked, model).item<double>(), want / 9, 1e-6);
 }
 
 TEST(Train, TeacherTextChatShareStartsBatchesFromChatPrompts) {

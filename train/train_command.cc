@@ -124,6 +124,17 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                    "i8: the teacher writes with its matrices in i8 (as --weights i8)")
       ->check(CLI::IsMember({"i8"}));
   draft
+      ->add_option("--teacher-top-k", state->model.teacher_top_k,
+                   "soft targets on teacher-text steps: the teacher's K most likely next tokens "
+                   "at every position (computed once by specd's engine, cached in the checkpoint "
+                   "folder); 0: the written tokens only (default)")
+      ->check(CLI::Range(0, 256));
+  draft
+      ->add_option("--soft-weight", state->model.soft_weight,
+                   "weight of the soft-target term with --teacher-top-k; the rest goes to the "
+                   "written token (default 0.8)")
+      ->check(CLI::Range(0.0, 1.0));
+  draft
       ->add_option("--init", state->model.init_from,
                    "draft GGUF to start from (same shape) instead of random weights")
       ->check(CLI::ExistingFile);

@@ -21,6 +21,7 @@
 #include "tokenizer/prompt_file.h"
 #include "tokenizer/tokenizer.h"
 #include "train/corpus.h"
+#include "train/teacher_targets.h"
 #include "train/train_loop.h"
 
 namespace specd::train {
@@ -46,17 +47,20 @@ std::pair<torch::Tensor, torch::Tensor> SampleBatch(const std::vector<int32_t>& 
   return {x, y};
 }
 
-// A batch of whole sequences (each ctx + 1 tokens long), chosen at random.
+// A batch of whole sequences (each ctx + 1 tokens long), chosen at random; their indices go to
+// `picked`.
 std::pair<torch::Tensor, torch::Tensor> SampleSequences(
     const std::vector<std::vector<int32_t>>& sequences, int batch, int64_t ctx, uint64_t seed,
-    int64_t step) {
+    int64_t step, std::vector<int64_t>* picked) {
+  picked->clear();
   auto x = torch::empty({batch, ctx}, torch::kInt64), y = torch::empty({batch, ctx}, torch::kInt64);
   auto* xp = x.data_ptr<int64_t>();
   auto* yp = y.data_ptr<int64_t>();
   for (int b = 0; b < batch; ++b) {
     const RngKey key{seed, static_cast<uint64_t>(b), static_cast<uint64_t>(step),
                      RngPurpose::kDraft};
-    const auto& seq = sequences[static_cast<size_t>(UniformDouble(key) * sequences.size())];
+    picked->push_back(static_cast<int64_t>(UniformDouble(key) * sequences.size()));
+    const auto& seq = sequences[picked->back()];
     for (int64_t t = 0; t < ctx; ++t) {
       xp[b * ctx + t] = seq[t];
       yp[b * ctx + t] = seq[t + 1];
@@ -344,6 +348,15 @@ TrainResult Train(const TrainOptions& o) {
                     o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin",
                     chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share, o.teacher_run);
   }
+  TeacherTopK teacher_top;
+  if (o.teacher_top_k > 0) {
+    SPECD_CHECK(!teacher_text.empty(), "--teacher-top-k needs teacher text (--teacher-text)");
+    SPECD_CHECK(o.soft_weight >= 0.0 && o.soft_weight <= 1.0, "--soft-weight must be in [0, 1], got ",
+                o.soft_weight);
+    teacher_top = ComputeTeacherTopK(
+        o.teacher, teacher_text, o.shape.ctx, o.teacher_top_k, o.threads, o.teacher_run,
+        o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_topk.bin");
+  }
   Llama model = o.init_from.empty() ? Llama(o.shape) : ImportDraftToContinue(o);
   if (o.head_vocab > 0 && o.init_from.empty()) {
     model->SetHeadTokens(
@@ -389,8 +402,10 @@ TrainResult Train(const TrainOptions& o) {
     const double lr_scale = LearningRateScale(step, o.warmup_steps, total_steps, o.min_lr_ratio);
     SetLearningRate(*optimizer, o.lr * lr_scale);
     const bool teacher_step = !teacher_text.empty() && TakesTurn(step, o.teacher_text_share);
-    auto [x, y] = teacher_step ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step)
-                               : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
+    std::vector<int64_t> picked;
+    auto [x, y] = teacher_step
+                      ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step, &picked)
+                      : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
     torch::Tensor logits, teacher_logits;
     {
       Autocast autocast(o.bf16);
@@ -411,6 +426,10 @@ TrainResult Train(const TrainOptions& o) {
           torch::log_softmax(flat, -1), target,
           torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
       loss = o.distill_alpha * kl + (1.0 - o.distill_alpha) * loss;
+    }
+    if (teacher_step && teacher_top.k > 0) {
+      const auto soft = SoftTargetLoss(torch::log_softmax(flat, -1), teacher_top, picked, model);
+      loss = o.soft_weight * soft + (1.0 - o.soft_weight) * loss;
     }
     optimizer->zero_grad();
     loss.backward();

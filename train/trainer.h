@@ -55,6 +55,12 @@ struct TrainOptions {
   std::string teacher_chat_file;
   double teacher_chat_share = 0.5;
   TeacherRun teacher_run;  // --teacher-batch, --teacher-weights
+  // Soft targets on the teacher-text steps: the teacher's `teacher_top_k` most likely next tokens
+  // at each position (computed once in specd's engine, cached beside the text), trained on by
+  // cross-entropy against their probabilities with weight `soft_weight` (the rest: the written
+  // token). 0: written tokens only.
+  int teacher_top_k = 0;
+  double soft_weight = 0.8;
   // A draft GGUF to start from instead of random weights (its shape and FR-Spec head are kept;
   // the shape options must agree with it). A checkpoint, when present, still wins.
   std::string init_from;

@@ -22,19 +22,6 @@ namespace specd::train {
 namespace fs = std::filesystem;
 namespace {
 
-// FNV-1a over the sequences' tokens: names the features cached for exactly these sequences.
-uint64_t Fingerprint(const std::vector<std::vector<int32_t>>& sequences) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& seq : sequences) {
-    for (int32_t t : seq) {
-      h ^= static_cast<uint32_t>(t);
-      h *= 1099511628211ull;
-    }
-    h ^= 0xffffffffull;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // The target's final normed hidden state at every position of every sequence (all of length
 // `len`), from specd's forward: [n_seq, len, n_embd] f16. Cached in `cache_path` (with the
@@ -49,7 +36,7 @@ torch::Tensor TargetFeatures(const std::string& target_gguf,
   const int64_t n = static_cast<int64_t>(sequences.size());
   auto features = torch::empty({n, len, d}, torch::kHalf);
   const int64_t bytes = features.numel() * 2;
-  const std::string tag = std::to_string(Fingerprint(sequences)) + "\n";
+  const std::string tag = std::to_string(SequencesFingerprint(sequences)) + "\n";
   if (!cache_path.empty() && fs::exists(cache_path) && fs::exists(cache_path + ".recipe") &&
       static_cast<int64_t>(fs::file_size(cache_path)) == bytes &&
       ReadFileBytes(cache_path + ".recipe") == tag) {

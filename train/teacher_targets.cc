@@ -18,18 +18,6 @@ namespace specd::train {
 namespace fs = std::filesystem;
 namespace {
 
-// FNV-1a over every token: the cache belongs to this exact text.
-uint64_t TextChecksum(const std::vector<std::vector<int32_t>>& sequences) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& seq : sequences) {
-    for (int32_t t : seq) {
-      h ^= static_cast<uint32_t>(t);
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
-}
-
 // One sequence's records as stored: ids [positions, k] then probabilities [positions, k].
 int64_t SequenceBytes(int64_t positions, int k) {
   return positions * k * static_cast<int64_t>(sizeof(int32_t) + sizeof(float));
@@ -80,7 +68,7 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
   out.positions = ctx;
   const int64_t n_sequences = static_cast<int64_t>(sequences.size());
   const int64_t bytes_per_sequence = SequenceBytes(ctx, k);
-  const std::string recipe = StrCat(k, ".", n_sequences, ".", ctx, ".", TextChecksum(sequences),
+  const std::string recipe = StrCat(k, ".", n_sequences, ".", ctx, ".", SequencesFingerprint(sequences),
                                     run.int8_weights ? ".i8" : "", "\n");
   const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
   if (!cache_path.empty() && fs::exists(cache_path) && fs::exists(recipe_path) &&
@@ -117,9 +105,7 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
 
   ThreadPool pool(threads);
   const KernelContext kernels{&pool, CpuFeatures::Detect()};
-  ModelLoadOptions load_options;
-  load_options.int8_weights = run.int8_weights;
-  auto teacher = Model::Load(teacher_gguf, &kernels, load_options);
+  auto teacher = LoadTeacher(teacher_gguf, run, &kernels);
   const int64_t n_vocab = teacher->config().n_vocab;
   auto kv = teacher->NewKvCache({1, static_cast<int>(ctx + 1), DType::kF16});
   std::vector<float> logits;  // [ctx, n_vocab]

@@ -184,9 +184,7 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   }
   ThreadPool pool(threads);
   const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
-  ModelLoadOptions load_options;
-  load_options.int8_weights = run.int8_weights;
-  auto teacher = Model::Load(teacher_gguf, &ctx_kernels, load_options);
+  auto teacher = LoadTeacher(teacher_gguf, run, &ctx_kernels);
   for (const auto& p : chat_prompts) {
     SPECD_CHECK(!p.empty() && static_cast<int64_t>(p.size()) < length, "a chat prompt of ",
                 p.size(), " tokens does not fit a sequence of ", length);
@@ -272,6 +270,26 @@ std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
                prompts.size(), jsonl_path.c_str(), static_cast<long long>(too_long),
                static_cast<long long>(max_tokens));
   return prompts;
+}
+
+uint64_t SequencesFingerprint(const std::vector<std::vector<int32_t>>& sequences) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& seq : sequences) {
+    for (int32_t t : seq) {
+      h ^= static_cast<uint32_t>(t);
+      h *= 1099511628211ull;
+    }
+    h ^= 0xffffffffull;  // the end of a sequence: the same tokens split otherwise differ
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::unique_ptr<Model> LoadTeacher(const std::string& gguf, const TeacherRun& run,
+                                   const KernelContext* kernels) {
+  ModelLoadOptions load_options;
+  load_options.int8_weights = run.int8_weights;
+  return Model::Load(gguf, kernels, load_options);
 }
 
 std::vector<int64_t> MostFrequentTokens(const std::vector<int32_t>& stream,

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/model.h"
 #include "train/llama_torch.h"
 
 namespace specd::train {
@@ -139,6 +141,14 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
 // sqrt(n / (n - 1) * sum_i (accepted_i - rate * drafted_i)^2) / sum(drafted). Returns {rate, se}.
 std::pair<double, double> ClusteredAcceptance(const std::vector<int64_t>& drafted,
                                               const std::vector<int64_t>& accepted);
+
+// FNV-1a over every token of the sequences: names what a cache (teacher top-k, EAGLE features)
+// was computed from.
+uint64_t SequencesFingerprint(const std::vector<std::vector<int32_t>>& sequences);
+
+// The teacher as specd's engine runs it for the trainers: matrices as stored, or in i8.
+std::unique_ptr<Model> LoadTeacher(const std::string& gguf, const TeacherRun& run,
+                                   const KernelContext* kernels);
 
 // The `n` tokens most frequent in the stream and sequences, in increasing id order (an FR-Spec
 // head's tokens); prints the share of the text they cover.

@@ -231,14 +231,6 @@ constexpr std::array<std::array<AccumulateBlockFn<KvT>, 4>, 3> kAccumulateBlock 
 template <typename KvT>
 void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
   const int hd = b.head_dim;
-  if (b.n_queries == 1) {
-    // Nothing to share: the row routine (same bits) skips the f32 copy of the keys and sums the
-    // values 64 dimensions at a time; through the block it ran 1.4x slower (one row, 256-4096 keys).
-    AttendKeys(
-        b.q[0], k, v, b.kv_stride, hd, b.scale, b.n_visible[0], b.n_compute,
-        [](int32_t t) { return t; }, b.scores, b.out[0]);
-    return;
-  }
   const __m256 scale_v = _mm256_set1_ps(b.scale);
   const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   std::vector<float> kbuf(8 * static_cast<size_t>(hd));  // [8, head_dim] keys as f32

@@ -9,7 +9,6 @@
 // chain row that sees the same keys.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <array>
 #include <limits>
 #include <utility>
@@ -177,111 +176,7 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
       q, k, v, kv_stride, head_dim, scale, n, n, [&](int32_t t) { return keys[t]; }, scores, out);
 }
 
-// The output of queries [i0, i0 + kQueries) over dimensions [d0, d0 + 8 kVectors): sum_t w_t v_t
-// in key order, each query up to its own n_visible, then times 1 / sum — AccumulateValues' steps
-// per output element. Counts are template parameters so the accumulators stay in registers
-// (3 x 4 of them, 3 weights and one value vector fill the 16 ymm registers).
-template <typename KvT, int kQueries, int kVectors>
-void AccumulateBlockValues(const AttentionBlock& b, const KvT* v, int i0, int d0,
-                           const float* inv) {
-  int32_t t_end = 0;
-  for (int i = 0; i < kQueries; ++i) t_end = std::max(t_end, b.n_visible[i0 + i]);
-  __m256 acc[kQueries][kVectors];
-  for (int i = 0; i < kQueries; ++i) {
-    for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm256_setzero_ps();
-  }
-  for (int32_t t = 0; t < t_end; ++t) {
-    const KvT* vt = v + static_cast<int64_t>(t) * b.kv_stride + d0;
-    __m256 w[kQueries];
-    bool adds[kQueries];
-    for (int i = 0; i < kQueries; ++i) {
-      adds[i] = t < b.n_visible[i0 + i];
-      w[i] = _mm256_set1_ps(b.scores[(i0 + i) * b.n_compute + t]);
-    }
-    for (int j = 0; j < kVectors; ++j) {
-      const __m256 vv = Load8(vt + 8 * j);
-      for (int i = 0; i < kQueries; ++i) {
-        if (adds[i]) acc[i][j] = _mm256_fmadd_ps(w[i], vv, acc[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < kQueries; ++i) {
-    for (int j = 0; j < kVectors; ++j) {
-      _mm256_storeu_ps(b.out[i0 + i] + d0 + 8 * j,
-                       _mm256_mul_ps(acc[i][j], _mm256_set1_ps(inv[i0 + i])));
-    }
-  }
-}
-
-template <typename KvT>
-using AccumulateBlockFn = void (*)(const AttentionBlock&, const KvT*, int, int, const float*);
-template <typename KvT, int kQueries>
-constexpr std::array<AccumulateBlockFn<KvT>, 4> kAccumulateBlockRow = {
-    AccumulateBlockValues<KvT, kQueries, 1>, AccumulateBlockValues<KvT, kQueries, 2>,
-    AccumulateBlockValues<KvT, kQueries, 3>, AccumulateBlockValues<KvT, kQueries, 4>};
-// [queries - 1][vectors - 1]
-template <typename KvT>
-constexpr std::array<std::array<AccumulateBlockFn<KvT>, 4>, 3> kAccumulateBlock = {
-    kAccumulateBlockRow<KvT, 1>, kAccumulateBlockRow<KvT, 2>, kAccumulateBlockRow<KvT, 3>};
-
-// Several queries against one run of keys, each key converted from f16 once and each value
-// loaded once for all of them. Per (query, key) the arithmetic is AttendKeys' exactly (the same
-// dot-product order, transpose-and-add tree, softmax, and key order in the output sums); only
-// the loops are interchanged, so every query's result equals AttendRow's bit for bit.
-template <typename KvT>
-void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
-  const int hd = b.head_dim;
-  const __m256 scale_v = _mm256_set1_ps(b.scale);
-  const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  std::vector<float> kbuf(8 * static_cast<size_t>(hd));  // [8, head_dim] keys as f32
-  for (int32_t t0 = 0; t0 < b.n_compute; t0 += 8) {
-    const int32_t n_block = b.n_compute - t0 < 8 ? b.n_compute - t0 : 8;
-    for (int j = 0; j < n_block; ++j) {
-      const KvT* kt = k + static_cast<int64_t>(t0 + j) * b.kv_stride;
-      for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(&kbuf[j * hd + d], Load8(kt + d));
-    }
-    for (int i = 0; i < b.n_queries; ++i) {
-      const float* q = b.q[i];
-      __m256 acc[8];
-      for (int j = 0; j < 8; ++j) {
-        if (j >= n_block) {
-          acc[j] = _mm256_setzero_ps();
-          continue;
-        }
-        const float* kt = &kbuf[j * hd];
-        acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kt));
-        for (int d = 8; d < hd; d += 8) {
-          acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc[j]);
-        }
-      }
-      const __m256 keep = _mm256_castsi256_ps(LaneMask(b.n_visible[i] - t0));
-      const __m256 sums = _mm256_blendv_ps(minus_inf, _mm256_mul_ps(SumEach8(acc), scale_v), keep);
-      _mm256_maskstore_ps(b.scores + i * b.n_compute + t0, LaneMask(n_block), sums);
-    }
-  }
-  std::vector<float> inv(b.n_queries);
-  for (int i = 0; i < b.n_queries; ++i) {
-    inv[i] = SoftmaxWeights(b.scores + i * b.n_compute, b.n_compute);
-  }
-  constexpr int kTile = 3;
-  for (int i0 = 0; i0 < b.n_queries; i0 += kTile) {
-    const int nq = b.n_queries - i0 < kTile ? b.n_queries - i0 : kTile;
-    for (int d0 = 0; d0 < hd; d0 += 32) {
-      const int nv = (hd - d0 < 32 ? hd - d0 : 32) / 8;
-      kAccumulateBlock<KvT>[nq - 1][nv - 1](b, v, i0, d0, inv.data());
-    }
-  }
-}
-
 }  // namespace
-
-void AttendBlock(const AttentionBlock& block, const float* k, const float* v) {
-  AttendBlockT(block, k, v);
-}
-
-void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v) {
-  AttendBlockT(block, k, v);
-}
 
 void Exp(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 8) {

@@ -307,16 +307,12 @@ void GeGlu(const KernelContext& ctx, const float* gate, const float* up, float* 
 
 namespace {
 
-template <typename KvT>
-using AttendBlockFn = void (*)(const AttentionBlock&, const KvT*, const KvT*);
-
 // BASS-PAD (pad_to > 0: every sequence scores pad_to keys) or BASS-SPLIT (pad_to == 0: its
-// own), on a block kernel (AVX-512's or AVX2's). Work items are (sequence, KV head) — all of the sequence's
+// own), on the AVX-512 block kernel. Work items are (sequence, KV head) — all of the sequence's
 // rows and the heads sharing that KV head read each key once — or, when that leaves a thread
 // idle, (sequence, head). Either way each (row, head) gets AttendRow's bits.
 template <typename KvT>
-void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, int32_t pad_to,
-                          AttendBlockFn<KvT> attend_block) {
+void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, int32_t pad_to) {
   const int group = rows.n_head / rows.n_head_kv;
   const int64_t q_stride = static_cast<int64_t>(rows.n_head) * rows.head_dim;
   const int64_t kv_stride = static_cast<int64_t>(rows.n_head_kv) * rows.head_dim;
@@ -352,7 +348,7 @@ void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, i
           }
           if (q.empty()) continue;
           scores.resize(q.size() * static_cast<size_t>(n_compute));
-          AttentionBlock block;
+          avx512::AttentionBlock block;
           block.n_queries = static_cast<int>(q.size());
           block.q = q.data();
           block.out = out.data();
@@ -363,8 +359,8 @@ void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, i
           block.scale = rows.scale;
           block.scores = scores.data();
           const int64_t kv_off = static_cast<int64_t>(h0 / group) * rows.head_dim;
-          attend_block(block, static_cast<const KvT*>(rows.k[r0]) + kv_off,
-                       static_cast<const KvT*>(rows.v[r0]) + kv_off);
+          avx512::AttendBlock(block, static_cast<const KvT*>(rows.k[r0]) + kv_off,
+                              static_cast<const KvT*>(rows.v[r0]) + kv_off);
         }
       },
       MinItemsPerThread(macs_per_item));
@@ -406,12 +402,9 @@ void AttentionT(const KernelContext& ctx, const AttentionRows& rows, AttentionMo
   // BASS's variants as the paper defines them, where the fast kernel applies (chains, no
   // window): one computation per (sequence, KV head) over all its rows and heads, each key read
   // once (SPLIT: the sequence's own keys; PAD: every sequence padded to the longest).
-  if ((fast || avx2) && mode != AttentionMode::kRow && rows.key_mask.empty() &&
-      rows.first_visible.empty() && rows.seq_row_begin.size() >= 2) {
-    const AttendBlockFn<KvT> attend_block = fast ? static_cast<AttendBlockFn<KvT>>(avx512::AttendBlock)
-                                                 : static_cast<AttendBlockFn<KvT>>(avx2::AttendBlock);
-    return AttendSequenceBlocks<KvT>(ctx, rows, mode == AttentionMode::kPad ? n_padded : 0,
-                                     attend_block);
+  if (fast && mode != AttentionMode::kRow && rows.key_mask.empty() && rows.first_visible.empty() &&
+      rows.seq_row_begin.size() >= 2) {
+    return AttendSequenceBlocks<KvT>(ctx, rows, mode == AttentionMode::kPad ? n_padded : 0);
   }
   if (mode == AttentionMode::kPad) {
     ctx.pool->ParallelFor(

@@ -267,22 +267,6 @@ void Attention(const AttentionRows& rows);
 void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
 
-// Queries of one sequence and one KV head against its keys [0, n_compute) (BASS's batched
-// attention: a sequence's verification rows, or the query heads sharing a KV head, read each key
-// and value once): query i sees keys [0, n_visible[i]). k / v point at the head's first key /
-// value, consecutive keys kv_stride elements apart.
-struct AttentionBlock {
-  int n_queries = 0;
-  const float* const* q = nullptr;     // [n_queries] pointers to [head_dim]
-  float* const* out = nullptr;         // [n_queries] pointers to [head_dim]
-  const int32_t* n_visible = nullptr;  // [n_queries]
-  int32_t n_compute = 0;
-  int64_t kv_stride = 0;
-  int head_dim = 0;
-  float scale = 0.0f;
-  float* scores = nullptr;  // [n_queries, n_compute] scratch
-};
-
 // AVX2 kernels (matmul_avx2.cc), for CPUs without AVX-512: the packed int8 matmul (the AVX-512
 // kernels' results bit for bit) and attention. Callers go through Matmul and Attention.
 namespace avx2 {
@@ -299,10 +283,6 @@ void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride
 void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
                int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                float* scores, float* out);
-// AttentionBlock's queries; each query's output equals AttendRow's above bit for bit. head_dim a
-// multiple of 8.
-void AttendBlock(const AttentionBlock& block, const float* k, const float* v);
-void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v);
 }  // namespace avx2
 
 // AMX-INT8 (matmul_amx.cc): the packed i8 matmul on tiles, the AVX-512 kernel's results bit for
@@ -336,8 +316,19 @@ void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_
                int head_dim, float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,
                float* scores, float* out);
 // Queries of one sequence and one KV head against its keys [0, n_compute) (BASS's batched
-// attention; struct AttentionBlock): every query's output equals this namespace's AttendRow's
-// for the same row, bit for bit. head_dim must be a multiple of 16.
+// attention): query i sees keys [0, n_visible[i]); every query's output equals AttendRow's for
+// the same row, bit for bit. head_dim must be a multiple of 16.
+struct AttentionBlock {
+  int n_queries = 0;
+  const float* const* q = nullptr;     // [n_queries] pointers to [head_dim]
+  float* const* out = nullptr;         // [n_queries] pointers to [head_dim]
+  const int32_t* n_visible = nullptr;  // [n_queries]
+  int32_t n_compute = 0;
+  int64_t kv_stride = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  float* scores = nullptr;  // [n_queries, n_compute] scratch
+};
 void AttendBlock(const AttentionBlock& block, const float* k, const float* v);
 void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v);
 void StoreF16(const float* x, int64_t n, uint16_t* dst);

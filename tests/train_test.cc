@@ -474,6 +474,17 @@ TEST(Train, TeacherTopKIsTheEnginesNextTokenTopKAndResumesFromAPartialFile) {
   EXPECT_NE(other.ids, top.ids);
 }
 
+TEST(Train, SoftWeightWithoutTeacherTopKIsAnError) {
+  const std::string model = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  const specd::testing::CliRun r = specd::testing::RunSpecd(
+      "train draft --teacher " + model + " --tokenizer " + model + " --corpus " + SmallCorpus() +
+      " --soft-weight 0.5 -o " + specd::testing::TempDir() + "/soft_weight.gguf");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--soft-weight weighs the soft targets of --teacher-top-k"),
+            std::string::npos)
+      << r.out;
+}
+
 // The soft-target term by its definition: -sum_j p_j log q(id_j) per row, averaged, skipping
 // tokens outside the draft's FR-Spec head.
 TEST(Train, SoftTargetLossIsTheCrossEntropyAgainstTheTeachersTopK) {

@@ -382,6 +382,8 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     options.export_type = *DTypeFromName(state->type);
     options.bf16 = Bf16Pays(options.bf16);
     options.teacher_run.int8_weights = state->teacher_weights == "i8";
+    SPECD_CHECK(draft->count("--soft-weight") == 0 || options.teacher_top_k > 0,
+                "--soft-weight weighs the soft targets of --teacher-top-k, which is not set");
     auto tok = GgufFile::Open(options.tokenizer);
     options.shape.n_vocab = static_cast<int64_t>(
         tok->Get("tokenizer.ggml.tokens").AsArray("tokenizer.ggml.tokens").items.size());

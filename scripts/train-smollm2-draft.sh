@@ -20,7 +20,7 @@
 #     1280 new sequences (657K tokens, a third seed) that the target wrote as stored (Q4_1), 64 at
 #     a time, mixed as before, with soft targets on the target's text: its 16 most likely next
 #     tokens at every position (--teacher-top-k 16, weight 0.8), computed once by specd's engine
-#     (on an AVX2-only AMD EPYC: text 35 min at ~310 tokens/s, top-16 27 min at ~410 tokens/s,
+#     (on an AVX2-only AMD EPYC: text 35 min at ~310 tokens/s, top-16 ~27 min at ~410 tokens/s idle,
 #     training 40 min at ~1,000 tokens/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."

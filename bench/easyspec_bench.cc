@@ -171,6 +171,7 @@ void RunConfig(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, 
     r.n_predict = n_predict;
     r.sampling.temperature = 0.0f;
     r.stop_at_eos = false;
+    r.sum_logprob = false;
     const GenerateResult out = c->speculative
                                    ? GenerateSpeculative(p.target, p.draft, p.ctx, p.target_kv,
                                                          p.draft_kv, r, c->options, &c->stats)

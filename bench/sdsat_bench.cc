@@ -51,6 +51,7 @@ std::vector<GenerateRequest> RequestsOverEveryPrompt(
   std::vector<GenerateRequest> requests;
   for (size_t first = 0; first < prompts.size(); first += batch) {
     GenerateRequest request;
+    request.sum_logprob = false;
     for (int b = 0; b < batch; ++b)
       request.prompts.push_back(prompts[(first + b) % prompts.size()]);
     request.prompt = request.prompts[0];

@@ -245,6 +245,7 @@ void RunSpecBench(const SpecBenchOptions& o) {
       settings.n_predict = o.n_predict;
       settings.sampling = setting.params;
       settings.stop_at_eos = false;
+      settings.sum_logprob = false;  // as `specd generate` without --json or a budget
       const std::vector<GenerateRequest> groups =
           PromptGroups(prompts, batch, o.prompt_groups, settings);
       // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy. Plain decoding

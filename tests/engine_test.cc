@@ -101,6 +101,26 @@ TEST(Engine, SequencesThatSumNoLogProbabilityDecodeTheSame) {
   }
 }
 
+TEST(Engine, ARequestThatSumsNoLogProbabilityHandsThatToItsSequences) {
+  // `generate` without --json or a time budget, the benches and the trainer's teacher text read
+  // no mean log-probability and turn the sum off through the request.
+  ModelPair p(DType::kQ8_0, 99);
+  GenerateRequest r;
+  r.prompts = {Prompt(3, 1), Prompt(6, 3)};
+  r.n_predict = 12;
+  r.stop_at_eos = false;
+  auto kv = p.target->NewKvCache({2, 64});
+  const GenerateResult summed = GenerateAutoregressive(*p.target, p.ctx, *kv, r);
+  r.sum_logprob = false;
+  const GenerateResult unsummed = GenerateAutoregressive(*p.target, p.ctx, *kv, r);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(summed.sequences[i].tokens, unsummed.sequences[i].tokens);
+    EXPECT_EQ(summed.sequences[i].n_logprob, 12);
+    EXPECT_LT(summed.sequences[i].mean_logprob(), 0.0);
+    EXPECT_EQ(unsummed.sequences[i].n_logprob, 0);
+  }
+}
+
 TEST(Engine, PromptsWithTheirOwnLengthsGetThePrefixOfALongerRun) {
   // The trainer's teacher text fills sequences of one length from prompts of many: each sequence
   // stops at its own length, and its tokens must be what a batch run to the longest would give.

@@ -195,6 +195,7 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   const uint64_t span = stream.size() - kPrefix;
   for (int64_t first = resumed; first < n_sequences; first += kBatch) {
     GenerateRequest request;
+    request.sum_logprob = false;
     const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
     // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
     // greedy code, sampled code, greedy chat, sampled chat).
@@ -551,6 +552,7 @@ DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::str
   std::vector<int64_t> drafted_per_prompt, accepted_per_prompt;
   for (const auto& prompt : prompts) {
     GenerateRequest request;
+    request.sum_logprob = false;
     request.prompt = prompt;
     request.n_predict = n_new;
     request.sampling.temperature = 0.0f;

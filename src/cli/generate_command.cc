@@ -192,6 +192,8 @@ int RunGenerate(const GenerateOptions& options) {
   request.n_sequences =
       request.prompts.empty() ? o.batch : static_cast<int>(request.prompts.size());
   request.time_budget_ms = o.time_budget_ms;
+  // Read only by the budget's ranking and the JSON lines.
+  request.sum_logprob = o.time_budget_ms > 0 || o.json;
   SPECD_CHECK(request.prompts.empty() || o.batch == 1 ||
                   o.batch == static_cast<int>(request.prompts.size()),
               "--batch ", o.batch, " with --prompts: the batch is one sequence per prompt (",

@@ -55,6 +55,7 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
   base.sampling = r.sampling;
   base.stop_at_eos = r.stop_at_eos;
   base.stop_tokens = r.stop_tokens;
+  base.sum_logprob = r.sum_logprob;
   std::vector<int> ids;
   if (r.prompts.empty()) {
     base.prompt = r.prompt;

@@ -80,21 +80,24 @@ TEST(CostAwareDraftLength, PicksAnInteriorLengthForAffineCosts) {
   EXPECT_LE(k, 5);
 }
 
-TEST(CostAwareDraftLength, AStepTimeIsTheLeastOfTheLastFourAfterTwoColdSteps) {
+TEST(CostAwareDraftLength, AStepTimeIsTheMeanOfTheLastEightWithoutUpsetsAfterTwoColdSteps) {
   CostAwareDraftLength policy(4);
   policy.ObserveStep(1, 0, 90.0, false);  // the first two steps of a process: not kept
   policy.ObserveStep(1, 0, 60.0, false);
   EXPECT_EQ(policy.ExpectedTokensPerMs(0, 1), 0.0);
-  policy.ObserveStep(1, 0, 30.0, false);  // a slow one
+  policy.ObserveStep(1, 0, 30.0, false);  // an upset: more than 1.25x the least, left out
   policy.ObserveStep(1, 0, 3.0, false);
   EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.0, 1e-12);
-  for (double ms : {4.0, 5.0, 4.5}) policy.ObserveStep(1, 0, ms, false);
-  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.0, 1e-12);
-  policy.ObserveStep(1, 0, 6.0, false);  // 3.0 is now five measurements old
-  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 4.0, 1e-12);
+  policy.ObserveStep(1, 0, 3.3, false);
+  policy.ObserveStep(1, 0, 3.6, false);
+  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.3, 1e-12);
+  for (int i = 0; i < 5; ++i) policy.ObserveStep(1, 0, 4.0, false);  // the 30 drops out
+  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.3, 1e-12);    // 4.0 > 1.25 x 3.0
+  policy.ObserveStep(1, 0, 4.0, false);  // 3.0 is now nine measurements old
+  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 8.0 / (3.3 + 3.6 + 6 * 4.0), 1e-12);
   // Steps whose draft caught up on skipped tokens are left out.
   policy.ObserveStep(1, 0, 1.0, /*catch_up=*/true);
-  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 4.0, 1e-12);
+  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 8.0 / (3.3 + 3.6 + 6 * 4.0), 1e-12);
 }
 
 TEST(CostAwareDraftLength, AProposerThatOftenHasNothingIsJudgedByWhatItDrafts) {
@@ -130,6 +133,9 @@ struct SimulatedMachine {
   // A target forward right after a draft forward costs this much more (the draft's forwards
   // pushed target weights out of the caches).
   double after_draft_factor = 1.0;
+  // What each committed token costs besides the forwards (sampling it, the draft reading it):
+  // a step whose drafts are accepted takes longer than one whose drafts are rejected.
+  double per_token_ms = 0.0;
 };
 
 double Interpolate(const std::vector<std::pair<int, double>>& curve, int n) {
@@ -142,17 +148,23 @@ double Interpolate(const std::vector<std::pair<int, double>>& curve, int n) {
 
 // Decodes `batch` sequences of n_tokens each, every drafted token accepted with probability
 // `acceptance` until the first rejection, with the policy choosing K; returns tokens per ms.
+// With `clustering` c > 0 a token is as predictable as the one before with probability c (else
+// drawn afresh): real text has easy and hard stretches, so acceptances come in runs.
 // The draft catches up on tokens committed by plain steps (at most 32 per sequence) in its first
 // forward of the next drafting step, as the draft-model proposer does.
 double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy, int batch,
-                            double acceptance, int n_tokens, uint64_t seed) {
+                            double acceptance, int n_tokens, uint64_t seed,
+                            double clustering = 0.0) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   // Whether the draft predicts the token at each position (greedy decoding: a property of the
   // text), drawn up front so that every policy meets the same text.
   std::vector<std::vector<char>> predictable(batch, std::vector<char>(n_tokens));
   for (auto& sequence : predictable) {
-    for (char& p : sequence) p = u(rng) < acceptance;
+    for (size_t i = 0; i < sequence.size(); ++i) {
+      const bool fresh = i == 0 || clustering == 0.0 || u(rng) >= clustering;
+      sequence[i] = fresh ? u(rng) < acceptance : sequence[i - 1];
+    }
   }
   int target_forwards = 0, draft_forwards = 0;
   auto cost = [&](const std::vector<std::pair<int, double>>& curve, int rows, int* count) {
@@ -203,7 +215,8 @@ double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy
     if (step.k > 0 || drafted_last) step.target_ms *= m.after_draft_factor;
     drafted_last = step.k > 0;
     step.forward_ms = step_ms + step.target_ms;
-    step.step_ms = step.forward_ms + m.overhead_per_row_ms * step.target_rows;
+    step.step_ms = step.forward_ms + m.overhead_per_row_ms * step.target_rows +
+                   m.per_token_ms * step.tokens;
     policy.Observe(step);
     total_ms += step.step_ms;
     total_tokens += step.tokens;
@@ -270,13 +283,19 @@ class RecordingPolicy : public DraftLengthPolicy {
   std::vector<int> chosen_;
 };
 
-TEST(CostAwarePolicy, ReachesTheBestFixedLengthOnRecordedCostCurves) {
+// Over the recorded cost curves, every batch size and a range of acceptances, the policy's
+// tokens per ms (mean of 8 runs) against the best fixed K chosen in hindsight (plain steps
+// included). per_token_share: each committed token costs this share of a one-row target
+// forward besides the forwards; clustering: see SimulatedTokensPerMs.
+void ExpectNearTheBestFixedLength(double per_token_share, double clustering, double min_ratio) {
   struct Case {
     const char* name;
-    const SimulatedMachine* machine;
+    const SimulatedMachine* base;
   };
   for (const Case& c : {Case{"smollm2", &kSmolLm2}, Case{"specd-pair", &kSpecdPair},
                         Case{"memory-bound", &kMemoryBound}}) {
+    SimulatedMachine machine = *c.base;
+    machine.per_token_ms = per_token_share * machine.target_ms.front().second;
     for (int batch : {1, 2, 4, 8, 16}) {
       for (double acceptance : {0.5, 0.7, 0.85}) {
         double best_fixed = 0.0, policy_rate = 0.0;
@@ -288,7 +307,8 @@ TEST(CostAwarePolicy, ReachesTheBestFixedLengthOnRecordedCostCurves) {
           double rate = 0.0;
           for (uint64_t seed = 1; seed <= kRuns; ++seed) {
             FixedDraftLength fixed(k);
-            rate += SimulatedTokensPerMs(*c.machine, fixed, batch, acceptance, 256, seed) / kRuns;
+            rate += SimulatedTokensPerMs(machine, fixed, batch, acceptance, 256, seed, clustering) /
+                    kRuns;
           }
           if (rate > best_fixed) best_fixed = rate, best_k = k;
         }
@@ -297,16 +317,32 @@ TEST(CostAwarePolicy, ReachesTheBestFixedLengthOnRecordedCostCurves) {
           CostAwarePolicy policy(8);
           RecordingPolicy recording(&policy);
           policy_rate +=
-              SimulatedTokensPerMs(*c.machine, recording, batch, acceptance, 256, seed) / kRuns;
+              SimulatedTokensPerMs(machine, recording, batch, acceptance, 256, seed, clustering) /
+              kRuns;
           chosen += " |" + recording.Histogram();
         }
-        EXPECT_GE(policy_rate, 0.95 * best_fixed)
+        EXPECT_GE(policy_rate, min_ratio * best_fixed)
             << c.name << ", batch " << batch << ", acceptance " << acceptance << ": "
             << policy_rate / best_fixed << " of the best fixed K = " << best_k << " at "
             << best_fixed << " tokens/ms; the policy chose" << chosen;
       }
     }
   }
+}
+
+TEST(CostAwarePolicy, ReachesTheBestFixedLengthOnRecordedCostCurves) {
+  ExpectNearTheBestFixedLength(0.0, 0.0, 0.95);
+}
+
+// As measured on SmolLM2 at t = 0.7 on a Zen 2 EPYC: a K = 1 step took 7.7 ms when its draft was
+// rejected and 8.7 when it was accepted (a second token sampled and read by the draft), a
+// plain step 5.75 ms, and acceptances came in runs. Timed by the least of a few steps, K = 1
+// looked as slow as its accepted steps after a run of them, and the policy kept to plain steps
+// where K = 1 was 1.16x (0.99x). Here each token costs a quarter of a one-row forward and half of
+// the tokens repeat the previous one's predictability: the least of the last four gave 0.894
+// of the best fixed K in the worst case, the mean of the recent steps 0.927.
+TEST(CostAwarePolicy, ReachesTheBestFixedLengthWhenAcceptedTokensCostTimeAndComeInRuns) {
+  ExpectNearTheBestFixedLength(0.25, 0.5, 0.92);
 }
 
 TEST(CostAwarePolicy, AColdFirstStepDoesNotSwitchSpeculationOff) {

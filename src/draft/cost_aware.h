@@ -16,8 +16,9 @@
 //    from drafting; large ones, whose verification is compute-bound, often do not); K then
 //    climbs while the longest tried is the best, doubling (drafting more costs more, so tokens
 //    per ms are single-peaked in K), and the untried neighbours of the best are tried next;
-//  - a (B, K)'s time is the least of its last 4 measurements (a shared machine's upsets only
-//    ever add time), and the best K is measured twice before it is trusted;
+//  - a (B, K)'s time is the mean of its last 8 measurements without the upsets (those over 1.25x
+//    the least: a shared machine's upsets only ever add time), and the best K is measured twice
+//    before it is trusted;
 //  - the times of a process's first 2 steps are not kept (they run cold);
 //  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
 //    (times drift: memory bandwidth on a shared machine comes and goes); K = 0 takes two plain
@@ -27,7 +28,7 @@
 //    (SetDraftOverheadPerToken), which a step's time does not show;
 //  - a drafting K that lost to plain steps on one measurement is measured once more before
 //    plain steps are trusted (at most twice per run): one slow step must not switch it off;
-//  - after plain steps, drafting resumes only when predicted 5% better (the draft must first
+//  - after plain steps, drafting resumes only when predicted 2% better (the draft must first
 //    catch up on what they wrote); when plain steps win but drafting is within 10% of them,
 //    drafting is probed once more after 16 plain steps (unless the request is about to end), to
 //    follow a changing acceptance or undo an unlucky measurement. More probes cost more than
@@ -72,10 +73,17 @@ class CostAwareDraftLength {
   double ExpectedTokensPerMs(int k, int n_sequences) const;
 
  private:
-  // The last few step times of one (batch, K); the estimate is their minimum: the upsets of a
-  // step on a shared machine (a cold start, a neighbour's burst) only ever add time.
+  // The last few step times of one (batch, K); the estimate is the mean of those within
+  // kUpsetFactor of the least. The upsets of a step on a shared machine (a cold start, a
+  // neighbour's burst) only ever add time, so the slow ones are left out; but the rest are
+  // averaged, not reduced to their least: a step that commits more tokens takes longer (each is
+  // sampled, scored, read by the draft), so the least of a few would be the time of a step
+  // whose drafts were rejected, and after a run of accepted ones a drafting K looked as slow as
+  // its slowest (SmolLM2 at t = 0.7 on Zen 2: plain steps for the rest of a request where
+  // K = 1 was 1.16x).
   struct StepTime {
-    static constexpr int kKept = 4;
+    static constexpr int kKept = 8;
+    static constexpr double kUpsetFactor = 1.25;
     double recent_ms[kKept] = {};
     int count = 0;
     double drafted = -1.0;  // mean drafts per sequence at this K (moving average), -1: unknown

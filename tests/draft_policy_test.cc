@@ -148,10 +148,10 @@ double Interpolate(const std::vector<std::pair<int, double>>& curve, int n) {
 
 // Decodes `batch` sequences of n_tokens each, every drafted token accepted with probability
 // `acceptance` until the first rejection, with the policy choosing K; returns tokens per ms.
-// With `clustering` c > 0 a token is as predictable as the one before with probability c (else
-// drawn afresh): real text has easy and hard stretches, so acceptances come in runs.
 // The draft catches up on tokens committed by plain steps (at most 32 per sequence) in its first
 // forward of the next drafting step, as the draft-model proposer does.
+// With `clustering` c > 0 a token is as predictable as the one before with probability c (else
+// drawn afresh): real text has easy and hard stretches, so acceptances come in runs.
 double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy, int batch,
                             double acceptance, int n_tokens, uint64_t seed,
                             double clustering = 0.0) {
@@ -162,6 +162,7 @@ double SimulatedTokensPerMs(const SimulatedMachine& m, DraftLengthPolicy& policy
   std::vector<std::vector<char>> predictable(batch, std::vector<char>(n_tokens));
   for (auto& sequence : predictable) {
     for (size_t i = 0; i < sequence.size(); ++i) {
+      // Without clustering no coin is drawn, so the other tests keep their random streams.
       const bool fresh = i == 0 || clustering == 0.0 || u(rng) >= clustering;
       sequence[i] = fresh ? u(rng) < acceptance : sequence[i - 1];
     }

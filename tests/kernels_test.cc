@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "base/rng.h"
@@ -320,8 +321,8 @@ TEST(Kernels, RopeMatchesReference) {
   }
 }
 
-// A gated activation's scalar and AVX-512 paths against its reference (103 values: the AVX-512
-// path's masked tail is exercised too).
+// A gated activation's scalar, AVX2 and AVX-512 paths against its reference (103 values: the
+// vector paths' masked tails are exercised too); the AVX2 and AVX-512 paths agree bit for bit.
 void CheckGluMatchesReference(void (*fast_fn)(const KernelContext&, const float*, const float*,
                                               float*, int64_t),
                               void (*reference_fn)(const float*, const float*, float*, int64_t),
@@ -330,13 +331,20 @@ void CheckGluMatchesReference(void (*fast_fn)(const KernelContext&, const float*
   std::vector<float> ref(n);
   reference_fn(g.data(), u.data(), ref.data(), n);
   ThreadPool pool(1);
-  for (bool avx512 : {false, true}) {
-    KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if (avx512 && !ctx.cpu.avx512) continue;
-    ctx.cpu.avx512 = avx512;
-    std::vector<float> fast(n);
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  std::map<std::string, std::vector<float>> by_isa;
+  for (const std::string isa : {"scalar", "avx2", "avx512"}) {
+    KernelContext ctx{&pool, cpu};
+    if ((isa == "avx2" && !cpu.avx2) || (isa == "avx512" && !cpu.avx512)) continue;
+    ctx.cpu.avx512 = isa == "avx512";
+    ctx.cpu.avx2 = isa == "avx2";
+    std::vector<float> fast(n, 7.0f);
     fast_fn(ctx, g.data(), u.data(), fast.data(), n);
-    EXPECT_LT(RelativeError(fast, ref), 1e-6) << "avx512 " << avx512;
+    EXPECT_LT(RelativeError(fast, ref), 1e-6) << isa;
+    by_isa[isa] = fast;
+  }
+  if (by_isa.count("avx2") && by_isa.count("avx512")) {
+    EXPECT_EQ(by_isa["avx2"], by_isa["avx512"]);
   }
 }
 
@@ -372,6 +380,7 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
   using ExpFn = void (*)(const float*, float*, int64_t);
   std::vector<std::pair<const char*, ExpFn>> kernels = {{"avx2", avx2::Exp}};
   if (cpu.avx512) kernels.push_back({"avx512", avx512::Exp});
+  std::vector<std::vector<float>> outputs;
   for (const auto& [isa, exp_fn] : kernels) {
     std::vector<float> y(x.size() + 1, 7.0f);
     exp_fn(x.data(), y.data(), static_cast<int64_t>(x.size()));
@@ -388,6 +397,10 @@ TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
       }
     }
     EXPECT_EQ(y.back(), 1.0f) << isa;
+    outputs.push_back(y);
+  }
+  if (outputs.size() == 2) {
+    EXPECT_EQ(outputs[0], outputs[1]) << "avx2 and avx512 differ";
   }
 }
 

@@ -449,7 +449,9 @@ TEST(Train, TeacherTopKIsTheEnginesNextTokenTopKAndResumesFromAPartialFile) {
       const int64_t at = (s * ctx + t) * k + j;
       EXPECT_EQ(top.ids[at], want[j].first) << "sequence " << s << " row " << t << " rank " << j;
       EXPECT_NEAR(top.probs[at], std::exp(want[j].second), 1e-5);
-      if (j > 0) EXPECT_LE(top.probs[at], top.probs[at - 1]);
+      if (j > 0) {
+        EXPECT_LE(top.probs[at], top.probs[at - 1]);
+      }
       sum += top.probs[at];
     }
     EXPECT_LE(sum, 1.0 + 1e-5);

@@ -14,36 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/simd_avx2.h"
 #include "kernels/kernels.h"
 
 namespace specd::avx2 {
 namespace {
-
-// exp(x) for 8 floats: avx512::Exp16's reduction and polynomial (x = n ln2 + r, |r| <= ln2/2,
-// degree 6), with 2^n applied as two normal factors 2^floor(n/2) 2^(n - floor(n/2)) so that
-// results down to the subnormals round once. Inputs below -104 (including -inf) give exactly 0.
-inline __m256 Exp8(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(88.7f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.3981999507e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i ni = _mm256_cvtps_epi32(n);  // [-150, 128]
-  const __m256i half = _mm256_srai_epi32(ni, 1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 scale0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
-  const __m256 scale1 = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
-  const __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, scale0), scale1);
-  return _mm256_andnot_ps(underflow, e);
-}
 
 // r[j] = sum of the 8 lanes of v[j], for 8 vectors at once, each summed in the same order:
 // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
@@ -51,11 +26,6 @@ inline __m256 SumEach8(const __m256 v[8]) {
   const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
   const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// All bits of lanes [0, n) set (n < 0: none; n > 8: all), for masked loads, stores and blends.
-inline __m256i LaneMask(int32_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 inline float HorizontalMax(__m256 v) {
@@ -177,13 +147,6 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
 }
 
 }  // namespace
-
-void Exp(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256i m = LaneMask(n - i < 8 ? static_cast<int32_t>(n - i) : 8);
-    _mm256_maskstore_ps(y + i, m, Exp8(_mm256_maskload_ps(x + i, m)));
-  }
-}
 
 void AttendRow(const float* q, const float* k, const float* v, int64_t kv_stride, int head_dim,
                float scale, int32_t n_visible, int32_t n_compute, const uint8_t* mask,

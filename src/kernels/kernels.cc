@@ -297,11 +297,13 @@ void Softmax(float* x, int64_t n) {
 
 void SwiGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n) {
   if (ctx.cpu.avx512) return avx512::SwiGlu(gate, up, y, n);
+  if (ctx.cpu.avx2) return avx2::SwiGlu(gate, up, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void GeGlu(const KernelContext& ctx, const float* gate, const float* up, float* y, int64_t n) {
   if (ctx.cpu.avx512) return avx512::GeGlu(gate, up, y, n);
+  if (ctx.cpu.avx2) return avx2::GeGlu(gate, up, y, n);
   reference::GeGlu(gate, up, y, n);
 }
 

@@ -272,8 +272,11 @@ void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 namespace avx2 {
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);
-// exp of n floats (attention_avx2.cc): relative error ~2e-7, exactly 0 below -104 and for -inf.
+// exp of n floats (vector_avx2.cc): relative error ~2e-7, exactly 0 below -104 and for -inf.
+// It and the gated activations give avx512's bits.
 void Exp(const float* x, float* y, int64_t n);
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+void GeGlu(const float* gate, const float* up, float* y, int64_t n);
 // Attention of one query row and head (attention_avx2.cc), as avx512::AttendRow's contract says;
 // head_dim a multiple of 8. Its structure in 8 lanes (f16 keys widened by F16C), so results
 // differ from the AVX-512 kernel's in rounding, not in what they compute.

@@ -114,6 +114,27 @@ TEST(CostAwareDraftLength, AProposerThatOftenHasNothingIsJudgedByWhatItDrafts) {
   EXPECT_LE(drafting, 2);
 }
 
+TEST(CostAwareDraftLength, MeasuresPlainStepsAtBatchOneWhereTheClimbNeverMeetsThem) {
+  // The 16.5M pair sampled on a Zen 2 EPYC, as measured: a plain step 0.6 ms, a step of K drafts
+  // 0.75 + 0.45 K ms, acceptance 0.9. K = 3 commits 3.44 tokens in 2.1 ms (1.64 per ms), plain
+  // steps 1.67 per ms: every K loses, narrowly. The climb from K = 2 settles on K = 3-4 and
+  // meets K = 0 only as K = 1's neighbour, so plain steps were never timed (the server at one
+  // client: 0.93x of plain over 9 runs).
+  CostAwareDraftLength policy(8);
+  std::mt19937_64 rng(11);
+  std::bernoulli_distribution accept(0.9);
+  int plain_late = 0;
+  for (int step = 0; step < 300; ++step) {
+    const int k = policy.Next(1, 1000);
+    policy.ObserveStep(1, k, k == 0 ? 0.6 : 0.75 + 0.45 * k, /*catch_up=*/false);
+    int accepted = 0;
+    while (accepted < k && accept(rng)) ++accepted;
+    policy.ObserveAcceptance(k, accepted);
+    if (step >= 100 && k == 0) ++plain_late;
+  }
+  EXPECT_GE(plain_late, 150);
+}
+
 TEST(CostAwareDraftLength, AcceptanceIsTheGeometricEstimate) {
   CostAwareDraftLength policy(8, 0.5);
   for (int i = 0; i < 500; ++i) policy.ObserveAcceptance(4, 3);  // 3 accepted, then a rejection
@@ -341,9 +362,10 @@ TEST(CostAwarePolicy, ReachesTheBestFixedLengthOnRecordedCostCurves) {
 // looked as slow as its accepted steps after a run of them, and the policy kept to plain steps
 // where K = 1 was 1.16x (0.99x). Here each token costs a quarter of a one-row forward and half of
 // the tokens repeat the previous one's predictability: the least of the last four gave 0.894
-// of the best fixed K in the worst case, the mean of the recent steps 0.927.
+// of the best fixed K in the worst case, the mean of the recent steps 0.927, and with plain steps
+// measured once at every batch size 0.939.
 TEST(CostAwarePolicy, ReachesTheBestFixedLengthWhenAcceptedTokensCostTimeAndComeInRuns) {
-  ExpectNearTheBestFixedLength(0.25, 0.5, 0.92);
+  ExpectNearTheBestFixedLength(0.25, 0.5, 0.93);
 }
 
 TEST(CostAwarePolicy, AColdFirstStepDoesNotSwitchSpeculationOff) {

@@ -164,9 +164,12 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
       drafting_steps_ = 0;
       refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
       // In turn: the longer neighbour, the shorter one, plain steps.
-      refresh_turn_ = (refresh_turn_ + 1) % 3;
+      // Plain steps never measured at this batch size come first: drafting may lose to them at
+      // every K (the climb starts from K = 2 at batch 1 and meets K = 0 only via K = 1).
+      const bool plain_unknown = Time(batch, 0) == nullptr;
+      refresh_turn_ = plain_unknown ? 2 : (refresh_turn_ + 1) % 3;
       const int k = refresh_turn_ == 2 ? 0 : std::clamp(best + 1 - 2 * refresh_turn_, 0, k_max_);
-      if (k == 0 && ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate &&
+      if (k == 0 && (plain_unknown || ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate) &&
           remaining_tokens > 2) {
         plain_refresh_pending_ = true;
         return 0;

@@ -23,7 +23,9 @@
 //  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
 //    (times drift: memory bandwidth on a shared machine comes and goes); K = 0 takes two plain
 //    steps, the first of which is not timed (it follows drafting), and only while plain steps
-//    are within reach (at least 80% of the best rate): otherwise their time cannot matter;
+//    are within reach (at least 80% of the best rate): otherwise their time cannot matter.
+//    Plain steps not yet measured at the batch size are the first refresh: a climb that settles
+//    on K >= 2 never meets them otherwise, and drafting can lose to them at every K;
 //  - drafting is charged what the draft's reading of new prompts costs per token it commits
 //    (SetDraftOverheadPerToken), which a step's time does not show;
 //  - a drafting K that lost to plain steps on one measurement is measured once more before

@@ -38,9 +38,20 @@ void CostAwareDraftLength::ObserveAcceptance(int drafted, int accepted) {
 void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, bool catch_up,
                                        double mean_drafted) {
   if (n_sequences <= 0 || step_ms <= 0.0 || catch_up || ++steps_seen_ <= kColdSteps) return;
+  const StepTime* plain = k > 0 ? Time(n_sequences, 0) : nullptr;
+  const double plain_now_ms = plain != nullptr ? plain->ms() : 0.0;
   StepTime& t = times_[{n_sequences, k}];
   if (t.count == 0) ++measured_ks_[n_sequences];
+  t.plain_then_ms[t.count % StepTime::kKept] = plain_now_ms;
   t.recent_ms[t.count++ % StepTime::kKept] = step_ms;
+  // The first plain time at a batch size (once measured twice) stands for the plain time of the
+  // drafting steps measured before it: the first steps try drafting, these came soon after.
+  if (k == 0 && t.count == kTrusted) {
+    for (auto& [key, drafting] : times_) {
+      if (key.first != n_sequences || key.second == 0) continue;
+      for (double& then_ms : drafting.plain_then_ms) then_ms = then_ms > 0.0 ? then_ms : t.ms();
+    }
+  }
   if (mean_drafted >= 0.0) {
     t.drafted = t.drafted < 0.0 ? mean_drafted : 0.8 * t.drafted + 0.2 * mean_drafted;
   }
@@ -56,6 +67,35 @@ double CostAwareDraftLength::StepTime::ms() const {
     if (recent_ms[i] <= kUpsetFactor * least) sum += recent_ms[i], ++kept;
   }
   return sum / kept;
+}
+
+double CostAwareDraftLength::StepTime::PlainThenMs() const {
+  const int n = std::min(count, kKept);
+  if (n == 0) return 0.0;
+  const double least = *std::min_element(recent_ms, recent_ms + n);
+  double sum = 0.0;
+  int kept = 0;
+  for (int i = 0; i < n; ++i) {
+    if (recent_ms[i] > kUpsetFactor * least) continue;
+    if (plain_then_ms[i] <= 0.0) return 0.0;
+    sum += plain_then_ms[i], ++kept;
+  }
+  return sum / kept;
+}
+
+double CostAwareDraftLength::CurrentMs(int batch, int k) const {
+  const StepTime* t = Time(batch, k);
+  if (t == nullptr) return 0.0;
+  const double ms = t->ms();
+  const StepTime* plain = k > 0 ? Time(batch, 0) : nullptr;
+  const double then_ms = t->PlainThenMs();
+  if (plain == nullptr || then_ms <= 0.0) return ms;
+  // Drifts within 5% are left alone: a mean of jittery plain steps moves that much by chance, and
+  // that noise would be added to every drafting K's time. Never below half the measured time: a
+  // drift that large is a changed machine, not longer contexts.
+  const double drift_ms = plain->ms() - then_ms;
+  if (std::abs(drift_ms) <= 0.05 * then_ms) return ms;
+  return std::max(0.5 * ms, ms + drift_ms);
 }
 
 double CostAwareDraftLength::acceptance() const {
@@ -85,12 +125,13 @@ int CostAwareDraftLength::DecidingBatch(int n_sequences) const {
 double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   const int batch = DecidingBatch(n_sequences);
   const StepTime* t = Time(batch, k);
-  if (t == nullptr || t->ms() <= 0.0) return 0.0;
+  const double step_ms = CurrentMs(batch, k);
+  if (t == nullptr || step_ms <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
   const double drafts = t->drafted >= 0.0 ? t->drafted : k;
   const double tokens = (1.0 - std::pow(a, drafts + 1)) / (1.0 - a);  // per sequence
   const double overhead_ms = k > 0 ? draft_overhead_ms_ * tokens * batch : 0.0;
-  return tokens / (t->ms() + overhead_ms);
+  return tokens / (step_ms + overhead_ms);
 }
 
 int CostAwareDraftLength::BestMeasured(int batch, double* rate) const {

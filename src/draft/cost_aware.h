@@ -18,7 +18,8 @@
 //    per ms are single-peaked in K), and the untried neighbours of the best are tried next;
 //  - a (B, K)'s time is the mean of its last 8 measurements without the upsets (those over 1.25x
 //    the least: a shared machine's upsets only ever add time), and the best K is measured twice
-//    before it is trusted;
+//    before it is trusted; a drafting K's time moves with plain steps' time since it was
+//    measured (contexts grow while plain steps run: see StepTime);
 //  - the times of a process's first 2 steps are not kept (they run cold);
 //  - after 4, 8, then every 16 drafting steps a neighbour of the best K is measured again
 //    (times drift: memory bandwidth on a shared machine comes and goes); K = 0 takes two plain
@@ -83,18 +84,29 @@ class CostAwareDraftLength {
   // whose drafts were rejected, and after a run of accepted ones a drafting K looked as slow as
   // its slowest (SmolLM2 at t = 0.7 on Zen 2, traced: requests that kept to plain steps after
   // such a run; over 16 prompts 0.99x where K = 1 gave 1.16x).
+  // A drafting K also remembers what plain steps took (at its batch size) when each of its steps
+  // was measured: contexts grow while plain steps run, and a plain step at batch 4 of SmolLM2 went
+  // 9.0 -> 11.3 ms over 200 tokens while K = 1's time, measured at the start, stayed 18.3 ms; so
+  // K = 1 looked better and better and was probed again and again (it then took 20.8 ms). Its
+  // time is moved by as much as plain steps' has moved since (a step's attention grows about as
+  // much whatever its rows: 18.3 + 2.3 against the 20.8 measured).
   struct StepTime {
     static constexpr int kKept = 8;
     static constexpr double kUpsetFactor = 1.25;
     double recent_ms[kKept] = {};
+    double plain_then_ms[kKept] = {};  // plain steps' time when each was measured, 0: unknown
     int count = 0;
     double drafted = -1.0;  // mean drafts per sequence at this K (moving average), -1: unknown
     double ms() const;
+    // The mean of plain_then_ms over the steps ms() keeps, 0 if any is unknown.
+    double PlainThenMs() const;
   };
   // The batch size whose times decide for n_sequences: itself once it has two K measured,
   // otherwise the nearest that has if within 25% (else n_sequences itself).
   int DecidingBatch(int n_sequences) const;
   const StepTime* Time(int batch, int k) const;
+  // K's step time at `batch`, moved by the drift of plain steps' time since it was measured.
+  double CurrentMs(int batch, int k) const;
   // The measured K with the highest expected rate at `batch` (-1 if none).
   int BestMeasured(int batch, double* rate) const;
 

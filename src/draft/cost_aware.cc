@@ -57,19 +57,7 @@ void CostAwareDraftLength::ObserveStep(int n_sequences, int k, double step_ms, b
   }
 }
 
-double CostAwareDraftLength::StepTime::ms() const {
-  const int n = std::min(count, kKept);
-  if (n == 0) return 0.0;
-  const double least = *std::min_element(recent_ms, recent_ms + n);
-  double sum = 0.0;
-  int kept = 0;
-  for (int i = 0; i < n; ++i) {
-    if (recent_ms[i] <= kUpsetFactor * least) sum += recent_ms[i], ++kept;
-  }
-  return sum / kept;
-}
-
-double CostAwareDraftLength::StepTime::PlainThenMs() const {
+double CostAwareDraftLength::StepTime::MeanOverKept(const double* values) const {
   const int n = std::min(count, kKept);
   if (n == 0) return 0.0;
   const double least = *std::min_element(recent_ms, recent_ms + n);
@@ -77,8 +65,8 @@ double CostAwareDraftLength::StepTime::PlainThenMs() const {
   int kept = 0;
   for (int i = 0; i < n; ++i) {
     if (recent_ms[i] > kUpsetFactor * least) continue;
-    if (plain_then_ms[i] <= 0.0) return 0.0;
-    sum += plain_then_ms[i], ++kept;
+    if (values[i] <= 0.0) return 0.0;
+    sum += values[i], ++kept;
   }
   return sum / kept;
 }

@@ -97,9 +97,11 @@ class CostAwareDraftLength {
     double plain_then_ms[kKept] = {};  // plain steps' time when each was measured, 0: unknown
     int count = 0;
     double drafted = -1.0;  // mean drafts per sequence at this K (moving average), -1: unknown
-    double ms() const;
-    // The mean of plain_then_ms over the steps ms() keeps, 0 if any is unknown.
-    double PlainThenMs() const;
+    double ms() const { return MeanOverKept(recent_ms); }
+    double PlainThenMs() const { return MeanOverKept(plain_then_ms); }
+    // The mean of values[i] over the steps within kUpsetFactor of the least; 0 if none, or if
+    // one of those values is unknown (<= 0).
+    double MeanOverKept(const double* values) const;
   };
   // The batch size whose times decide for n_sequences: itself once it has two K measured,
   // otherwise the nearest that has if within 25% (else n_sequences itself).

@@ -198,7 +198,8 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
       const bool plain_unknown = Time(batch, 0) == nullptr;
       refresh_turn_ = plain_unknown ? 2 : (refresh_turn_ + 1) % 3;
       const int k = refresh_turn_ == 2 ? 0 : std::clamp(best + 1 - 2 * refresh_turn_, 0, k_max_);
-      if (k == 0 && (plain_unknown || ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate) &&
+      if (k == 0 &&
+          (plain_unknown || ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate) &&
           remaining_tokens > 2) {
         plain_refresh_pending_ = true;
         return 0;

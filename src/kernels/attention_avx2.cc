@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/simd_avx2.h"
 #include "kernels/kernels.h"
+#include "kernels/simd_avx2.h"
 
 namespace specd::avx2 {
 namespace {

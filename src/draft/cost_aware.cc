@@ -71,12 +71,10 @@ double CostAwareDraftLength::StepTime::MeanOverKept(const double* values) const 
   return sum / kept;
 }
 
-double CostAwareDraftLength::CurrentMs(int batch, int k) const {
-  const StepTime* t = Time(batch, k);
-  if (t == nullptr) return 0.0;
-  const double ms = t->ms();
+double CostAwareDraftLength::CurrentMs(const StepTime& t, int batch, int k) const {
+  const double ms = t.ms();
   const StepTime* plain = k > 0 ? Time(batch, 0) : nullptr;
-  const double then_ms = t->PlainThenMs();
+  const double then_ms = t.PlainThenMs();
   if (plain == nullptr || then_ms <= 0.0) return ms;
   // Drifts within 5% are left alone: a mean of jittery plain steps moves that much by chance, and
   // that noise would be added to every drafting K's time. Never below half the measured time: a
@@ -113,8 +111,8 @@ int CostAwareDraftLength::DecidingBatch(int n_sequences) const {
 double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   const int batch = DecidingBatch(n_sequences);
   const StepTime* t = Time(batch, k);
-  const double step_ms = CurrentMs(batch, k);
-  if (t == nullptr || step_ms <= 0.0) return 0.0;
+  const double step_ms = t != nullptr ? CurrentMs(*t, batch, k) : 0.0;
+  if (step_ms <= 0.0) return 0.0;
   const double a = std::min(acceptance(), 0.999);
   const double drafts = t->drafted >= 0.0 ? t->drafted : k;
   const double tokens = (1.0 - std::pow(a, drafts + 1)) / (1.0 - a);  // per sequence

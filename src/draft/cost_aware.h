@@ -87,7 +87,7 @@ class CostAwareDraftLength {
   // A drafting K also remembers what plain steps took (at its batch size) when each of its steps
   // was measured: contexts grow while plain steps run, and a plain step at batch 4 of SmolLM2 went
   // 9.0 -> 11.3 ms over 200 tokens while K = 1's time, measured at the start, stayed 18.3 ms; so
-  // K = 1 looked better and better and was probed again and again (it then took 20.8 ms). Its
+  // K = 1 looked better and better and drafting resumed again and again (it then took 20.8 ms). Its
   // time is moved by as much as plain steps' has moved since (a step's attention grows about as
   // much whatever its rows: 18.3 + 2.3 against the 20.8 measured).
   struct StepTime {
@@ -107,8 +107,8 @@ class CostAwareDraftLength {
   // otherwise the nearest that has if within 25% (else n_sequences itself).
   int DecidingBatch(int n_sequences) const;
   const StepTime* Time(int batch, int k) const;
-  // K's step time at `batch`, moved by the drift of plain steps' time since it was measured.
-  double CurrentMs(int batch, int k) const;
+  // K's step time `t` at `batch`, moved by the drift of plain steps' time since it was measured.
+  double CurrentMs(const StepTime& t, int batch, int k) const;
   // The measured K with the highest expected rate at `batch` (-1 if none).
   int BestMeasured(int batch, double* rate) const;
 

@@ -29,8 +29,9 @@ double Median(std::vector<double> v) {
 }
 
 // Decode tokens/s: a short prompt, then n single-row forwards.
-double DecodeTokensPerSecond(Model& model, const KernelContext& ctx, int n_decode) {
-  auto kv = model.NewKvCache({1, 64 + n_decode + 8});
+double DecodeTokensPerSecond(Model& model, const KernelContext& ctx, int n_decode,
+                             DType cache_type) {
+  auto kv = model.NewKvCache({1, 64 + n_decode + 8, cache_type});
   const int seq = kv->Acquire();
   std::vector<float> logits;
   Batch batch;
@@ -50,23 +51,28 @@ double DecodeTokensPerSecond(Model& model, const KernelContext& ctx, int n_decod
   return n_decode / (t.ElapsedMs() / 1000.0);
 }
 
-// Median ms of one forward over m rows of one sequence (a verification chunk: logits for all).
-double ForwardMs(Model& model, const KernelContext& ctx, int m, int reps) {
-  auto kv = model.NewKvCache({1, 256});
+// Median ms of one forward over m rows of one sequence (a verification chunk: logits for all)
+// after `context` positions already in the cache. `profile`, when given, times the ops of the
+// timed forwards only (not the context's prefill or the warm-up).
+double ForwardMs(Model& model, const KernelContext& ctx, int m, int context, DType cache_type,
+                 int reps, ForwardProfile* profile = nullptr) {
+  auto kv = model.NewKvCache({1, context + m, cache_type});
   const int seq = kv->Acquire();
   std::vector<float> logits;
   Batch batch;
-  for (int i = 0; i < 16; ++i) batch.Add(1 + i, i, seq, false);
+  for (int i = 0; i < context; ++i) batch.Add(1 + i % 100, i, seq, false);
   model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
   std::vector<double> times;
   for (int rep = 0; rep < reps + 1; ++rep) {
     batch.Clear();
-    for (int i = 0; i < m; ++i) batch.Add(7 + i, 16 + i, seq, true);
+    for (int i = 0; i < m; ++i) batch.Add(7 + i, context + i, seq, true);
+    if (rep == 1) model.SetProfile(profile);
     Timer t;
     model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
     if (rep > 0) times.push_back(t.ElapsedMs());  // rep 0 warms up
-    kv->Truncate(seq, 16);
+    kv->Truncate(seq, context);
   }
+  model.SetProfile(nullptr);
   return Median(times);
 }
 
@@ -87,6 +93,8 @@ void RunForwardBench(const ForwardBenchOptions& o) {
   report["cpu"] = CpuName();
   report["kernels"] = cpu.Name();
   report["model"] = subject;
+  report["context"] = o.context;
+  report["cache_type"] = std::string(DTypeName(o.cache_type));
 
   std::map<int, double> bandwidth;
   for (int t : o.threads) {
@@ -168,7 +176,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       bandwidth[t] = MeasureReadBandwidthGBs(pool, size_t{1} << 30, 3);
       double tps = 0.0;
       for (int rep = 0; rep < 3; ++rep) {
-        tps = std::max(tps, DecodeTokensPerSecond(*model, ctx, o.n_decode));
+        tps = std::max(tps, DecodeTokensPerSecond(*model, ctx, o.n_decode, o.cache_type));
       }
       bandwidth[t] = std::max(bandwidth[t], MeasureReadBandwidthGBs(pool, size_t{1} << 30, 3));
       const double roof = bandwidth[t] * 1e9 / model->WeightBytesPerToken();
@@ -188,7 +196,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     double base_ms = 0.0;
     md_rows << "| " << DTypeName(type) << " |";
     for (int m : o.rows) {
-      const double ms = ForwardMs(*model, ctx, m, o.n_reps);
+      const double ms = ForwardMs(*model, ctx, m, o.context, o.cache_type, o.n_reps);
       if (m == o.rows.front()) base_ms = ms;
       log(StrCat(DTypeName(type), " M=", m, ": ", ms, " ms (", ms / base_ms, "x)"));
       entry["rows"][std::to_string(m)] = {{"ms", ms}, {"relative", ms / base_ms}};
@@ -220,9 +228,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       // Where an M-row forward's time goes, per op: what grows with M and what does not.
       std::vector<ForwardProfile> profiles(o.rows.size());
       for (size_t i = 0; i < o.rows.size(); ++i) {
-        model->SetProfile(&profiles[i]);
-        ForwardMs(*model, ctx, o.rows[i], o.n_reps);
-        model->SetProfile(nullptr);
+        ForwardMs(*model, ctx, o.rows[i], o.context, o.cache_type, o.n_reps, &profiles[i]);
       }
       md_profile << "\n"
                  << DTypeName(type) << ": ms per forward by op, " << max_threads
@@ -252,8 +258,9 @@ void RunForwardBench(const ForwardBenchOptions& o) {
     }
     report["models"].push_back(entry);
   }
-  md << "\nCost of one forward over M rows (one sequence, logits for every row) relative to M="
-     << o.rows.front() << ", " << max_threads << " threads:\n\n"
+  md << "\nCost of one forward over M rows (one sequence, logits for every row) after " << o.context
+     << " positions (" << DTypeName(o.cache_type) << " KV cache), relative to M=" << o.rows.front()
+     << ", " << max_threads << " threads:\n\n"
      << md_rows.str();
   if (!md_bounds.str().empty()) {
     char peak[64];

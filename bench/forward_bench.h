@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "model/model.h"
-
 #include "tensor/dtype.h"
 
 namespace specd::bench {
@@ -19,6 +18,8 @@ struct ForwardBenchOptions {
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};
   int n_decode = 32;  // timed decode steps per configuration
   int n_reps = 5;     // repetitions of each M-row forward (median reported)
+  int context = 16;   // positions already in the cache before the M rows (a decode's context)
+  DType cache_type = DType::kF16;  // KV cache type (f16: what generate and serve use)
   std::string model_dir = "bench/models";
   std::string out_dir = "bench/results";
   bool verbose = true;

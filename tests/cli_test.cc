@@ -564,5 +564,29 @@ TEST(Cli, SdsatKeepsGreedyOutputAndRejectsMisuse) {
   }
 }
 
+// `bench forward` times M-row forwards after a given context, in the KV cache type asked for,
+// and profiles only the timed forwards.
+TEST(Cli, BenchForwardTimesRowsAfterAContext) {
+  const std::string out_dir = testing::TempDir() + "/forward_bench";
+  const CliRun r = RunSpecd("bench forward -m " SPECD_SOURCE_DIR
+                            "/models/specd-target-q8_0.gguf --threads 1 --rows 1,3 --context 100 "
+                            "--reps 1 --decode 2 --profile --out " +
+                            out_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto report = nlohmann::json::parse(ReadFileBytes(out_dir + "/forward.json"));
+  EXPECT_EQ(report["context"], 100);
+  EXPECT_EQ(report["cache_type"], "f16");
+  const auto& model = report["models"][0];
+  EXPECT_GT(model["rows"]["3"]["ms"].get<double>(), 0.0);
+  EXPECT_GT(model["profile"]["3"]["attention"].get<double>(), 0.0);
+  // The per-op times are of one timed forward of 3 rows, not of the 100-position prefill too.
+  EXPECT_LT(model["profile"]["3"]["total"].get<double>(),
+            2.0 * model["rows"]["3"]["ms"].get<double>());
+  EXPECT_NE(ReadFileBytes(out_dir + "/forward.md").find("after 100 positions (f16 KV cache)"),
+            std::string::npos);
+  const CliRun bad = RunSpecd("bench forward --cache-type q8_0 --out " + out_dir);
+  EXPECT_NE(bad.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace specd

@@ -381,6 +381,15 @@ int main(int argc, char** argv) {
   bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
   bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
+  bench_forward
+      ->add_option("--context", fwd.context,
+                   "positions already in the cache before the M rows (default 16)")
+      ->check(CLI::Range(1, 32768));
+  bench_forward
+      ->add_option_function<std::string>(
+          "--cache-type", [&fwd](const std::string& t) { fwd.cache_type = *DTypeFromName(t); },
+          "KV cache type (f16, the default as in generate, or f32)")
+      ->check(CLI::IsMember({"f32", "f16"}));
   bench_forward->add_flag("--profile", fwd.profile, "time each op of the M-row forwards");
   bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd.out_dir, "where results are written");

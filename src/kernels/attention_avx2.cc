@@ -49,20 +49,30 @@ inline __m256 Load8(const uint16_t* x) {
 // Softmax weights of n scores in place, unnormalized: exp(score - max), lane-wise max and sum
 // over key t -> lane t % 8. Returns 1 / sum.
 inline float SoftmaxWeights(float* scores, int32_t n) {
+  // Whole blocks of 8 with plain loads and stores (masked ones are slow on some CPUs: microcoded
+  // on AMD Zen 2); the tail masked. A mask of all lanes changes nothing, so the bits are the same.
+  const int32_t n_whole = n & ~7;
   const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 vmax = minus_inf;
-  for (int32_t t = 0; t < n; t += 8) {
-    const __m256i m = LaneMask(n - t);
-    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(minus_inf, _mm256_maskload_ps(scores + t, m),
-                                                _mm256_castsi256_ps(m)));
+  for (int32_t t = 0; t < n_whole; t += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(scores + t));
+  const __m256i tail = LaneMask(n - n_whole);
+  if (n_whole < n) {
+    vmax =
+        _mm256_max_ps(vmax, _mm256_blendv_ps(minus_inf, _mm256_maskload_ps(scores + n_whole, tail),
+                                             _mm256_castsi256_ps(tail)));
   }
   const __m256 max = _mm256_set1_ps(HorizontalMax(vmax));
   __m256 vsum = _mm256_setzero_ps();
-  for (int32_t t = 0; t < n; t += 8) {
-    const __m256i m = LaneMask(n - t);
-    const __m256 e = _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, m), max)),
-                                   _mm256_castsi256_ps(m));
-    _mm256_maskstore_ps(scores + t, m, e);
+  for (int32_t t = 0; t < n_whole; t += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + t), max));
+    _mm256_storeu_ps(scores + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  if (n_whole < n) {
+    const __m256 e =
+        _mm256_and_ps(Exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + n_whole, tail), max)),
+                      _mm256_castsi256_ps(tail));
+    _mm256_maskstore_ps(scores + n_whole, tail, e);
     vsum = _mm256_add_ps(vsum, e);
   }
   return 1.0f / HorizontalSum(vsum);
@@ -91,6 +101,25 @@ constexpr auto AccumulateTable(std::integer_sequence<int, kIndex...>) {
   return std::array{&AccumulateValues<kIndex + 1, KvT, KeyOf>...};
 }
 
+// The dot products of keys key_of(t0 .. t0 + 7) with a 64-dimension query held in registers
+// (8 of the 16; reloading it for every key was ~20% of the attention routine on Zen 2), as
+// AttendKeys computes them: the first product, then multiply-adds in dimension order; keys past
+// n_block give 0.
+template <typename KvT, typename KeyOf>
+inline void ScoreKeys64(const __m256 qv[8], const KvT* k, int64_t kv_stride, int32_t t0,
+                        int32_t n_block, KeyOf key_of, __m256 acc[8]) {
+  for (int j = 0; j < 8; ++j) {
+    if (j >= n_block) {
+      acc[j] = _mm256_setzero_ps();
+      continue;
+    }
+    const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
+    __m256 sum = _mm256_mul_ps(qv[0], Load8(kt));
+    for (int d = 1; d < 8; ++d) sum = _mm256_fmadd_ps(qv[d], Load8(kt + 8 * d), sum);
+    acc[j] = sum;
+  }
+}
+
 // The computation over keys key_of(0), key_of(1), ...: scores of n_compute keys, of which the
 // first n_visible count (the rest, PAD's, at -inf), softmax, weighted values.
 template <typename KvT, typename KeyOf>
@@ -99,23 +128,35 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
                 float* out) {
   const __m256 scale_v = _mm256_set1_ps(scale);
   const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 qv[8];  // the query, when head_dim is 64 (most small models): held in registers
+  if (head_dim == 64) {
+    for (int d = 0; d < 8; ++d) qv[d] = _mm256_loadu_ps(q + 8 * d);
+  }
   for (int32_t t0 = 0; t0 < n_compute; t0 += 8) {
     const int32_t n_block = n_compute - t0 < 8 ? n_compute - t0 : 8;
     __m256 acc[8];
-    for (int j = 0; j < 8; ++j) {
-      if (j >= n_block) {
-        acc[j] = _mm256_setzero_ps();
-        continue;
-      }
-      const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
-      acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), Load8(kt));
-      for (int d = 8; d < head_dim; d += 8) {
-        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(kt + d), acc[j]);
+    if (head_dim == 64) {
+      ScoreKeys64(qv, k, kv_stride, t0, n_block, key_of, acc);
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        if (j >= n_block) {
+          acc[j] = _mm256_setzero_ps();
+          continue;
+        }
+        const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
+        acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), Load8(kt));
+        for (int d = 8; d < head_dim; d += 8) {
+          acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(kt + d), acc[j]);
+        }
       }
     }
     const __m256 keep = _mm256_castsi256_ps(LaneMask(n_visible - t0));
     const __m256 block = _mm256_blendv_ps(minus_inf, _mm256_mul_ps(SumEach8(acc), scale_v), keep);
-    _mm256_maskstore_ps(scores + t0, LaneMask(n_block), block);
+    if (n_block == 8) {
+      _mm256_storeu_ps(scores + t0, block);
+    } else {
+      _mm256_maskstore_ps(scores + t0, LaneMask(n_block), block);
+    }
   }
   const float inv = SoftmaxWeights(scores, n_compute);
   // Chunks of up to 64 dimensions, one accumulator function per width (8 to 64).

@@ -557,12 +557,23 @@ TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {
                             -0.33333334f,
                             std::numeric_limits<float>::infinity()};
   x.insert(x.begin(), std::begin(specials), std::end(specials));
+  x.push_back(1.5f);  // a tail shorter than a vector
   std::vector<uint16_t> fast(x.size()), ref(x.size());
   ThreadPool pool(1);
-  StoreKvRow(KernelContext{&pool, CpuFeatures::Detect()}, x.data(), x.size(), DType::kF16,
-             fast.data());
   reference::StoreKvRow(x.data(), x.size(), DType::kF16, ref.data());
-  EXPECT_EQ(fast, ref);
+  // AVX-512, F16C (AVX2 CPUs) and the portable conversion, where the CPU has them.
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    KernelContext ctx{&pool, CpuFeatures::Detect()};
+    if ((isa == std::string("avx512") && !ctx.cpu.avx512) ||
+        (isa == std::string("avx2") && !ctx.cpu.f16c)) {
+      continue;
+    }
+    ctx.cpu.Cap(isa);
+    if (isa == std::string("scalar")) ctx.cpu.f16c = false;
+    std::fill(fast.begin(), fast.end(), uint16_t{0});
+    StoreKvRow(ctx, x.data(), x.size(), DType::kF16, fast.data());
+    EXPECT_EQ(fast, ref) << isa;
+  }
   std::vector<float> f32(x.size());
   StoreKvRow(KernelContext{&pool, CpuFeatures::Detect()}, x.data(), x.size(), DType::kF32,
              f32.data());

@@ -135,6 +135,16 @@ __attribute__((target("avx,f16c"))) void HalfsToFloatsF16c(const uint16_t* h, fl
   for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
 }
 
+// f32 -> f16 with F16C's vcvtps2ph, rounding to nearest even as Fp32ToFp16 does (the tail too).
+__attribute__((target("avx,f16c"))) void FloatsToHalfsF16c(const float* f, uint16_t* h, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  if (i < n) reference::StoreKvRow(f + i, n - i, DType::kF16, h + i);
+}
+
 // y += a x.
 SPECD_VECTOR_CLONES void AddScaled(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
@@ -458,6 +468,8 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
 void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst) {
   if (type == DType::kF16 && ctx.cpu.avx512)
     return avx512::StoreF16(x, n, static_cast<uint16_t*>(dst));
+  if (type == DType::kF16 && ctx.cpu.f16c)
+    return FloatsToHalfsF16c(x, static_cast<uint16_t*>(dst), n);
   reference::StoreKvRow(x, n, type, dst);
 }
 

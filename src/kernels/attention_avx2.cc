@@ -101,22 +101,29 @@ constexpr auto AccumulateTable(std::integer_sequence<int, kIndex...>) {
   return std::array{&AccumulateValues<kIndex + 1, KvT, KeyOf>...};
 }
 
-// The dot products of keys key_of(t0 .. t0 + 7) with a 64-dimension query held in registers
-// (8 of the 16; reloading it for every key was ~20% of the attention routine on Zen 2), as
-// AttendKeys computes them: the first product, then multiply-adds in dimension order; keys past
-// n_block give 0.
-template <typename KvT, typename KeyOf>
-inline void ScoreKeys64(const __m256 qv[8], const KvT* k, int64_t kv_stride, int32_t t0,
-                        int32_t n_block, KeyOf key_of, __m256 acc[8]) {
+// acc[j] = the dot product of key key_of(t0 + j) with the query in 8 lanes (the first product,
+// then multiply-adds in dimension order); keys past n_block give 0. With kQueryVectors > 0 the
+// query (head_dim = 8 kQueryVectors) is held in registers, qv: reloading it for every key was
+// ~20% of the routine on Zen 2; with 0 it is read from q for any head_dim.
+template <int kQueryVectors, typename KvT, typename KeyOf>
+inline void ScoreKeys(const float* q, const __m256* qv, int head_dim, const KvT* k,
+                      int64_t kv_stride, int32_t t0, int32_t n_block, KeyOf key_of, __m256 acc[8]) {
   for (int j = 0; j < 8; ++j) {
     if (j >= n_block) {
       acc[j] = _mm256_setzero_ps();
       continue;
     }
     const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
-    __m256 sum = _mm256_mul_ps(qv[0], Load8(kt));
-    for (int d = 1; d < 8; ++d) sum = _mm256_fmadd_ps(qv[d], Load8(kt + 8 * d), sum);
-    acc[j] = sum;
+    if constexpr (kQueryVectors > 0) {
+      __m256 sum = _mm256_mul_ps(qv[0], Load8(kt));
+      for (int d = 1; d < kQueryVectors; ++d) sum = _mm256_fmadd_ps(qv[d], Load8(kt + 8 * d), sum);
+      acc[j] = sum;
+    } else {
+      acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), Load8(kt));
+      for (int d = 8; d < head_dim; d += 8) {
+        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(kt + d), acc[j]);
+      }
+    }
   }
 }
 
@@ -136,19 +143,9 @@ void AttendKeys(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
     const int32_t n_block = n_compute - t0 < 8 ? n_compute - t0 : 8;
     __m256 acc[8];
     if (head_dim == 64) {
-      ScoreKeys64(qv, k, kv_stride, t0, n_block, key_of, acc);
+      ScoreKeys<8>(q, qv, head_dim, k, kv_stride, t0, n_block, key_of, acc);
     } else {
-      for (int j = 0; j < 8; ++j) {
-        if (j >= n_block) {
-          acc[j] = _mm256_setzero_ps();
-          continue;
-        }
-        const KvT* kt = k + static_cast<int64_t>(key_of(t0 + j)) * kv_stride;
-        acc[j] = _mm256_mul_ps(_mm256_loadu_ps(q), Load8(kt));
-        for (int d = 8; d < head_dim; d += 8) {
-          acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Load8(kt + d), acc[j]);
-        }
-      }
+      ScoreKeys<0>(q, qv, head_dim, k, kv_stride, t0, n_block, key_of, acc);
     }
     const __m256 keep = _mm256_castsi256_ps(LaneMask(n_visible - t0));
     const __m256 block = _mm256_blendv_ps(minus_inf, _mm256_mul_ps(SumEach8(acc), scale_v), keep);

@@ -229,6 +229,7 @@ void RunForwardBench(const ForwardBenchOptions& o) {
       std::vector<ForwardProfile> profiles(o.rows.size());
       for (size_t i = 0; i < o.rows.size(); ++i) {
         ForwardMs(*model, ctx, o.rows[i], o.context, o.cache_type, o.n_reps, &profiles[i]);
+        entry["profile"][std::to_string(o.rows[i])]["forwards"] = profiles[i].n_forwards;
       }
       md_profile << "\n"
                  << DTypeName(type) << ": ms per forward by op, " << max_threads

@@ -476,6 +476,62 @@ TEST(Train, TeacherTopKIsTheEnginesNextTokenTopKAndResumesFromAPartialFile) {
   EXPECT_NE(other.ids, top.ids);
 }
 
+// Top-k recorded while the teacher writes (batches of 8, code and chat prompts of other lengths)
+// is what a later pass over the written text computes; a run cut off mid-way continues both files
+// to the same bytes.
+TEST(Train, TeacherTopKRecordedWhileWritingEqualsAPassOverTheText) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const std::vector<std::vector<int32_t>> chat = {{1, 5, 9}, {1, 7, 7, 7, 7, 7, 7, 2}, {1, 300}};
+  const int64_t ctx = 40, n_tokens = 41 * 32;  // 32 sequences: four batches of 8
+  const int k = 4;
+  const TeacherRun run{8, false};
+  const std::string dir = specd::testing::TempDir() + "/teacher_topk_recorded";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string text_path = dir + "/text.bin", top_path = dir + "/topk.bin";
+  const auto text = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, text_path, chat, 0.5,
+                                run, {k, top_path});
+  ASSERT_EQ(text.size(), 32u);
+  // Recording changes nothing in the text.
+  EXPECT_EQ(TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, "", chat, 0.5, run), text);
+  ASSERT_TRUE(fs::exists(top_path));
+  ASSERT_EQ(fs::file_size(top_path), 32u * ctx * k * 8);
+
+  const TeacherTopK fresh = ComputeTeacherTopK(teacher, text, ctx, k, 2, run, "");
+  const TeacherTopK cached = ComputeTeacherTopK(teacher, text, ctx, k, 2, run, top_path);
+  ASSERT_EQ(cached.ids.size(), fresh.ids.size());
+  EXPECT_EQ(cached.ids, fresh.ids);
+  for (size_t i = 0; i < fresh.probs.size(); ++i) {
+    ASSERT_NEAR(cached.probs[i], fresh.probs[i], 1e-5) << "record " << i;
+  }
+  // The cache was read, not recomputed: a changed record shows through.
+  const std::string full_top = ReadFileBytesForTest(top_path);
+  {
+    std::fstream f(top_path, std::ios::in | std::ios::out | std::ios::binary);
+    const int32_t other = (cached.ids[0] + 1) % 384;
+    f.write(reinterpret_cast<const char*>(&other), sizeof other);
+  }
+  EXPECT_NE(ComputeTeacherTopK(teacher, text, ctx, k, 2, run, top_path).ids[0], fresh.ids[0]);
+
+  // Cut off after 2.5 batches of text and 1.5 of top-k: both continue from one whole batch.
+  const std::string tag = ".partial.3.32.0.5.chat0.5.3.b8";
+  const std::string full_text = ReadFileBytesForTest(text_path);
+  const int64_t text_bytes = 41 * 4, top_bytes = ctx * k * 8;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(text_path + tag, std::ios::binary) << full_text.substr(0, 20 * text_bytes);
+  std::ofstream(top_path + tag + ".k4", std::ios::binary) << full_top.substr(0, 12 * top_bytes);
+  const auto resumed = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, text_path, chat, 0.5,
+                                   run, {k, top_path});
+  EXPECT_EQ(resumed, text);
+  EXPECT_EQ(ReadFileBytesForTest(text_path), full_text);
+  EXPECT_EQ(ReadFileBytesForTest(top_path), full_top);
+  EXPECT_FALSE(fs::exists(top_path + tag + ".k4"));
+  EXPECT_EQ(ComputeTeacherTopK(teacher, text, ctx, k, 2, run, top_path).ids, fresh.ids);
+}
+
 TEST(Train, SoftWeightWithoutTeacherTopKIsAnError) {
   const std::string model = specd::testing::TinyModel("tiny", DType::kQ8_0);
   const specd::testing::CliRun r = specd::testing::RunSpecd(

@@ -18,16 +18,11 @@ namespace specd::train {
 namespace fs = std::filesystem;
 namespace {
 
-// One sequence's records as stored: ids [positions, k] then probabilities [positions, k].
-int64_t SequenceBytes(int64_t positions, int k) {
-  return positions * k * static_cast<int64_t>(sizeof(int32_t) + sizeof(float));
-}
-
 void AppendRecords(const std::string& bytes, int64_t n_sequences, int64_t positions, int k,
                    TeacherTopK* out) {
   const int64_t per = positions * k;
   for (int64_t s = 0; s < n_sequences; ++s) {
-    const char* at = bytes.data() + s * SequenceBytes(positions, k);
+    const char* at = bytes.data() + s * TopKSequenceBytes(positions, k);
     const size_t ids_at = out->ids.size(), probs_at = out->probs.size();
     out->ids.resize(ids_at + per);
     out->probs.resize(probs_at + per);
@@ -37,6 +32,29 @@ void AppendRecords(const std::string& bytes, int64_t n_sequences, int64_t positi
 }
 
 }  // namespace
+
+int64_t TopKSequenceBytes(int64_t positions, int k) {
+  return positions * k * static_cast<int64_t>(sizeof(int32_t) + sizeof(float));
+}
+
+std::string TopKRecipe(int k, const std::vector<std::vector<int32_t>>& sequences, int64_t ctx,
+                       const TeacherRun& run) {
+  return StrCat(k, ".", sequences.size(), ".", ctx, ".", SequencesFingerprint(sequences),
+                run.int8_weights ? ".i8" : "", "\n");
+}
+
+void TopKOfRows(std::span<const float> logits, int64_t n_vocab, int64_t first_row, int64_t n_rows,
+                int k, ThreadPool& pool, int32_t* ids, float* probs) {
+  pool.ParallelFor(n_rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto top = TopLogProbs(logits.subspan((first_row + r) * n_vocab, n_vocab), k);
+      for (int j = 0; j < k; ++j) {
+        ids[r * k + j] = top[j].first;
+        probs[r * k + j] = std::exp(top[j].second);
+      }
+    }
+  });
+}
 
 torch::Tensor SoftTargetLoss(const torch::Tensor& log_q, const TeacherTopK& top,
                              const std::vector<int64_t>& picked, const Llama& model) {
@@ -67,9 +85,8 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
   out.k = k;
   out.positions = ctx;
   const int64_t n_sequences = static_cast<int64_t>(sequences.size());
-  const int64_t bytes_per_sequence = SequenceBytes(ctx, k);
-  const std::string recipe = StrCat(k, ".", n_sequences, ".", ctx, ".", SequencesFingerprint(sequences),
-                                    run.int8_weights ? ".i8" : "", "\n");
+  const int64_t bytes_per_sequence = TopKSequenceBytes(ctx, k);
+  const std::string recipe = TopKRecipe(k, sequences, ctx, run);
   const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
   if (!cache_path.empty() && fs::exists(cache_path) && fs::exists(recipe_path) &&
       ReadFileBytes(recipe_path) == recipe &&
@@ -85,8 +102,8 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
   int64_t done = 0;
   if (!partial_path.empty() && fs::exists(partial_path) && fs::exists(partial_recipe_path) &&
       ReadFileBytes(partial_recipe_path) == recipe) {
-    done = std::min<int64_t>(n_sequences,
-                             static_cast<int64_t>(fs::file_size(partial_path)) / bytes_per_sequence);
+    done = std::min<int64_t>(
+        n_sequences, static_cast<int64_t>(fs::file_size(partial_path)) / bytes_per_sequence);
     fs::resize_file(partial_path, done * bytes_per_sequence);
     AppendRecords(ReadFileBytes(partial_path), done, ctx, k, &out);
     std::fprintf(stderr, "teacher top-%d: continuing after %lld sequences in %s\n", k,
@@ -121,23 +138,15 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
     for (int64_t t = 0; t < ctx; ++t) batch.Add(seq[t], static_cast<int32_t>(t), slot, true);
     teacher->Forward(kernels, batch, *kv, AttentionMode::kSplit, &logits);
     kv->Release(slot);
-    pool.ParallelFor(ctx, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const auto top = TopLogProbs({logits.data() + t * n_vocab, static_cast<size_t>(n_vocab)}, k);
-        for (int j = 0; j < k; ++j) {
-          ids[t * k + j] = top[j].first;
-          probs[t * k + j] = std::exp(top[j].second);
-        }
-      }
-    });
+    TopKOfRows(logits, n_vocab, 0, ctx, k, pool, ids.data(), probs.data());
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     out.probs.insert(out.probs.end(), probs.begin(), probs.end());
     if (partial != nullptr) {
-      SPECD_CHECK(std::fwrite(ids.data(), sizeof(int32_t), ids.size(), partial) == ids.size() &&
-                      std::fwrite(probs.data(), sizeof(float), probs.size(), partial) ==
-                          probs.size() &&
-                      std::fflush(partial) == 0,
-                  "cannot write ", partial_path);
+      SPECD_CHECK(
+          std::fwrite(ids.data(), sizeof(int32_t), ids.size(), partial) == ids.size() &&
+              std::fwrite(probs.data(), sizeof(float), probs.size(), partial) == probs.size() &&
+              std::fflush(partial) == 0,
+          "cannot write ", partial_path);
     }
     if ((s + 1) % 16 == 0 || s + 1 == n_sequences) {
       std::fprintf(stderr, "%steacher top-%d: %lld / %lld sequences (%.0f tok/s)%s",

@@ -4,11 +4,12 @@
 // draft costs several times the draft's own training step.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "train/llama_torch.h"
 #include "train/trainer.h"
@@ -17,9 +18,9 @@ namespace specd::train {
 
 struct TeacherTopK {
   int k = 0;
-  int64_t positions = 0;      // per sequence: the ctx positions a training window predicts
-  std::vector<int32_t> ids;   // [n_sequences, positions, k], most likely first
-  std::vector<float> probs;   // [n_sequences, positions, k], the teacher's (not renormalized)
+  int64_t positions = 0;     // per sequence: the ctx positions a training window predicts
+  std::vector<int32_t> ids;  // [n_sequences, positions, k], most likely first
+  std::vector<float> probs;  // [n_sequences, positions, k], the teacher's (not renormalized)
 };
 
 // Row t of sequence s predicts token t + 1 from tokens 0..t; sequences are ctx + 1 tokens long.
@@ -29,6 +30,17 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
                                const std::vector<std::vector<int32_t>>& sequences, int64_t ctx,
                                int k, int threads, const TeacherRun& run,
                                const std::string& cache_path);
+
+// How ComputeTeacherTopK stores a sequence's records: ids [positions, k] then probabilities
+// [positions, k]; its cache's recipe names k, the sequence count, ctx and a checksum of the text.
+int64_t TopKSequenceBytes(int64_t positions, int k);
+std::string TopKRecipe(int k, const std::vector<std::vector<int32_t>>& sequences, int64_t ctx,
+                       const TeacherRun& run);
+
+// Records of rows first_row .. first_row + n_rows of `logits` [rows, n_vocab]: ids [n_rows, k],
+// probabilities [n_rows, k], most likely first.
+void TopKOfRows(std::span<const float> logits, int64_t n_vocab, int64_t first_row, int64_t n_rows,
+                int k, ThreadPool& pool, int32_t* ids, float* probs);
 
 // Cross-entropy of the draft's log-probabilities `log_q` [picked.size() * positions, n_out] (its
 // output layer: the whole vocabulary, or its FR-Spec head) against the teacher's top-k of the

@@ -98,6 +98,74 @@ Llama ImportDraftToContinue(const TrainOptions& o) {
   return model;
 }
 
+// The teacher's top-k at every position of one sequence it wrote, ids and probabilities
+// [ctx, k] each: the prompt's rows but its last from one forward over them, the rest from the
+// log-probabilities its writing recorded (row t predicts token t + 1).
+void WrittenSequenceTopK(Model& teacher, const KernelContext& kernels, KvCache& kv,
+                         const std::vector<int32_t>& prompt, const SequenceResult& written,
+                         int64_t ctx, int k, std::vector<int32_t>* ids, std::vector<float>* probs) {
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  ids->assign(ctx * k, 0);
+  probs->assign(ctx * k, 0.0f);
+  if (n_prompt > 1) {
+    const int slot = kv.Acquire();
+    Batch batch;
+    for (int64_t t = 0; t + 1 < n_prompt; ++t)
+      batch.Add(prompt[t], static_cast<int32_t>(t), slot, true);
+    std::vector<float> logits;  // [n_prompt - 1, n_vocab]
+    teacher.Forward(kernels, batch, kv, AttentionMode::kSplit, &logits);
+    kv.Release(slot);
+    TopKOfRows(logits, teacher.config().n_vocab, 0, n_prompt - 1, k, *kernels.pool, ids->data(),
+               probs->data());
+  }
+  SPECD_CHECK(static_cast<int64_t>(written.token_logprobs.size()) >= ctx - n_prompt + 1,
+              "teacher text: ", written.token_logprobs.size(), " recorded tokens, expected ",
+              ctx - n_prompt + 1);
+  for (int64_t t = n_prompt - 1; t < ctx; ++t) {
+    const auto& top = written.token_logprobs[t - (n_prompt - 1)].top;
+    SPECD_CHECK(static_cast<int>(top.size()) == k, "teacher text: a top-", top.size(),
+                " record, expected ", k);
+    for (int j = 0; j < k; ++j) {
+      (*ids)[t * k + j] = top[j].first;
+      (*probs)[t * k + j] = std::exp(top[j].second);
+    }
+  }
+}
+
+// Whole batches of sequences of `bytes` each in a partial file (0 when there is none).
+int64_t WholeBatchesIn(const std::string& path, int64_t bytes, int batch, int64_t n_sequences) {
+  if (path.empty() || !fs::exists(path)) return 0;
+  return std::min<int64_t>(n_sequences,
+                           static_cast<int64_t>(fs::file_size(path)) / bytes / batch * batch);
+}
+
+// One batch's prompts and lengths: code prefixes from the stream or chat prompts, by the batch's
+// turn; each sequence's prompt chosen by its index, so a resumed run writes the same text.
+GenerateRequest TeacherBatchRequest(const std::vector<int32_t>& stream, int64_t prefix,
+                                    int64_t length, int64_t first, int64_t count, uint64_t seed,
+                                    bool chat,
+                                    const std::vector<std::vector<int32_t>>& chat_prompts) {
+  GenerateRequest request;
+  request.sum_logprob = false;
+  const uint64_t span = stream.size() - prefix;
+  for (int64_t i = 0; i < count; ++i) {
+    const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
+    if (chat) {
+      request.prompts.push_back(
+          chat_prompts[static_cast<size_t>(UniformDouble(key) * chat_prompts.size())]);
+    } else {
+      const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
+      request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + prefix);
+    }
+    // Each sequence stops when it fills `length` (chat prompts vary in length). The tokens are
+    // those of a batch generated to its shortest prompt's end: rows do not change each other,
+    // and a sampled token's noise depends on its sequence and position only.
+    request.n_predicts.push_back(static_cast<int>(length - request.prompts.back().size()));
+  }
+  request.stop_at_eos = false;
+  return request;
+}
+
 }  // namespace
 
 // Sequences of ctx + 1 tokens: a 32-token prefix from the training stream, continued by the
@@ -106,14 +174,15 @@ Llama ImportDraftToContinue(const TrainOptions& o) {
 // ways. Cached in `cache_path` (int32 tokens) so that a resumed run trains on the same text, with
 // its recipe (seed, sequences, sampled share) beside it in `cache_path`.recipe: a cache of
 // another recipe is made again. Generation appends each finished batch to a partial file named
-// after the recipe, so a session that ends mid-way loses at most one batch; the next run
-// continues from it.
+// after the recipe (and its top-k records, when recorded, to another), so a session that ends
+// mid-way loses at most one batch; the next run continues from it.
 std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<int32_t>& stream, int64_t n_tokens,
                                               int64_t ctx, int threads, uint64_t seed,
                                               double sampled_share, const std::string& cache_path,
                                               const std::vector<std::vector<int32_t>>& chat_prompts,
-                                              double chat_share, const TeacherRun& run) {
+                                              double chat_share, const TeacherRun& run,
+                                              const TopKRecording& top_k) {
   SPECD_CHECK(sampled_share >= 0.0 && sampled_share <= 1.0,
               "the sampled share of teacher text must be in [0, 1], got ", sampled_share);
   SPECD_CHECK(chat_share >= 0.0 && chat_share <= 1.0,
@@ -121,10 +190,14 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   SPECD_CHECK(chat_share == 0.0 || !chat_prompts.empty(), "a chat share of ", chat_share,
               " needs chat prompts");
   SPECD_CHECK(run.batch >= 1, "the teacher's batch must be at least 1, got ", run.batch);
+  const bool record = top_k.k > 0;
+  SPECD_CHECK(!record || (top_k.k <= 256 && !cache_path.empty() && !top_k.cache_path.empty()),
+              "recording the teacher's top-k needs k in 1..256 and cache files");
   constexpr int64_t kPrefix = 32;
   const int kBatch = run.batch;
   const int64_t length = ctx + 1;
   const int64_t sequence_bytes = length * static_cast<int64_t>(sizeof(int32_t));
+  const int64_t top_bytes = TopKSequenceBytes(ctx, top_k.k);
   const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
   // Reads whole sequences from a file of int32 tokens.
   auto read_sequences = [&](const std::string& path, int64_t count) {
@@ -166,21 +239,30 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
   }
   const std::string partial_path =
       cache_path.empty() ? "" : StrCat(cache_path, ".partial.", recipe_tag);
+  const std::string top_partial_path =
+      record ? StrCat(top_k.cache_path, ".partial.", recipe_tag, ".k", top_k.k) : "";
+  // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
+  int64_t done = WholeBatchesIn(partial_path, sequence_bytes, kBatch, n_sequences);
+  if (record)
+    done = std::min(done, WholeBatchesIn(top_partial_path, top_bytes, kBatch, n_sequences));
   std::vector<std::vector<int32_t>> sequences;
   if (!partial_path.empty() && fs::exists(partial_path)) {
-    // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
-    const int64_t done =
-        std::min<int64_t>(n_sequences, static_cast<int64_t>(fs::file_size(partial_path)) /
-                                           sequence_bytes / kBatch * kBatch);
     sequences = read_sequences(partial_path, done);
     fs::resize_file(partial_path, done * sequence_bytes);
+    if (record && fs::exists(top_partial_path)) fs::resize_file(top_partial_path, done * top_bytes);
     std::fprintf(stderr, "teacher text: continuing after %lld sequences in %s\n",
                  static_cast<long long>(done), partial_path.c_str());
   }
   std::FILE* partial = nullptr;
+  std::FILE* top_partial = nullptr;
   if (!partial_path.empty()) {
     partial = std::fopen(partial_path.c_str(), "ab");
     SPECD_CHECK(partial != nullptr, "cannot write ", partial_path);
+  }
+  if (record) {
+    if (done == 0) std::ofstream(top_partial_path, std::ios::binary | std::ios::trunc);
+    top_partial = std::fopen(top_partial_path.c_str(), "ab");
+    SPECD_CHECK(top_partial != nullptr, "cannot write ", top_partial_path);
   }
   ThreadPool pool(threads);
   const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
@@ -190,33 +272,22 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                 p.size(), " tokens does not fit a sequence of ", length);
   }
   auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length), DType::kF16});
+  auto prompt_kv =
+      record ? teacher->NewKvCache({1, static_cast<int>(length), DType::kF16}) : nullptr;
+  std::vector<int32_t> top_ids;  // [ctx, k]
+  std::vector<float> top_probs;  // [ctx, k]
   Timer timer;
   const int64_t resumed = static_cast<int64_t>(sequences.size());
-  const uint64_t span = stream.size() - kPrefix;
   for (int64_t first = resumed; first < n_sequences; first += kBatch) {
-    GenerateRequest request;
-    request.sum_logprob = false;
     const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
     // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
     // greedy code, sampled code, greedy chat, sampled chat).
     const bool chat = TakesTurn(first / kBatch / 2, chat_share);
-    for (int64_t i = 0; i < count; ++i) {
-      const RngKey key{seed, static_cast<uint64_t>(first + i), 0, RngPurpose::kResidual};
-      if (chat) {
-        request.prompts.push_back(
-            chat_prompts[static_cast<size_t>(UniformDouble(key) * chat_prompts.size())]);
-      } else {
-        const uint64_t start = static_cast<uint64_t>(UniformDouble(key) * span);
-        request.prompts.emplace_back(stream.begin() + start, stream.begin() + start + kPrefix);
-      }
-      // Each sequence stops when it fills `length` (chat prompts vary in length). The tokens are
-      // those of a batch generated to its shortest prompt's end: rows do not change each other,
-      // and a sampled token's noise depends on its sequence and position only.
-      request.n_predicts.push_back(static_cast<int>(length - request.prompts.back().size()));
-    }
-    request.stop_at_eos = false;
+    GenerateRequest request =
+        TeacherBatchRequest(stream, kPrefix, length, first, count, seed, chat, chat_prompts);
     const bool sampled = TakesTurn(first / kBatch, sampled_share);
     request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
+    if (record) request.logprobs = top_k.k;
     const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
     for (int64_t i = 0; i < count; ++i) {
       std::vector<int32_t> seq = request.prompts[i];
@@ -229,8 +300,20 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
         SPECD_CHECK(std::fwrite(seq.data(), sizeof(int32_t), seq.size(), partial) == seq.size(),
                     "cannot write ", partial_path);
       }
+      if (record) {
+        WrittenSequenceTopK(*teacher, ctx_kernels, *prompt_kv, request.prompts[i],
+                            result.sequences[i], ctx, top_k.k, &top_ids, &top_probs);
+        SPECD_CHECK(std::fwrite(top_ids.data(), sizeof(int32_t), top_ids.size(), top_partial) ==
+                            top_ids.size() &&
+                        std::fwrite(top_probs.data(), sizeof(float), top_probs.size(),
+                                    top_partial) == top_probs.size(),
+                    "cannot write ", top_partial_path);
+      }
       sequences.push_back(std::move(seq));
     }
+    // The top-k file first: a batch counts as written once its text is.
+    if (top_partial != nullptr)
+      SPECD_CHECK(std::fflush(top_partial) == 0, "cannot write ", top_partial_path);
     if (partial != nullptr) std::fflush(partial);
     std::fprintf(stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s",
                  ::isatty(2) ? "\r" : "", static_cast<long long>(sequences.size()),
@@ -239,6 +322,13 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                  ::isatty(2) ? "" : "\n");
   }
   std::fprintf(stderr, "\n");
+  if (top_partial != nullptr) {
+    SPECD_CHECK(std::fclose(top_partial) == 0, "cannot write ", top_partial_path);
+    fs::rename(top_partial_path, top_k.cache_path);
+    std::ofstream top_recipe(top_k.cache_path + ".recipe", std::ios::binary | std::ios::trunc);
+    top_recipe << TopKRecipe(top_k.k, sequences, ctx, run);
+    SPECD_CHECK(top_recipe.good(), "cannot write ", top_k.cache_path, ".recipe");
+  }
   if (partial != nullptr) {
     SPECD_CHECK(std::fclose(partial) == 0, "cannot write ", partial_path);
     fs::rename(partial_path, cache_path);
@@ -361,17 +451,21 @@ TrainResult Train(const TrainOptions& o) {
     if (!o.teacher_chat_file.empty()) {
       chat_prompts = ChatPrompts(o.teacher, o.teacher_chat_file, o.shape.ctx / 2);
     }
-    teacher_text =
-        TeacherText(o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
-                    o.teacher_text_sampled_share,
-                    o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin",
-                    chat_prompts, chat_prompts.empty() ? 0.0 : o.teacher_chat_share, o.teacher_run);
+    // Soft targets are recorded while the text is written, when both are cached.
+    TopKRecording record;
+    if (!o.checkpoint_dir.empty())
+      record = {o.teacher_top_k, o.checkpoint_dir + "/teacher_topk.bin"};
+    teacher_text = TeacherText(
+        o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
+        o.teacher_text_sampled_share,
+        o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin", chat_prompts,
+        chat_prompts.empty() ? 0.0 : o.teacher_chat_share, o.teacher_run, record);
   }
   TeacherTopK teacher_top;
   if (o.teacher_top_k > 0) {
     SPECD_CHECK(!teacher_text.empty(), "--teacher-top-k needs teacher text (--teacher-text)");
-    SPECD_CHECK(o.soft_weight >= 0.0 && o.soft_weight <= 1.0, "--soft-weight must be in [0, 1], got ",
-                o.soft_weight);
+    SPECD_CHECK(o.soft_weight >= 0.0 && o.soft_weight <= 1.0,
+                "--soft-weight must be in [0, 1], got ", o.soft_weight);
     teacher_top = ComputeTeacherTopK(
         o.teacher, teacher_text, o.shape.ctx, o.teacher_top_k, o.threads, o.teacher_run,
         o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_topk.bin");

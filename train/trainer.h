@@ -94,15 +94,25 @@ TrainResult Train(const TrainOptions& options);
 // was saved in it).
 std::string FormatTrainLoss(double loss, const char* if_unknown);
 
+// Soft targets recorded while the teacher writes (ComputeTeacherTopK's records and cache file,
+// from the logits the writing computes anyway, plus one forward over each prompt's rows): half
+// the teacher's time of writing the text first and reading it again. k = 0: none.
+struct TopKRecording {
+  int k = 0;
+  std::string cache_path;  // required when k > 0
+};
+
 // Text the teacher writes: n_tokens / (ctx + 1) sequences, each a 32-token prefix from `stream`
 // continued by the teacher (specd's engine), a `sampled_share` of the batches sampled, the rest
 // greedy. A `chat_share` of the batches starts from `chat_prompts` instead (whole prompts, the
 // answer filling the sequence). Cached in `cache_path` when given (resumable: see trainer.cc).
+// With `top_k.k` > 0 and the text not cached yet, the teacher's top-k at every position is
+// written to `top_k.cache_path` as well.
 std::vector<std::vector<int32_t>> TeacherText(
     const std::string& teacher_gguf, const std::vector<int32_t>& stream, int64_t n_tokens,
     int64_t ctx, int threads, uint64_t seed, double sampled_share, const std::string& cache_path,
     const std::vector<std::vector<int32_t>>& chat_prompts = {}, double chat_share = 0.0,
-    const TeacherRun& run = {});
+    const TeacherRun& run = {}, const TopKRecording& top_k = {});
 
 // Chat prompts for TeacherText: each line of a JSONL file ({"prompt": "..."}) as a user message
 // in the teacher's chat template, with the assistant's turn opened. Prompts longer than

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/step.h"
 #include "kernels/kernels.h"
 #include "sampling/sampler.h"
 
@@ -36,6 +37,9 @@ struct GenerateRequest {
   // budget's ranking reads): a pass over the vocabulary per token, ~2% of plain decoding of
   // SmolLM2, so callers that never read it turn it off.
   bool sum_logprob = true;
+  // -1: none; n >= 0: each generated token's log-probability and its n most likely alternatives
+  // (SequenceResult::token_logprobs).
+  int logprobs = -1;
 };
 
 struct SequenceResult {
@@ -47,6 +51,7 @@ struct SequenceResult {
   double elapsed_ms = 0.0;  // from the start of the request to this sequence's last token
   int64_t n_drafted = 0;    // speculation: tokens drafted for this sequence
   int64_t n_accepted = 0;   // of which the target kept
+  std::vector<TokenLogprobs> token_logprobs;  // one per generated token, when asked for
 
   double mean_logprob() const { return n_logprob ? sum_logprob / n_logprob : 0.0; }
 };

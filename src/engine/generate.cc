@@ -56,6 +56,7 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
   base.stop_at_eos = r.stop_at_eos;
   base.stop_tokens = r.stop_tokens;
   base.sum_logprob = r.sum_logprob;
+  base.logprobs = r.logprobs;
   std::vector<int> ids;
   if (r.prompts.empty()) {
     base.prompt = r.prompt;
@@ -108,6 +109,7 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
     out.elapsed_ms = s.elapsed_ms;
     out.n_drafted = s.n_drafted;
     out.n_accepted = s.n_accepted;
+    out.token_logprobs = s.token_logprobs;
     result.n_tokens += static_cast<int64_t>(s.tokens.size());
     result.sequences.push_back(std::move(out));
   }

@@ -356,10 +356,20 @@ TEST(Train, ADraftContinuedFromAFileStartsFromItsWeightsAndHead) {
   }
 }
 
-TEST(Train, TeacherTextInI8AndOtherBatchesIsARecipeOfItsOwn) {
-  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+// Token ids the teacher-text tests take their 32-token code prefixes from.
+std::vector<int32_t> TeacherPrefixStream() {
   std::vector<int32_t> stream;
   for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  return stream;
+}
+
+std::vector<std::vector<int32_t>> ChatPromptsOfThreeLengths() {
+  return {{1, 5, 9}, {1, 7, 7, 7, 7, 7, 7, 2}, {1, 300}};
+}
+
+TEST(Train, TeacherTextInI8AndOtherBatchesIsARecipeOfItsOwn) {
+  const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
+  const std::vector<int32_t> stream = TeacherPrefixStream();
   const int64_t ctx = 40, n_tokens = 41 * 12;
   const std::string dir = specd::testing::TempDir() + "/teacher_text_i8";
   fs::remove_all(dir);
@@ -384,8 +394,7 @@ TEST(Train, TeacherTextInI8AndOtherBatchesIsARecipeOfItsOwn) {
 
 TEST(Train, TeacherTextResumesFromAPartialFileToTheSameText) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
-  std::vector<int32_t> stream;
-  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const std::vector<int32_t> stream = TeacherPrefixStream();
   const int64_t ctx = 40, n_tokens = 41 * 40;  // 40 sequences: batches of 16, 16 and 8
   const std::string dir = specd::testing::TempDir() + "/teacher_text";
   fs::remove_all(dir);
@@ -481,9 +490,8 @@ TEST(Train, TeacherTopKIsTheEnginesNextTokenTopKAndResumesFromAPartialFile) {
 // to the same bytes.
 TEST(Train, TeacherTopKRecordedWhileWritingEqualsAPassOverTheText) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
-  std::vector<int32_t> stream;
-  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
-  const std::vector<std::vector<int32_t>> chat = {{1, 5, 9}, {1, 7, 7, 7, 7, 7, 7, 2}, {1, 300}};
+  const std::vector<int32_t> stream = TeacherPrefixStream();
+  const auto chat = ChatPromptsOfThreeLengths();
   const int64_t ctx = 40, n_tokens = 41 * 32;  // 32 sequences: four batches of 8
   const int k = 4;
   const TeacherRun run{8, false};
@@ -583,10 +591,9 @@ TEST(Train, SoftTargetLossIsTheCrossEntropyAgainstTheTeachersTopK) {
 
 TEST(Train, TeacherTextChatShareStartsBatchesFromChatPrompts) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
-  std::vector<int32_t> stream;
-  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const std::vector<int32_t> stream = TeacherPrefixStream();
   // Prompts of different lengths; every sequence still comes out ctx + 1 tokens long.
-  const std::vector<std::vector<int32_t>> chat = {{1, 5, 9}, {1, 7, 7, 7, 7, 7, 7, 2}, {1, 300}};
+  const auto chat = ChatPromptsOfThreeLengths();
   const int64_t ctx = 40, n_tokens = 41 * 64;  // 64 sequences: four batches of 16
   const auto text = TeacherText(teacher, stream, n_tokens, ctx, 2, 3, 0.5, "", chat, 0.5);
   ASSERT_EQ(text.size(), 64u);
@@ -606,8 +613,7 @@ TEST(Train, TeacherTextChatShareStartsBatchesFromChatPrompts) {
 
 TEST(Train, TeacherTextSampledShareChoosesGreedyOrSampledBatches) {
   const std::string teacher = specd::testing::TinyModel("tiny", DType::kQ8_0);
-  std::vector<int32_t> stream;
-  for (int i = 0; i < 5000; ++i) stream.push_back((i * 131 + 7) % 384);
+  const std::vector<int32_t> stream = TeacherPrefixStream();
   const int64_t ctx = 40, n_tokens = 41 * 32;  // 32 sequences: two batches of 16
   auto batch = [](const std::vector<std::vector<int32_t>>& text, int b) {
     return std::vector<std::vector<int32_t>>(text.begin() + 16 * b, text.begin() + 16 * (b + 1));

@@ -126,8 +126,9 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
   draft
       ->add_option("--teacher-top-k", state->model.teacher_top_k,
                    "soft targets on teacher-text steps: the teacher's K most likely next tokens "
-                   "at every position (computed once by specd's engine, cached in the checkpoint "
-                   "folder); 0: the written tokens only (default)")
+                   "at every position (recorded by specd's engine while it writes the text, or in "
+                   "one pass over text already written; cached in the checkpoint folder); 0: the "
+                   "written tokens only (default)")
       ->check(CLI::Range(0, 256));
   draft
       ->add_option("--soft-weight", state->model.soft_weight,

@@ -43,11 +43,20 @@ std::string TopKRecipe(int k, const std::vector<std::vector<int32_t>>& sequences
                 run.int8_weights ? ".i8" : "", "\n");
 }
 
-void TopKOfRows(std::span<const float> logits, int64_t n_vocab, int64_t first_row, int64_t n_rows,
-                int k, ThreadPool& pool, int32_t* ids, float* probs) {
-  pool.ParallelFor(n_rows, 1, [&](int64_t r0, int64_t r1) {
+void TeacherTopKOfTokens(Model& teacher, const KernelContext& kernels, KvCache& kv,
+                         std::span<const int32_t> tokens, int k, int32_t* ids, float* probs) {
+  if (tokens.empty()) return;
+  const int64_t n_vocab = teacher.config().n_vocab;
+  const int slot = kv.Acquire();
+  Batch batch;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    batch.Add(tokens[t], static_cast<int32_t>(t), slot, true);
+  std::vector<float> logits;  // [tokens.size(), n_vocab]
+  teacher.Forward(kernels, batch, kv, AttentionMode::kSplit, &logits);
+  kv.Release(slot);
+  kernels.pool->ParallelFor(static_cast<int64_t>(tokens.size()), 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const auto top = TopLogProbs(logits.subspan((first_row + r) * n_vocab, n_vocab), k);
+      const auto top = TopLogProbs({logits.data() + r * n_vocab, static_cast<size_t>(n_vocab)}, k);
       for (int j = 0; j < k; ++j) {
         ids[r * k + j] = top[j].first;
         probs[r * k + j] = std::exp(top[j].second);
@@ -123,9 +132,7 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
   ThreadPool pool(threads);
   const KernelContext kernels{&pool, CpuFeatures::Detect()};
   auto teacher = LoadTeacher(teacher_gguf, run, &kernels);
-  const int64_t n_vocab = teacher->config().n_vocab;
   auto kv = teacher->NewKvCache({1, static_cast<int>(ctx + 1), DType::kF16});
-  std::vector<float> logits;  // [ctx, n_vocab]
   std::vector<int32_t> ids(ctx * k);
   std::vector<float> probs(ctx * k);
   Timer timer;
@@ -133,12 +140,8 @@ TeacherTopK ComputeTeacherTopK(const std::string& teacher_gguf,
     const auto& seq = sequences[s];
     SPECD_CHECK(static_cast<int64_t>(seq.size()) == ctx + 1, "teacher text: sequence of ",
                 seq.size(), " tokens, expected ", ctx + 1);
-    const int slot = kv->Acquire();
-    Batch batch;
-    for (int64_t t = 0; t < ctx; ++t) batch.Add(seq[t], static_cast<int32_t>(t), slot, true);
-    teacher->Forward(kernels, batch, *kv, AttentionMode::kSplit, &logits);
-    kv->Release(slot);
-    TopKOfRows(logits, n_vocab, 0, ctx, k, pool, ids.data(), probs.data());
+    TeacherTopKOfTokens(*teacher, kernels, *kv, std::span(seq).first(ctx), k, ids.data(),
+                        probs.data());
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     out.probs.insert(out.probs.end(), probs.begin(), probs.end());
     if (partial != nullptr) {

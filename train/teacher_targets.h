@@ -37,10 +37,11 @@ int64_t TopKSequenceBytes(int64_t positions, int k);
 std::string TopKRecipe(int k, const std::vector<std::vector<int32_t>>& sequences, int64_t ctx,
                        const TeacherRun& run);
 
-// Records of rows first_row .. first_row + n_rows of `logits` [rows, n_vocab]: ids [n_rows, k],
-// probabilities [n_rows, k], most likely first.
-void TopKOfRows(std::span<const float> logits, int64_t n_vocab, int64_t first_row, int64_t n_rows,
-                int k, ThreadPool& pool, int32_t* ids, float* probs);
+// The teacher's top-k after each prefix of `tokens` (row t predicts token t + 1), from one
+// forward over them in a free slot of `kv`: ids [tokens.size(), k], probabilities
+// [tokens.size(), k], most likely first.
+void TeacherTopKOfTokens(Model& teacher, const KernelContext& kernels, KvCache& kv,
+                         std::span<const int32_t> tokens, int k, int32_t* ids, float* probs);
 
 // Cross-entropy of the draft's log-probabilities `log_q` [picked.size() * positions, n_out] (its
 // output layer: the whole vocabulary, or its FR-Spec head) against the teacher's top-k of the

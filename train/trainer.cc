@@ -107,17 +107,8 @@ void WrittenSequenceTopK(Model& teacher, const KernelContext& kernels, KvCache& 
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   ids->assign(ctx * k, 0);
   probs->assign(ctx * k, 0.0f);
-  if (n_prompt > 1) {
-    const int slot = kv.Acquire();
-    Batch batch;
-    for (int64_t t = 0; t + 1 < n_prompt; ++t)
-      batch.Add(prompt[t], static_cast<int32_t>(t), slot, true);
-    std::vector<float> logits;  // [n_prompt - 1, n_vocab]
-    teacher.Forward(kernels, batch, kv, AttentionMode::kSplit, &logits);
-    kv.Release(slot);
-    TopKOfRows(logits, teacher.config().n_vocab, 0, n_prompt - 1, k, *kernels.pool, ids->data(),
-               probs->data());
-  }
+  TeacherTopKOfTokens(teacher, kernels, kv, std::span(prompt).first(n_prompt - 1), k, ids->data(),
+                      probs->data());
   SPECD_CHECK(static_cast<int64_t>(written.token_logprobs.size()) >= ctx - n_prompt + 1,
               "teacher text: ", written.token_logprobs.size(), " recorded tokens, expected ",
               ctx - n_prompt + 1);

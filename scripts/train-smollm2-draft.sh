@@ -26,7 +26,7 @@
 #     recipe grown to 3328 sequences (1.71M tokens): its first 1280 sequences are stage 3's text
 #     (a sequence depends on the seed and its index only, so stage 3's cache seeds the partial
 #     file), 2048 are new; the top-16 recorded while the teacher writes (text and soft targets
-#     together ~42 min at ~370 tokens/s on the Zen 2 EPYC; training 48 min at ~1,000 tokens/s).
+#     together ~46 min at ~350 tokens/s on the Zen 2 EPYC; training 48 min at ~1,000 tokens/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}

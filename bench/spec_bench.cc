@@ -286,8 +286,12 @@ void RunSpecBench(const SpecBenchOptions& o) {
         for (Candidate& c : candidates) {
           SpeculativeStats stats;  // summed over the groups
           std::vector<GenerateResult> results;
+          SpeculativeOptions options = c.options;
+          options.trace_steps_path = o.trace_steps;
+          options.trace_label = setting.name + " batch " + std::to_string(batch) + " " + c.name +
+                                " rep " + std::to_string(rep);
           for (const GenerateRequest& request : groups) {
-            results.push_back(speculative(request, c.options, &stats));
+            results.push_back(speculative(request, options, &stats));
           }
           c.runs.push_back(Measure(results, &stats));
           if (c.options.cost_aware) {

@@ -34,7 +34,8 @@ struct SpecBenchOptions {
   // Proposer of every speculative run: draft (the draft model), ngram (prompt lookup) or
   // draft+ngram (lookup first, the draft where it finds nothing).
   std::string spec_type = "draft";
-  DraftFlags draft_flags;  // how the draft drafts (EasySpec's fuzzy drafting, trees)
+  DraftFlags draft_flags;   // how the draft drafts (EasySpec's fuzzy drafting, trees)
+  std::string trace_steps;  // every speculative step as a JSON line (labelled by run)
 };
 
 void RunSpecBench(const SpecBenchOptions& options);

@@ -193,6 +193,45 @@ TEST(Cli, SpeculativeGenerationEqualsPlainGreedy) {
   }
 }
 
+// --trace-steps writes one JSON line per speculative step, whose committed tokens add up to the
+// output; the output is unchanged; a plain run asked to trace is an error.
+TEST(Cli, TraceStepsWritesEveryStepAndKeepsTheOutput) {
+  const std::string target = testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string draft = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  const std::string trace = testing::TempDir() + "/cli_trace.jsonl";
+  std::remove(trace.c_str());
+  const std::string common =
+      " --tokens 1,5,9,33 -n 24 --temp 0 --ignore-eos --json -m " + target + " -md " + draft;
+  const CliRun traced = RunSpecd("generate" + common + " --trace-steps " + trace);
+  const CliRun untraced = RunSpecd("generate" + common);
+  ASSERT_EQ(traced.exit_code, 0) << traced.out;
+  ASSERT_EQ(untraced.exit_code, 0) << untraced.out;
+  std::istringstream a(traced.out), b(untraced.out);
+  std::string la, lb;
+  std::getline(a, la);
+  std::getline(b, lb);
+  EXPECT_EQ(nlohmann::json::parse(la)["tokens"], nlohmann::json::parse(lb)["tokens"]);
+  std::ifstream in(trace);
+  int steps = 0, tokens = 0;
+  for (std::string line; std::getline(in, line); ++steps) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["step"], steps);
+    EXPECT_EQ(j["policy"], "cost");
+    tokens += j["tokens"].get<int>();
+  }
+  EXPECT_GT(steps, 0);
+  EXPECT_EQ(tokens, 24);  // the prompt step's first token included
+  const CliRun plain =
+      RunSpecd("generate --tokens 1,5 -n 4 -m " + target + " --trace-steps " + trace);
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_NE(plain.out.find("--trace-steps"), std::string::npos) << plain.out;
+  const CliRun unwritable = RunSpecd("generate" + common + " --trace-steps " + testing::TempDir() +
+                                     "/no-such-dir/trace.jsonl");
+  EXPECT_NE(unwritable.exit_code, 0);
+  EXPECT_NE(unwritable.out.find("cannot open the step trace file"), std::string::npos)
+      << unwritable.out;
+}
+
 TEST(Cli, SynthWritesEveryTypeAndInfoReadsIt) {
   for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) {
     const std::string path = testing::TempDir() + "/cli-" + type + ".gguf";

@@ -1,13 +1,21 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
+#include "base/file_util.h"
 #include "draft/cost_aware.h"
 #include "draft/draft_length.h"
+#include "draft/step_trace.h"
+#include "tests/test_util.h"
 
 namespace specd {
 namespace {
@@ -92,7 +100,7 @@ TEST(CostAwareDraftLength, AStepTimeIsTheMeanOfTheLastEightWithoutUpsetsAfterTwo
   policy.ObserveStep(1, 0, 3.6, false);
   EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.3, 1e-12);
   for (int i = 0; i < 5; ++i) policy.ObserveStep(1, 0, 4.0, false);  // the 30 drops out
-  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.3, 1e-12);    // 4.0 > 1.25 x 3.0
+  EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 1.0 / 3.3, 1e-12);   // 4.0 > 1.25 x 3.0
   policy.ObserveStep(1, 0, 4.0, false);  // 3.0 is now nine measurements old
   EXPECT_NEAR(policy.ExpectedTokensPerMs(0, 1), 8.0 / (3.3 + 3.6 + 6 * 4.0), 1e-12);
   // Steps whose draft caught up on skipped tokens are left out.
@@ -505,6 +513,73 @@ TEST(CostAwarePolicy, DraftingIsChargedForTheDraftReadingPrompts) {
       EXPECT_LE(plain_late, 30) << "no prompts";
     }
   }
+}
+
+// --trace-steps: the traced policy chooses what the policy alone would, and each step becomes one
+// JSON line with what it measured; two requests appending to one file are told apart.
+TEST(TracedDraftLength, ChoosesAsThePolicyAloneAndWritesOneLinePerStep) {
+  const std::string path = testing::TempDir() + "/trace_steps.jsonl";
+  std::remove(path.c_str());
+  CostAwarePolicy alone(4);
+  TracedDraftLength traced(std::make_unique<CostAwarePolicy>(4), path, "greedy batch 1 auto");
+  EXPECT_STREQ(traced.name(), "cost");
+  EXPECT_EQ(traced.max_length(), 4);
+  std::vector<int> ks;
+  for (int step = 0; step < 40; ++step) {
+    const int k = traced.Next(1, 1000);
+    EXPECT_EQ(k, alone.Next(1, 1000)) << "step " << step;
+    StepObservation o;
+    o.n_sequences = 1;
+    o.k = k;
+    o.verified = {{k, k / 2}};
+    if (k > 0) o.draft_forwards = {{1, 0.25}, {1, 0.125}};
+    o.target_rows = k + 1;
+    o.target_ms = 3.0 + 0.5 * k;
+    o.step_ms = o.target_ms + (k > 0 ? 0.375 : 0.0);
+    o.tokens = k / 2 + 1;
+    traced.Observe(o);
+    alone.Observe(o);
+    ks.push_back(k);
+  }
+  TracedDraftLength second(std::make_unique<FixedDraftLength>(2), path, "");
+  second.Next(3, 10);
+  StepObservation three;
+  three.n_sequences = 3;
+  three.k = 2;
+  three.verified = {{2, 0}, {2, 1}, {2, 2}};
+  second.Observe(three);
+
+  std::vector<nlohmann::json> lines;
+  std::istringstream text(ReadFileBytes(path));
+  for (std::string line; std::getline(text, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 41u);
+  for (int step = 0; step < 40; ++step) {
+    const nlohmann::json& line = lines[step];
+    EXPECT_EQ(line["request"], 0);
+    EXPECT_EQ(line["label"], "greedy batch 1 auto");
+    EXPECT_EQ(line["step"], step);
+    EXPECT_EQ(line["policy"], "cost");
+    EXPECT_EQ(line["k"], ks[step]);
+    EXPECT_EQ(line["tokens"], ks[step] / 2 + 1);
+    EXPECT_DOUBLE_EQ(line["t_target_ms"].get<double>(), 3.0 + 0.5 * ks[step]);
+    EXPECT_DOUBLE_EQ(line["t_draft_ms"].get<double>(), ks[step] > 0 ? 0.375 : 0.0);
+    ASSERT_EQ(line["rates"].size(), 5u);
+  }
+  // The cost-aware policy's own view after the last step is what the line says.
+  EXPECT_DOUBLE_EQ(lines[39]["acceptance"].get<double>(), alone.model().acceptance());
+  for (int k = 0; k <= 4; ++k) {
+    EXPECT_DOUBLE_EQ(lines[39]["rates"][k].get<double>(), alone.model().ExpectedTokensPerMs(k, 1));
+  }
+  const nlohmann::json& last = lines[40];
+  EXPECT_GT(last["request"].get<long long>(), 0);  // the second request began after the first
+  EXPECT_EQ(last["step"], 0);
+  EXPECT_EQ(last["policy"], "fixed");
+  EXPECT_EQ(last["verified"], nlohmann::json::parse("[[2,0],[2,1],[2,2]]"));
+  EXPECT_FALSE(last.contains("rates"));
+
+  EXPECT_THROW(TracedDraftLength(std::make_unique<FixedDraftLength>(1),
+                                 testing::TempDir() + "/no-such-dir/trace.jsonl", ""),
+               Error);
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "engine/model_options.h"
 #include "cli/commands.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -53,6 +53,9 @@ int RunInteractiveChat(const GenerateOptions& options) {
   GenerateOptions o = options;
   if (o.model.empty()) o.model = DefaultTargetModel();
   SPECD_CHECK(!o.model.empty(), "chat needs a model (-m MODEL.gguf)");
+  SPECD_CHECK(o.trace_steps.empty(),
+              "--trace-steps: the interactive chat decodes without a draft, so has no speculative "
+              "steps to trace");
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};

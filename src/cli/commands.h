@@ -57,6 +57,7 @@ struct GenerateOptions {
   DraftFlags
       draft_flags;  // EasySpec: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree
   WeightFlags weight_flags;  // --weights i8, --int8-kernel
+  std::string trace_steps;   // --trace-steps FILE: every speculative step as a JSON line
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
@@ -122,6 +123,7 @@ struct ServeOptions {
   int max_prefill_rows = 512;  // prompt rows per step: a long prompt delays others less
   int threads = 2;
   DraftFlags draft_flags;
+  std::string trace_steps;  // --trace-steps FILE
 };
 int RunServe(const ServeOptions& options);
 

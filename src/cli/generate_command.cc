@@ -111,6 +111,9 @@ int RunGenerate(const GenerateOptions& options) {
               "--strategy ", o.strategy,
               " needs a draft model (-md DRAFT.gguf) or --spec-type ngram");
   const bool speculative = ((ngram || !o.draft_model.empty()) && o.strategy != "ar") || sdsat;
+  SPECD_CHECK(o.trace_steps.empty() || speculative,
+              "--trace-steps traces speculative steps: this run decodes without a draft (give "
+              "-md DRAFT.gguf, --spec-type ngram or --strategy sdsat)");
   const int n_prompt_sources =
       !o.prompt.empty() + !o.prompt_file.empty() + !o.tokens.empty() + !o.prompts_file.empty();
   SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
@@ -257,6 +260,7 @@ int RunGenerate(const GenerateOptions& options) {
                                   : ngram               ? 4
                                                         : 8);
   spec_options.spec_sampling = coupled ? SpecSampling::kCoupled : SpecSampling::kRejection;
+  spec_options.trace_steps_path = o.trace_steps;
   spec_options.draft =
       DraftOptionsFromFlags(o.draft_flags, draft.get(), o.spec_type == "draft+ngram");
   // SDSAT's adaptive tokens follow the drafts in the verification forward.

@@ -131,6 +131,12 @@ void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
                   "at most --draft-max nodes");
 }
 
+void AddTraceStepsFlag(CLI::App* app, std::string* path) {
+  app->add_option("--trace-steps", *path,
+                  "append every speculative step to FILE as a JSON line: the draft length "
+                  "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +294,7 @@ int main(int argc, char** argv) {
                    "draft+ngram (lookup first, the draft model where it finds nothing)")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
   AddDraftFlags(generate, &gen.draft_flags);
+  AddTraceStepsFlag(generate, &gen.trace_steps);
   AddWeightFlags(generate, &gen.weight_flags);
   generate->add_option("--ngram-min", gen.ngram_min, "shortest n-gram looked up (ngram)")
       ->check(CLI::Range(1, 64));
@@ -451,6 +458,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
   AddDraftFlags(bench_spec, &sb.draft_flags);
+  AddTraceStepsFlag(bench_spec, &sb.trace_steps);
   AddWeightFlags(bench_spec, &sb.weight_flags);
   bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
   bench_spec->add_option("--out", sb.out_dir, "where results are written");
@@ -558,6 +566,7 @@ int main(int argc, char** argv) {
   serve->add_option("--max-body-bytes", srv.max_body_bytes, "largest request body")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   AddDraftFlags(serve, &srv.draft_flags);
+  AddTraceStepsFlag(serve, &srv.trace_steps);
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));
   AddWeightFlags(serve, &srv.weight_flags);
 

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "base/error.h"
-#include "engine/model_options.h"
 #include "cli/commands.h"
 #include "draft/combined_proposer.h"
 #include "draft/draft_model_proposer.h"
@@ -21,6 +20,7 @@
 #include "draft/ngram_proposer.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "threading/thread_pool.h"
@@ -89,7 +89,8 @@ int RunServe(const ServeOptions& options) {
   auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
   std::unique_ptr<Model> draft;
   if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx, LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
+    draft = Model::Load(o.draft_model, &ctx,
+                        LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
     CheckDraftCompatible(*model, *draft);
   }
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
@@ -108,6 +109,9 @@ int RunServe(const ServeOptions& options) {
   spec.draft_max = o.draft_max > 0 ? o.draft_max : 8;
   spec.spec_sampling = SpecSampling::kCoupled;
   const bool speculative = use_draft || use_ngram;
+  SPECD_CHECK(o.trace_steps.empty() || speculative,
+              "--trace-steps traces speculative steps: this server decodes without a draft");
+  spec.trace_steps_path = o.trace_steps;
   auto kv =
       model->NewKvCache({o.parallel, n_ctx + (speculative ? spec.draft_max + 1 : 0), DType::kF16});
   std::unique_ptr<KvCache> draft_kv;

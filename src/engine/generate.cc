@@ -6,10 +6,13 @@
 #include "base/error.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/eagle_proposer.h"
+#include "draft/step_trace.h"
 
 namespace specd {
 
-std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOptions& o) {
+namespace {
+
+std::unique_ptr<DraftLengthPolicy> MakeUntracedPolicy(const SpeculativeOptions& o) {
   SPECD_CHECK(!(o.adaptive && o.cost_aware), "choose one draft-length policy");
   if (!o.schedule.empty()) return std::make_unique<ScheduledDraftLength>(o.schedule);
   SPECD_CHECK(o.draft_max >= 1 && o.draft_max <= 64 && o.l_limit >= 1 && o.l_limit <= 64,
@@ -19,6 +22,14 @@ std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOption
   }
   if (o.cost_aware) return std::make_unique<CostAwarePolicy>(o.draft_max);
   return std::make_unique<FixedDraftLength>(o.draft_max);
+}
+
+}  // namespace
+
+std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOptions& o) {
+  auto policy = MakeUntracedPolicy(o);
+  if (o.trace_steps_path.empty()) return policy;
+  return std::make_unique<TracedDraftLength>(std::move(policy), o.trace_steps_path, o.trace_label);
 }
 
 int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,

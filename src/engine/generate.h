@@ -2,6 +2,7 @@
 // `specd generate` and `bench spec` run them.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "decode/generation.h"
@@ -22,7 +23,9 @@ struct SpeculativeOptions {
   int l_mod = 10;
   int l_limit = 32;
   SpecSampling spec_sampling = SpecSampling::kRejection;
-  DraftModelOptions draft;  // how a draft model drafts (fuzzy, calibration, trees)
+  DraftModelOptions draft;       // how a draft model drafts (fuzzy, calibration, trees)
+  std::string trace_steps_path;  // non-empty: every step appended there as a JSON line
+  std::string trace_label;       // written on each of those lines
 };
 
 // The draft-length policy the options ask for.

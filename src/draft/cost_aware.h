@@ -34,9 +34,13 @@
 //  - after plain steps, drafting resumes only when predicted 2% better (the draft must first
 //    catch up on what they wrote); when plain steps win but drafting is within 10% of them,
 //    drafting is probed once more after 16 plain steps (unless the request is about to end), to
-//    follow a changing acceptance or undo an unlucky measurement. More probes cost more than
-//    they found in simulation: each is a step at a losing K plus the draft's catch-up (up to 32
-//    tokens per sequence). A probe takes two steps: the first catches up, the second is timed;
+//    follow a changing acceptance or undo an unlucky measurement. More such probes cost more
+//    than they found in simulation: each is a step at a losing K plus the draft's catch-up (up
+//    to 32 tokens per sequence). A probe takes two steps: the first catches up, the second is
+//    timed;
+//  - while fewer than 24 drafts were verified, drafting goes on where an acceptance one standard
+//    error above the estimate would make it win: sampled drafts are accepted at random, and an
+//    unlucky start must not switch speculation off for a whole request;
 //  - a batch size within 25% of a measured one (sequences finishing one by one) is decided
 //    with that one's times; another starts from the nearest measured one's best K if that is
 //    within a factor of 2, else as a first batch does.
@@ -109,6 +113,11 @@ class CostAwareDraftLength {
   const StepTime* Time(int batch, int k) const;
   // K's step time `t` at `batch`, moved by the drift of plain steps' time since it was measured.
   double CurrentMs(const StepTime& t, int batch, int k) const;
+  // ExpectedTokensPerMs at a given acceptance, `batch` being the deciding one.
+  double ExpectedTokensPerMs(int k, int batch, double acceptance) const;
+  // The acceptance estimate plus kOptimism standard errors (of a rate over the decayed count of
+  // drafts seen): what the drafts seen so far cannot rule out.
+  double OptimisticAcceptance() const;
   // The measured K with the highest expected rate at `batch` (-1 if none).
   int BestMeasured(int batch, double* rate) const;
 

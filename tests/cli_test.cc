@@ -21,6 +21,14 @@ namespace {
 using testing::CliRun;
 using testing::RunSpecd;
 
+// The first line of a `generate --json` run's output (its first sequence), parsed.
+nlohmann::json FirstJsonLine(const CliRun& run) {
+  std::istringstream lines(run.out);
+  std::string line;
+  std::getline(lines, line);
+  return nlohmann::json::parse(line);
+}
+
 TEST(Cli, GenerateJsonLinesAndSummary) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0);
   const CliRun r = RunSpecd("generate -m " + model +
@@ -206,11 +214,7 @@ TEST(Cli, TraceStepsWritesEveryStepAndKeepsTheOutput) {
   const CliRun untraced = RunSpecd("generate" + common);
   ASSERT_EQ(traced.exit_code, 0) << traced.out;
   ASSERT_EQ(untraced.exit_code, 0) << untraced.out;
-  std::istringstream a(traced.out), b(untraced.out);
-  std::string la, lb;
-  std::getline(a, la);
-  std::getline(b, lb);
-  EXPECT_EQ(nlohmann::json::parse(la)["tokens"], nlohmann::json::parse(lb)["tokens"]);
+  EXPECT_EQ(FirstJsonLine(traced)["tokens"], FirstJsonLine(untraced)["tokens"]);
   std::ifstream in(trace);
   int steps = 0, tokens = 0;
   for (std::string line; std::getline(in, line); ++steps) {

@@ -159,6 +159,8 @@ def main():
     ap.add_argument("--reps", type=int, default=1, help="runs per level and mode (median kept)")
     ap.add_argument("--restarts", type=int, default=1,
                     help="fresh server pairs, each running every level --reps times (median over all)")
+    ap.add_argument("--trace-steps", default="",
+                    help="the speculative server's --trace-steps FILE (its steps as JSON lines)")
     ap.add_argument("server_args", nargs="*", help="more `specd serve` arguments, after --")
     a = ap.parse_args()
     levels = [int(c) for c in a.concurrency.split(",")]
@@ -179,9 +181,10 @@ def main():
             servers = {}
             try:
                 for name, mode in zip(names, ["none", "draft"]):
+                    trace = ["--trace-steps", a.trace_steps] if a.trace_steps and mode == "draft" else []
                     servers[name] = Server(a.specd, [*pairs[pair], "--spec-type", mode,
                                                      "--parallel", str(max(levels)), "-c", "1024",
-                                                     "--max-queue", "256", *a.server_args])
+                                                     "--max-queue", "256", *trace, *a.server_args])
                 for c in levels:
                     for _ in range(a.reps):
                         for name, server in servers.items():

@@ -105,6 +105,7 @@ void WrittenSequenceTopK(Model& teacher, const KernelContext& kernels, KvCache& 
                          const std::vector<int32_t>& prompt, const SequenceResult& written,
                          int64_t ctx, int k, std::vector<int32_t>* ids, std::vector<float>* probs) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  SPECD_CHECK(n_prompt >= 1, "teacher text: a sequence with an empty prompt");
   ids->assign(ctx * k, 0);
   probs->assign(ctx * k, 0.0f);
   TeacherTopKOfTokens(teacher, kernels, kv, std::span(prompt).first(n_prompt - 1), k, ids->data(),

@@ -222,14 +222,11 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
   // Plain steps win on the estimate. Probe the best drafting K now and then (less often each
   // time) where it is close enough that a change in acceptance could tip it, unless the request
   // is about to end.
-  double drafting_rate = 0.0, optimistic_rate = 0.0;
+  double drafting_rate = 0.0;
   int drafting_k = 1;
-  const double optimistic_acceptance = OptimisticAcceptance();
   for (int k = 1; k <= k_max_; ++k) {
     const double r = ExpectedTokensPerMs(k, batch);
     if (r > drafting_rate) drafting_rate = r, drafting_k = k;
-    optimistic_rate =
-        std::max(optimistic_rate, ExpectedTokensPerMs(k, batch, optimistic_acceptance));
   }
   // One measurement of drafting may have been a slow outlier (a shared machine's upsets only add
   // time, and one such step used to switch speculation off for a whole run: batch 8 of the
@@ -246,9 +243,11 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
   // At t = 0.7 on SmolLM2 (Zen 2, batch 1) a request whose first 8 drafting steps accepted 2 of
   // 10 drafts (estimate 0.27) kept to plain steps to its end where its drafts were accepted about
   // half the time (traced: 0.95x over 16 prompts where K = 1 gave 1.09x).
-  if (accepted_ + rejected_ < kEnoughDrafts && optimistic_rate > best_rate &&
-      remaining_tokens > kFirstProbe) {
-    return drafting_k;
+  if (accepted_ + rejected_ < kEnoughDrafts && remaining_tokens > kFirstProbe) {
+    const double optimistic = OptimisticAcceptance();
+    for (int k = 1; k <= k_max_; ++k) {
+      if (ExpectedTokensPerMs(k, batch, optimistic) > best_rate) return drafting_k;
+    }
   }
   if (++plain_steps_ >= probe_after_ && remaining_tokens > probe_after_ && probes_ < kMaxProbes &&
       drafting_rate >= kProbeWithin * best_rate) {

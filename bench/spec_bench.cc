@@ -231,7 +231,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
              : "all " + std::to_string(prompts.size()) +
                    " prompts at every batch size (batch B: groups of B decoded in turn)")
      << ", median of " << o.reps
-     << " runs per setting (plain decoding and every candidate in turn, prompt group by prompt group). Per batch: the best fixed / adaptive draft "
+     << " runs per setting (plain decoding and every candidate in turn, prompt group by prompt "
+        "group). Per batch: the best fixed / adaptive draft "
      << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
      << "cost-aware policy (chosen online; the default).\n\n"
      << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "
@@ -248,10 +249,8 @@ void RunSpecBench(const SpecBenchOptions& o) {
       settings.sum_logprob = false;  // as `specd generate` without --json or a budget
       const std::vector<GenerateRequest> groups =
           PromptGroups(prompts, batch, o.prompt_groups, settings);
-      // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy. Plain decoding
-      // and every candidate run round-robin, group by group (below), so that a slow phase of this
-      // shared machine hits them alike; each is summarized by its median run (all-sequence
-      // latency).
+      // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy, each summarized
+      // by its median run (all-sequence latency).
       struct Candidate {
         std::string name;
         SpeculativeOptions options;
@@ -290,14 +289,15 @@ void RunSpecBench(const SpecBenchOptions& o) {
           for (size_t turn = 0; turn < n_runners; ++turn) {
             const size_t runner = (g + rep + turn) % n_runners;
             if (runner == candidates.size()) {
-              results[runner].push_back(GenerateAutoregressive(*target, ctx, *target_kv, groups[g]));
+              results[runner].push_back(
+                  GenerateAutoregressive(*target, ctx, *target_kv, groups[g]));
               continue;
             }
             const Candidate& c = candidates[runner];
             SpeculativeOptions options = c.options;
             options.trace_steps_path = o.trace_steps;
-            options.trace_label = setting.name + " batch " + std::to_string(batch) + " " +
-                                  c.name + " rep " + std::to_string(rep);
+            options.trace_label = setting.name + " batch " + std::to_string(batch) + " " + c.name +
+                                  " rep " + std::to_string(rep);
             results[runner].push_back(speculative(groups[g], options, &stats[runner]));
           }
         }

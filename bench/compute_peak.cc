@@ -32,9 +32,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t VnniLoop(int32_t 
   for (int j = 1; j < kChains; ++j) sum = _mm512_add_epi32(sum, acc[j]);
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, sum);
-  int32_t total = 0;
-  for (int32_t v : lanes) total += v;
-  return total;
+  // Unsigned: the lanes wrap around by design, and a signed sum of them would overflow.
+  uint32_t total = 0;
+  for (int32_t v : lanes) total += static_cast<uint32_t>(v);
+  return static_cast<int32_t>(total);
 }
 
 constexpr int64_t kAmxIters = 1'000'000;
@@ -71,12 +72,12 @@ __attribute__((target("amx-tile,amx-int8"))) int32_t AmxLoop(int32_t seed) {
   _tile_stored(1, sums[1], 64);
   _tile_stored(2, sums[2], 64);
   _tile_stored(3, sums[3], 64);
-  int32_t total = 0;
+  uint32_t total = 0;  // unsigned for the same reason as in VnniLoop
   for (const auto& tile : sums) {
-    for (int32_t v : tile) total += v;
+    for (int32_t v : tile) total += static_cast<uint32_t>(v);
   }
   _tile_release();
-  return total;
+  return static_cast<int32_t>(total);
 }
 
 // Runs loop on every pool thread `reps` times; the best wall time in seconds.

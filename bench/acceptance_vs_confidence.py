@@ -92,8 +92,9 @@ def report(runs, window_sizes):
                          f"{statistics.mean(b):.2f} |")
     lines += ["", "| window W | pairs | corr(mean confidence of last W tokens, acceptance of next "
               "W/2 drafts) | corr(acceptance of last W/2 drafts, of next W/2) |", "|---|---|---|---|"]
-    for w in window_sizes:
-        pairs = [p for conf, ds in runs for p in lookahead_pairs(conf, ds, w)]
+    pairs_by_window = {w: [p for conf, ds in runs for p in lookahead_pairs(conf, ds, w)]
+                       for w in window_sizes}
+    for w, pairs in pairs_by_window.items():
         if len(pairs) < 3:
             continue
         by_confidence = statistics.correlation([p[0] for p in pairs], [p[2] for p in pairs])
@@ -103,8 +104,8 @@ def report(runs, window_sizes):
               "confidence tell which stretches recover?", "",
               "| window W | such windows | corr(confidence, next acceptance) | next acceptance when "
               "confidence >= its median | when below |", "|---|---|---|---|---|"]
-    for w in window_sizes:
-        low = [p for conf, ds in runs for p in lookahead_pairs(conf, ds, w) if p[1] < 0.5]
+    for w, pairs in pairs_by_window.items():
+        low = [p for p in pairs if p[1] < 0.5]
         if len(low) < 4:
             continue
         median = statistics.median(p[0] for p in low)
@@ -139,12 +140,13 @@ def main():
     for i, (c, a) in enumerate(zip(confidences, accepted)):
         # The steps must account for the tokens returned (plus an end-of-text token not returned),
         # or the drafts are not lined up with their positions.
-        if not 0 <= 1 + sum(x + 1 for x in a) - len(c) <= 1:
-            sys.exit(f"request {i}: the trace's steps commit {1 + sum(x + 1 for x in a)} tokens, "
+        committed = 1 + sum(x + 1 for x in a)
+        if not 0 <= committed - len(c) <= 1:
+            sys.exit(f"request {i}: the trace's steps commit {committed} tokens, "
                      f"the reply has {len(c)}")
     runs = [(c, drafted_positions(c, a)) for c, a in zip(confidences, accepted)]
     text = (f"# Draft acceptance against the target's confidence ({time.strftime('%Y-%m-%d')})\n\n"
-            f"{cpu_name()}; `specd serve --draft-max 1 {' '.join(args.server_args)}`, {args.n} "
+            f"{cpu_name()}; `{' '.join(['specd serve --draft-max 1', *args.server_args])}`, {args.n} "
             f"greedy code completions of up to {args.max_tokens} tokens, one at a time.\n\n"
             + report(runs, [int(w) for w in args.windows.split(",")]))
     with open(args.out, "w") as f:

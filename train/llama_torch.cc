@@ -214,7 +214,8 @@ void LlamaImpl::EnableLora(int64_t rank, double alpha, int64_t token) {
 
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
                 const std::string& name, const std::string& path,
-                const std::vector<std::pair<std::string, GgufValue>>& extra) {
+                const std::vector<std::pair<std::string, GgufValue>>& extra,
+                std::optional<DType> embedding_type) {
   const LlamaShape& s = model->shape;
   auto tok = GgufFile::Open(tokenizer_gguf);
   GgufWriter w;
@@ -257,7 +258,7 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     w.Set("specd.eagle", GgufValue::Bool(true));
     add("eagle.fc.weight", model->eagle_fc->weight, type);
   } else {
-    add("token_embd.weight", model->embed->weight, type);
+    add("token_embd.weight", model->embed->weight, embedding_type.value_or(type));
   }
   add("output_norm.weight", model->final_norm, DType::kF32);
   if (model->has_head()) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,10 +106,13 @@ TORCH_MODULE(Llama);
 
 // Writes a GGUF model (standard llama keys and tensor names) with matrices in `type` and the
 // tokenizer metadata copied from `tokenizer_gguf`.
-// `extra` metadata is written as given (e.g. specd.sdsat.*).
+// `extra` metadata is written as given (e.g. specd.sdsat.*). `embedding_type`, when set, is the
+// input embedding's type instead of `type` (a draft over a 152K-token vocabulary reads one row
+// of it per token, so q4_0 halves the file at no cost per step).
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
                 const std::string& name, const std::string& path,
-                const std::vector<std::pair<std::string, GgufValue>>& extra = {});
+                const std::vector<std::pair<std::string, GgufValue>>& extra = {},
+                std::optional<DType> embedding_type = std::nullopt);
 
 // Writes the LoRA of `model` as a llama.cpp adapter GGUF (general.type = adapter, adapter.type =
 // lora, adapter.lora.alpha; blk.N.<matrix>.weight.lora_a [in, rank] / .lora_b [rank, out] in

@@ -38,6 +38,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     TokenizerTrainOptions tok;
     TrainOptions model;
     std::string type = "f32";
+    std::string embedding_type;  // "" : the same as type
     std::string teacher_weights;  // "" or "i8"
   };
   auto state = std::make_shared<State>();
@@ -77,6 +78,9 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     cmd->add_option("--eval-every", m.eval_every, "steps between validations")
         ->check(CLI::Range(1, 1000000));
     cmd->add_option("--type", state->type, "export type")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+    cmd->add_option("--embedding-type", state->embedding_type,
+                    "export type of the input embedding (default: --type)")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
     cmd->add_option("--name", m.name, "general.name of the exported model");
     cmd->add_option("--seed", m.seed, "seed");
@@ -381,6 +385,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     }
     TrainOptions options = state->model;
     options.export_type = *DTypeFromName(state->type);
+    if (!state->embedding_type.empty()) options.embedding_type = *DTypeFromName(state->embedding_type);
     options.bf16 = Bf16Pays(options.bf16);
     options.teacher_run.int8_weights = state->teacher_weights == "i8";
     SPECD_CHECK(draft->count("--soft-weight") == 0 || options.teacher_top_k > 0,

@@ -574,7 +574,7 @@ TrainResult Train(const TrainOptions& o) {
                FormatTrainLoss(result.train_loss, "unknown").c_str(), result.validation_loss,
                result.validation_perplexity);
   if (!o.out.empty()) {
-    ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out);
+    ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out, {}, o.embedding_type);
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }
   return result;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,7 @@ struct TrainOptions {
   std::string teacher;         // GGUF of the target: distill into the draft when set
   std::string name = "specd";
   DType export_type = DType::kF32;
+  std::optional<DType> embedding_type;  // the input embedding's export type (default export_type)
   int batch = 8;
   double epochs = 1.0;
   int64_t max_steps = 0;  // overrides epochs when > 0

@@ -109,6 +109,7 @@ struct ServeOptions {
   std::string model;
   std::string draft_model;
   std::string spec_type = "draft";  // none | draft | ngram | draft+ngram
+  bool spec_type_given = false;     // --spec-type was on the command line
   int draft_max = 0;                // > 0: fixed draft length; else cost-aware 0..8
   int ngram_min = 1;
   int ngram_max = 3;
@@ -127,8 +128,12 @@ struct ServeOptions {
 };
 int RunServe(const ServeOptions& options);
 
-// The default model shipped in models/ (SPECD_MODELS_DIR overrides the folder), or "" if absent.
+// The default pair of src/engine/model_catalog.h, looked up in SPECD_PRETRAINED_DIR and
+// SPECD_MODELS_DIR (or the source tree's pretrained/ and models/); "" where absent.
 std::string DefaultTargetModel();
-std::string DefaultDraftModel();
+// Fills an empty *model with the default target (and *draft_model with its draft when
+// wants_draft); for a model given without a draft, pairs the draft shipped for it when
+// wants_draft, saying so on stderr. An empty *model with no default there is an Error.
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft);
 
 }  // namespace specd::cli

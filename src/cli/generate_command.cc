@@ -22,6 +22,7 @@
 #include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
 #include "draft/sdsat_proposer.h"
+#include "engine/model_catalog.h"
 #include "engine/generate.h"
 #include "engine/model_options.h"
 #include "model/model.h"
@@ -54,43 +55,44 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 
 }  // namespace
 
-namespace {
-// `file` in the folder named by the environment variable, or by default; "" if not there.
-std::string ModelIn(const char* env_var, const char* default_dir, const char* file) {
-  const char* env = std::getenv(env_var);
-  const std::string path = std::string(env != nullptr ? env : default_dir) + "/" + file;
-  return std::filesystem::exists(path) ? path : "";
+ModelDirs DefaultModelDirs() {
+  const char* pretrained = std::getenv("SPECD_PRETRAINED_DIR");
+  const char* models = std::getenv("SPECD_MODELS_DIR");
+  return {pretrained != nullptr ? pretrained : SPECD_DEFAULT_PRETRAINED_DIR,
+          models != nullptr ? models : SPECD_DEFAULT_MODELS_DIR};
 }
 
-// SmolLM2-135M-Instruct (fetched by scripts/get-models.sh) with its shipped draft when both
-// are there, otherwise the shipped 16.5M pair.
-std::pair<std::string, std::string> DefaultPair() {
-  const std::string smol = ModelIn("SPECD_PRETRAINED_DIR", SPECD_DEFAULT_PRETRAINED_DIR,
-                                   "SmolLM2-135M-Instruct.Q4_1.gguf");
-  const std::string smol_draft =
-      ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-smollm2-draft-q8_0.gguf");
-  if (!smol.empty() && !smol_draft.empty()) return {smol, smol_draft};
-  return {ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-target-q8_0.gguf"),
-          ModelIn("SPECD_MODELS_DIR", SPECD_DEFAULT_MODELS_DIR, "specd-draft-q8_0.gguf")};
-}
-}  // namespace
+std::string DefaultTargetModel() { return DefaultModelPair(DefaultModelDirs()).target; }
 
-std::string DefaultTargetModel() { return DefaultPair().first; }
-std::string DefaultDraftModel() { return DefaultPair().second; }
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft) {
+  const ModelDirs dirs = DefaultModelDirs();
+  if (model->empty()) {
+    const ModelPair pair = DefaultModelPair(dirs);
+    SPECD_CHECK(!pair.target.empty(),
+                "no model given (-m MODEL.gguf) and no default model is there: "
+                "pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf or "
+                "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches them) "
+                "with their drafts in models/, or models/specd-target-q8_0.gguf (set "
+                "SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
+    *model = pair.target;
+    if (wants_draft && draft_model->empty()) *draft_model = pair.draft;
+    return;
+  }
+  if (!wants_draft || !draft_model->empty()) return;
+  *draft_model = ShippedDraftFor(*model, dirs);
+  if (!draft_model->empty()) {
+    std::fprintf(stderr,
+                 "specd: %s has a shipped draft: speculating with %s (-md to choose another, "
+                 "--strategy ar for none)\n",
+                 std::filesystem::path(*model).filename().c_str(), draft_model->c_str());
+  }
+}
 
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;
-  if (o.model.empty()) {
-    o.model = DefaultTargetModel();
-    SPECD_CHECK(!o.model.empty(),
-                "no model given (-m MODEL.gguf) and neither default model is there: "
-                "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches it) "
-                "or models/specd-target-q8_0.gguf (set SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
-    // The default pair decodes speculatively unless asked otherwise.
-    if (o.draft_model.empty() && o.strategy != "ar" && o.strategy != "sdsat") {
-      o.draft_model = DefaultDraftModel();
-    }
-  }
+  // A model with a shipped draft decodes speculatively unless asked otherwise.
+  ChooseModels(&o.model, &o.draft_model,
+               o.strategy != "ar" && o.strategy != "sdsat" && o.spec_type != "ngram");
   const bool sdsat = o.strategy == "sdsat";
   SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && o.sdsat_loop.empty() &&
                         o.sdsat_tree.empty()),

@@ -657,7 +657,10 @@ int main(int argc, char** argv) {
       return RunInfo(info_model);
     }
     if (*perplexity) return RunPerplexity(ppl);
-    if (*serve) return RunServe(srv);
+    if (*serve) {
+      srv.spec_type_given = serve->count("--spec-type") > 0;
+      return RunServe(srv);
+    }
     if (*quantize) return RunQuantize(quant);
     if (*tokenize) {
       if (tok.model.empty()) tok.model = DefaultTargetModel();
@@ -668,7 +671,7 @@ int main(int argc, char** argv) {
     }
     if (*bench_tokenize) return RunTokenizeBench(tb);
     if (*bench_spec) {
-      if (sb.target.empty()) sb.target = DefaultTargetModel();
+      ChooseModels(&sb.target, &sb.draft, bench_strategy != "sdsat");
       const bool sdsat_flags =
           bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
               bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
@@ -684,13 +687,11 @@ int main(int argc, char** argv) {
         bench::RunSdsatBench(sb, sdsat_bench);
         return 0;
       }
-      if (sb.draft.empty()) sb.draft = DefaultDraftModel();
       bench::RunSpecBench(sb);
       return 0;
     }
     if (*bench_easyspec) {
-      if (eb.target.empty()) eb.target = DefaultTargetModel();
-      if (eb.draft.empty()) eb.draft = DefaultDraftModel();
+      ChooseModels(&eb.target, &eb.draft, true);
       bench::RunEasySpecBench(eb);
       return 0;
     }

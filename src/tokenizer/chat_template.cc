@@ -15,16 +15,32 @@ std::string Trim(const std::string& s) {
 }
 
 // The literal system turn a ChatML template writes when messages[0] is not a system message
-// (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face").
+// (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face"; Qwen2.5:
+// "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."). Templates test the
+// first role either way ("!= 'system'" then the default, or "== 'system'" with the default in
+// the else branch); the default is the one "<|im_start|>system" followed by plain text, not by
+// template code, up to "<|im_end|>". The newline after "system" is written out or escaped.
 std::string ChatMlDefaultSystem(const std::string& tmpl) {
-  if (tmpl.find("messages[0]['role'] != 'system'") == std::string::npos) return "";
-  const std::string open = "<|im_start|>system\n";
-  const size_t at = tmpl.find(open);
-  if (at == std::string::npos) return "";
-  const size_t begin = at + open.size();
-  const size_t end = tmpl.find("<|im_end|>", begin);
-  if (end == std::string::npos) return "";
-  return tmpl.substr(begin, end - begin);
+  if (tmpl.find("messages[0]['role'] != 'system'") == std::string::npos &&
+      tmpl.find("messages[0]['role'] == 'system'") == std::string::npos) {
+    return "";
+  }
+  const std::string open = "<|im_start|>system";
+  for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
+    size_t begin = at + open.size();
+    if (tmpl.compare(begin, 1, "\n") == 0) {
+      begin += 1;
+    } else if (tmpl.compare(begin, 2, "\\n") == 0) {
+      begin += 2;
+    } else {
+      continue;
+    }
+    const size_t end = tmpl.find("<|im_end|>", begin);
+    if (end == std::string::npos) return "";
+    std::string text = tmpl.substr(begin, end - begin);
+    if (text.find_first_of("'\"{}") == std::string::npos) return text;
+  }
+  return "";
 }
 
 }  // namespace

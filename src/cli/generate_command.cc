@@ -78,6 +78,11 @@ void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft
     if (wants_draft && draft_model->empty()) *draft_model = pair.draft;
     return;
   }
+  std::error_code ec;
+  SPECD_CHECK(std::filesystem::exists(*model, ec), "cannot open model file '", *model,
+              "': no such file");
+  SPECD_CHECK(std::filesystem::is_regular_file(*model, ec), "'", *model,
+              "' is not a regular file");
   if (!wants_draft || !draft_model->empty()) return;
   *draft_model = ShippedDraftFor(*model, dirs);
   if (!draft_model->empty()) {

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -139,6 +141,12 @@ void HttpServer::Routes() {
       ReplyError(res, ApiError(res.status, "invalid_request_error",
                                "HTTP error " + std::to_string(res.status)));
     }
+    metrics_.OnRequest(res.status, 0, 0, 0);  // refused before any handler ran
+  });
+  // One line per request on stderr, as a server log is read: who, what, and the outcome.
+  http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    std::fprintf(stderr, "specd serve: %s %s %s %d %zu bytes\n", req.remote_addr.c_str(),
+                 req.method.c_str(), req.path.c_str(), res.status, req.body.size());
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -154,40 +162,91 @@ void HttpServer::Routes() {
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
-  // The API key is checked in the handlers, not before routing: a request refused there would
-  // leave its unread body on the connection, parsed as the next request (and block shutdown).
-  const auto keyed = [this](httplib::Server::Handler handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      if (!options_.api_key.empty() &&
-          req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-        ReplyError(res, ApiError(401, "authentication_error",
-                                 "Incorrect API key provided (send 'Authorization: Bearer KEY')",
-                                 "", "invalid_api_key"));
-        metrics_.OnRequest(401, 0, 0, 0);
+  // POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
+  // 8 KiB sent as application/x-www-form-urlencoded (curl -d's default) with a 413. The API key
+  // is checked after the body is read: a body left unread would be parsed as the next request.
+  const auto keyed_post = [this](std::function<void(const std::string&, httplib::Response&)> f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& reader) {
+      std::string body;
+      const size_t max_bytes = options_.max_body_bytes;
+      bool too_large = false;
+      // cpp-httplib itself refuses a Content-Length over max_bytes (the reader fails then).
+      const bool read = reader([&](const char* data, size_t n) {
+        too_large = too_large || body.size() + n > max_bytes;
+        if (!too_large) body.append(data, n);
+        return true;  // read on to the end, so the connection stays in step
+      });
+      if (!read && !too_large && req.get_header_value<uint64_t>("Content-Length") <= max_bytes) {
+        ReplyError(res, ApiError(400, "invalid_request_error", "the request body was cut short"));
+        metrics_.OnRequest(400, 0, 0, 0);
         return;
       }
-      handler(req, res);
+      if (too_large || !read) {
+        ReplyError(res, ApiError(413, "invalid_request_error",
+                                 "the request body is larger than " + std::to_string(max_bytes) +
+                                     " bytes"));
+        metrics_.OnRequest(413, 0, 0, 0);
+        return;
+      }
+      if (RefusedKey(req, &res)) return;
+      f(body, res);
     };
   };
-  http_->Get("/metrics", keyed([this](const httplib::Request&, httplib::Response& res) {
-               res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
-             }));
-  http_->Get("/v1/models", keyed([this](const httplib::Request&, httplib::Response& res) {
-               const nlohmann::json models = {
-                   {"object", "list"},
-                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
-                                                    {"object", "model"},
-                                                    {"created", created_},
-                                                    {"owned_by", "specd"}}})}};
-               res.set_content(Dump(models), "application/json");
-             }));
-  http_->Post("/v1/completions", keyed([this](const httplib::Request& req, httplib::Response& res) {
-                HandleCompletion(req.body, /*chat=*/false, &res);
+  // A known route asked with another method: 405 naming the allowed one.
+  const auto wrong_method = [this](const char* allowed) {
+    return [this, allowed](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", allowed);
+      ReplyError(res, ApiError(405, "invalid_request_error",
+                               req.method + " " + req.path + " is not allowed (use " + allowed +
+                                   ")"));
+      metrics_.OnRequest(405, 0, 0, 0);
+    };
+  };
+  // Scrapers read /metrics without the API key, as from llama-server and vLLM.
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (RefusedKey(req, &res)) return;
+    const nlohmann::json models = {
+        {"object", "list"},
+        {"data", nlohmann::json::array({{{"id", limits_.model_id},
+                                         {"object", "model"},
+                                         {"created", created_},
+                                         {"owned_by", "specd"}}})}};
+    res.set_content(Dump(models), "application/json");
+  });
+  http_->Post("/v1/completions",
+              keyed_post([this](const std::string& body, httplib::Response& res) {
+                HandleCompletion(body, /*chat=*/false, &res);
               }));
   http_->Post("/v1/chat/completions",
-              keyed([this](const httplib::Request& req, httplib::Response& res) {
-                HandleCompletion(req.body, /*chat=*/true, &res);
+              keyed_post([this](const std::string& body, httplib::Response& res) {
+                HandleCompletion(body, /*chat=*/true, &res);
               }));
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    http_->Get(path, wrong_method("POST"));
+    http_->Put(path, wrong_method("POST"));
+    http_->Delete(path, wrong_method("POST"));
+  }
+  for (const char* path : {"/health", "/metrics", "/v1/models"}) {
+    http_->Post(path, wrong_method("GET"));
+    http_->Put(path, wrong_method("GET"));
+    http_->Delete(path, wrong_method("GET"));
+  }
+}
+
+bool HttpServer::RefusedKey(const httplib::Request& req, httplib::Response* res) {
+  if (options_.api_key.empty() ||
+      req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
+    return false;
+  }
+  ReplyError(*res, ApiError(401, "authentication_error",
+                            "Incorrect API key provided (send 'Authorization: Bearer KEY')", "",
+                            "invalid_api_key"));
+  metrics_.OnRequest(401, 0, 0, 0);
+  return true;
 }
 
 void HttpServer::HandleCompletion(const std::string& body, bool chat, void* response) {

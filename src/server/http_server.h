@@ -13,6 +13,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace specd::server {
@@ -41,6 +43,8 @@ class HttpServer {
  private:
   void Routes();
   void HandleCompletion(const std::string& body, bool chat, void* response);
+  // Whether the request lacks the API key (then *res is the 401, counted in the metrics).
+  bool RefusedKey(const httplib::Request& req, httplib::Response* res);
 
   HttpOptions options_;
   Scheduler& scheduler_;

@@ -1,5 +1,6 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -67,11 +68,10 @@ std::vector<int32_t> TokenIds(const json& ids, const Tokenizer& tokenizer) {
 std::vector<int32_t> CompletionPrompt(const json& j, const Tokenizer& tokenizer) {
   const auto it = j.find("prompt");
   if (it == j.end() || it->is_null()) throw BadRequest("'prompt' is required", "prompt");
-  json prompt = *it;
   // One prompt per request: a list of one string or one token list is that prompt.
-  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
-    prompt = json(prompt[0]);
-  }
+  const bool wrapped =
+      it->is_array() && it->size() == 1 && ((*it)[0].is_string() || (*it)[0].is_array());
+  const json& prompt = wrapped ? (*it)[0] : *it;
   std::vector<int32_t> tokens;
   if (prompt.is_string()) {
     const std::string text = prompt.get<std::string>();
@@ -164,6 +164,17 @@ int Logprobs(const json& j, bool chat) {
   return static_cast<int>(Integer(j, "top_logprobs", 0, 20, 0));
 }
 
+// Whether `j` has `key` with a value other than null and the neutral ones listed.
+bool HasNonNeutral(const json& j, const char* key, const std::vector<json>& neutral) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  for (const json& n : neutral) {
+    if (*it == n) return false;
+  }
+  return true;
+}
+
+// Parameters specd does not implement are refused by name rather than silently ignored.
 void RefuseUnsupported(const json& j) {
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     if (Number(j, key, -2.0, 2.0, 0.0) != 0.0) {
@@ -173,7 +184,46 @@ void RefuseUnsupported(const json& j) {
   if (j.contains("tools") || j.contains("functions")) {
     throw BadRequest("tools / function calling are not supported", "tools");
   }
+  const std::pair<const char*, std::vector<json>> refused[] = {
+      {"logit_bias", {json::object()}},
+      {"echo", {false}},
+      {"suffix", {""}},
+      {"best_of", {1}},
+      {"response_format", {json{{"type", "text"}}}},
+  };
+  for (const auto& [key, neutral] : refused) {
+    if (HasNonNeutral(j, key, neutral)) {
+      throw BadRequest(std::string("'") + key + "' is not supported by this server", key);
+    }
+  }
 }
+
+}  // namespace
+
+int JsonNestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+namespace {
 
 }  // namespace
 
@@ -193,6 +243,12 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                                          const Tokenizer& tokenizer,
                                          const ChatTemplate* chat_template,
                                          const ApiLimits& limits) {
+  // Checked before parsing: a value nested 200,000 deep parses, but its recursive destruction
+  // overflows the stack of the thread that handles the request (the whole server dies).
+  if (JsonNestingDepth(body) > limits.max_json_depth) {
+    throw BadRequest("the request body is nested deeper than " +
+                     std::to_string(limits.max_json_depth) + " levels");
+  }
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     throw BadRequest("the request body is not valid JSON (in UTF-8)");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decode/step.h"
@@ -40,7 +41,12 @@ struct ApiLimits {
   int n_ctx = 0;                           // positions per sequence
   int max_n = 1;                           // completions per request (the server's slots)
   int default_max_tokens_completion = 16;  // OpenAI's default for /v1/completions
+  int max_json_depth = 64;                 // arrays and objects nested deeper are refused
 };
+
+// The deepest nesting of arrays and objects in JSON text (brackets inside strings not counted);
+// well defined for any bytes, valid JSON or not.
+int JsonNestingDepth(std::string_view text);
 
 struct CompletionRequest {
   bool chat = false;

@@ -1,7 +1,8 @@
 """specd serve over loopback, driven by the official openai client and by raw HTTP.
 
-Usage: server_test.py SPECD_BINARY [unittest args]. Uses the default model (SmolLM2 with its
-draft when fetched, else the shipped 16.5M pair: chat tests then need a chat template and skip).
+Usage: server_test.py SPECD_BINARY [unittest args]. Uses SmolLM2 (paired with its shipped draft)
+when fetched, else the default model, the shipped 16.5M pair (chat tests then need a chat
+template and skip); the larger flagship default stays out of these tests to keep them quick.
 """
 import concurrent.futures
 import http.client
@@ -20,11 +21,15 @@ import openai
 from specd_server import Server as BaseServer
 
 SPECD = sys.argv.pop(1)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SMOL = os.path.join(ROOT, "pretrained", "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL_ARGS = ["-m", SMOL] if os.path.exists(SMOL) else []
 
 
 class Server(BaseServer):
     def __init__(self, *args):
-        super().__init__(SPECD, *args)
+        has_model = "-m" in args
+        super().__init__(SPECD, *([] if has_model else MODEL_ARGS), *args)
 
     def client(self, api_key="none"):
         return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
@@ -35,8 +40,8 @@ class Server(BaseServer):
 
 def generate_json(*args):
     """`specd generate ... --json`: the first sequence's record."""
-    out = subprocess.run([SPECD, "generate", "--json", *args], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([SPECD, "generate", "--json", *MODEL_ARGS, *args], capture_output=True,
+                         text=True, check=True)
     return json.loads(out.stdout.splitlines()[0])
 
 
@@ -220,6 +225,49 @@ class ServerTest(unittest.TestCase):
         # The server is still fine.
         self.assertEqual(self.complete(PROMPTS[0], 4).usage.completion_tokens, 4)
 
+    def test_deeply_nested_json_is_a_400_not_a_crash(self):
+        for depth in (100, 100_000, 200_000):
+            body = '{"prompt": ' + "[" * depth
+            status, _, data = self.server.raw("POST", "/v1/completions", body,
+                                              {"Content-Type": "application/json"})
+            self.assertEqual(status, 400, depth)
+            self.assertIn("nested deeper than", json.loads(data)["error"]["message"])
+        self.assertEqual(self.complete(PROMPTS[0], 2).usage.completion_tokens, 2)
+
+    def test_unsupported_parameters_are_refused_by_name(self):
+        for key, value in [("logit_bias", {"50": 5}), ("echo", True), ("suffix", "x"),
+                           ("best_of", 3), ("response_format", {"type": "json_object"})]:
+            body = json.dumps({"prompt": "a", "max_tokens": 1, key: value})
+            status, _, data = self.server.raw("POST", "/v1/completions", body,
+                                              {"Content-Type": "application/json"})
+            self.assertEqual(status, 400, key)
+            self.assertEqual(json.loads(data)["error"]["param"], key)
+        # Their neutral values are accepted, as OpenAI's clients send them.
+        body = json.dumps({"prompt": "a", "max_tokens": 1, "echo": False, "best_of": 1,
+                           "logit_bias": {}, "response_format": {"type": "text"}})
+        self.assertEqual(self.server.raw("POST", "/v1/completions", body)[0], 200)
+
+    def test_large_body_without_json_content_type(self):
+        # curl -d sends application/x-www-form-urlencoded; a body over 8 KiB is still read.
+        body = json.dumps({"prompt": "def f(x):", "max_tokens": 1}) + " " * 9000
+        for headers in ({}, {"Content-Type": "application/x-www-form-urlencoded"}):
+            status, _, data = self.server.raw("POST", "/v1/completions", body, headers)
+            self.assertEqual(status, 200, (headers, data[:200]))
+
+    def test_wrong_method_is_405_and_refusals_are_counted(self):
+        before = self.server.metrics()
+        status, headers, _ = self.server.raw("GET", "/v1/completions")
+        self.assertEqual(status, 405)
+        self.assertEqual(headers.get("Allow"), "POST")
+        self.assertEqual(self.server.raw("POST", "/health", "{}")[0], 405)
+        self.assertEqual(self.server.raw("GET", "/v1/nothing")[0], 404)
+        self.assertEqual(self.server.raw("POST", "/v1/completions", "x" * (2 << 20),
+                                         {"Content-Type": "application/json"})[0], 413)
+        after = self.server.metrics()
+        for status, n in (("405", 2), ("404", 1), ("413", 1)):
+            key = 'specd:request_success_total{status="%s"}' % status
+            self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
+
 
 class LimitsTest(unittest.TestCase):
     def test_api_key(self):
@@ -232,9 +280,26 @@ class LimitsTest(unittest.TestCase):
                                                             max_tokens=2)
             self.assertEqual(ok.usage.completion_tokens, 2)
             self.assertEqual(server.raw("GET", "/health")[0], 200)  # health needs no key
+            self.assertEqual(server.raw("GET", "/metrics")[0], 200)  # nor do scrapers
             self.assertEqual(server.raw("GET", "/v1/models")[0], 401)
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_a_model_alone_serves_with_or_without_its_shipped_draft(self):
+        # No shipped draft: served without speculation, saying so.
+        server = Server("-m", os.path.join(ROOT, "models", "specd-target-sdsat-q8_0.gguf"))
+        try:
+            self.assertIn("serving without speculation", "".join(server.log))
+            self.assertEqual(server.client().completions.create(
+                model=server.model, prompt="def f(x):", max_tokens=2).usage.completion_tokens, 2)
+        finally:
+            self.assertEqual(server.stop(), 0)
+        for bad in ("/nonexistent.gguf", "/tmp"):
+            out = subprocess.run([SPECD, "serve", "--port", "0", "-m", bad], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn(bad, out.stderr)
+            self.assertNotIn("draft", out.stderr)
 
     @unittest.skipUnless(shutil.which("ss"), "needs ss (iproute2)")
     def test_listen_backlog_holds_a_burst_of_clients(self):

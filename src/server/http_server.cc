@@ -115,7 +115,7 @@ void HttpServer::Serve() { http_->listen_after_bind(); }
 
 void HttpServer::Stop() { http_->stop(); }
 
-void HttpServer::Routes() {
+void HttpServer::ConfigureTransport() {
   const int n_threads = options_.n_http_threads;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -145,8 +145,8 @@ void HttpServer::Routes() {
   });
   // One line per request on stderr, as a server log is read: who, what, and the outcome.
   http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    std::fprintf(stderr, "specd serve: %s %s %s %d %zu bytes\n", req.remote_addr.c_str(),
-                 req.method.c_str(), req.path.c_str(), res.status, req.body.size());
+    std::fprintf(stderr, "specd serve: %s %s %s %d\n", req.remote_addr.c_str(),
+                 req.method.c_str(), req.path.c_str(), res.status);
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -159,6 +159,10 @@ void HttpServer::Routes() {
         }
         ReplyError(res, ApiError(500, "server_error", what));
       });
+}
+
+void HttpServer::Routes() {
+  ConfigureTransport();
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });

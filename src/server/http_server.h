@@ -42,6 +42,8 @@ class HttpServer {
 
  private:
   void Routes();
+  // Threads, socket options, timeouts, and the error, exception and log handlers.
+  void ConfigureTransport();
   void HandleCompletion(const std::string& body, bool chat, void* response);
   // Whether the request lacks the API key (then *res is the 401, counted in the metrics).
   bool RefusedKey(const httplib::Request& req, httplib::Response* res);

@@ -85,11 +85,16 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   std::printf("\n");
   // A kernel that this CPU does not have (oneDNN refuses bf16 without AVX-512) gets a row that
   // says so instead of ending the benchmark.
-  auto row = [&](const char* name, const std::function<double(int)>& ms_for) {
+  // weight_bytes > 0: each cell also shows the rate the weights were read at, in GB/s.
+  auto row = [&](const char* name, const std::function<double(int)>& ms_for,
+                 int64_t weight_bytes = 0) {
     std::printf("| %s |", name);
     for (int m : o.m) {
       try {
-        std::printf(" %.0f |", static_cast<double>(m) * n * k / ms_for(m) / 1e6);
+        const double ms = ms_for(m);
+        std::printf(" %.0f", static_cast<double>(m) * n * k / ms / 1e6);
+        if (weight_bytes > 0) std::printf(" (%.1f GB/s)", weight_bytes / ms / 1e6);
+        std::printf(" |");
       } catch (const dnnl::error& e) {
         std::printf(" n/a (oneDNN: %s) |", e.what());
       }
@@ -97,7 +102,7 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     std::printf("\n");
     std::fflush(stdout);
   };
-  for (DType type : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType type : o.types) {
     // One copy's bytes, then o.copies views of distinct copies.
     std::vector<uint8_t> bytes(RowBytes(type, k) * n);
     for (int r = 0; r < n; ++r) {
@@ -115,9 +120,14 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
       }
     }
     const std::string name = "specd " + std::string(DTypeName(type));
-    row(name.c_str(),
-        [&](int m) { return CyclingMatmulMs(ctx, x.data(), m, views, y.data(), o.min_ms); });
+    const int64_t weight_bytes =
+        packed[0].rows > 0 ? static_cast<int64_t>(packed[0].data.size()) : RowBytes(type, k) * n;
+    row(
+        name.c_str(),
+        [&](int m) { return CyclingMatmulMs(ctx, x.data(), m, views, y.data(), o.min_ms); },
+        weight_bytes);
   }
+  if (o.skip_int8_and_onednn) return;
   // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
   // oneDNN through specd's wrapper (activation quantization and float steps included).
   std::vector<int8_t> i8(static_cast<size_t>(n) * k);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace specd::bench {
 
 struct MatmulBenchOptions {
@@ -16,6 +18,9 @@ struct MatmulBenchOptions {
   // forward's layers do, while one copy sits in cache.
   int copies = 1;
   double min_ms = 300;  // time per measurement
+  // specd's packed kernels are run for each of these weight types (bf16 on its own kernel).
+  std::vector<DType> types = {DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+  bool skip_int8_and_onednn = false;  // only the `types` rows
 };
 
 void RunMatmulBench(const MatmulBenchOptions& options);

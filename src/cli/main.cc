@@ -443,6 +443,12 @@ int main(int argc, char** argv) {
                    "distinct copies of the weights used in turn (e.g. 30: streamed from memory "
                    "like a forward's layers; oneDNN rows use one)")
       ->check(CLI::Range(1, 1024));
+  std::vector<std::string> mm_types;
+  bench_matmul
+      ->add_option("--types", mm_types,
+                   "weight types of specd's rows (default bf16,q8_0,q4_0); given, only those rows")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"}));
 
   bench::SpecBenchOptions sb;
   auto* bench_spec = bench->add_subcommand("spec", "plain vs speculative decoding by batch size");
@@ -703,6 +709,11 @@ int main(int argc, char** argv) {
     }
     if (*bench_matmul) {
       SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
+      if (!mm_types.empty()) {
+        mm.types.clear();
+        for (const std::string& t : mm_types) mm.types.push_back(*DTypeFromName(t));
+        mm.skip_int8_and_onednn = true;
+      }
       bench::RunMatmulBench(mm);
       return 0;
     }

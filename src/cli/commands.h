@@ -121,6 +121,7 @@ struct ServeOptions {
   std::string api_key;
   std::string alias;  // the model id clients send (default: the file name without .gguf)
   size_t max_body_bytes = 1 << 20;
+  double shutdown_timeout_s = 30;  // on SIGTERM / SIGINT, time for requests in flight to finish
   int max_prefill_rows = 512;  // prompt rows per step: a long prompt delays others less
   int threads = 2;
   DraftFlags draft_flags;

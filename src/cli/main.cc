@@ -571,6 +571,11 @@ int main(int argc, char** argv) {
   serve->add_option("-a,--alias", srv.alias, "model id (default: the file name)");
   serve->add_option("--max-body-bytes", srv.max_body_bytes, "largest request body")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  serve
+      ->add_option("--shutdown-timeout", srv.shutdown_timeout_s,
+                   "seconds that requests in flight get to finish on SIGTERM / SIGINT (new ones "
+                   "get 503 meanwhile); those still running then end")
+      ->check(CLI::Range(0.0, 86400.0));
   AddDraftFlags(serve, &srv.draft_flags);
   AddTraceStepsFlag(serve, &srv.trace_steps);
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));

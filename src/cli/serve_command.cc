@@ -156,7 +156,10 @@ int RunServe(const ServeOptions& options) {
   http_options.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
   server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
   http.Bind();
-  signals.Start([&http] { http.Stop(); });
+  signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {
+    std::fprintf(stderr, "specd serve: draining (at most %.0f s)\n", timeout_ms / 1000);
+    http.Drain(timeout_ms);
+  });
   std::fprintf(stderr, "model: %s (%s, vocab %lld)%s%s; %d slots x %d positions; speculation: %s\n",
                o.model.c_str(), config.arch.c_str(), static_cast<long long>(config.n_vocab),
                draft ? ", draft " : "", draft ? o.draft_model.c_str() : "", o.parallel, n_ctx,

@@ -115,6 +115,19 @@ void HttpServer::Serve() { http_->listen_after_bind(); }
 
 void HttpServer::Stop() { http_->stop(); }
 
+bool HttpServer::Drain(double timeout_ms) {
+  draining_ = true;
+  const bool finished = scheduler_.WaitIdle(timeout_ms);
+  if (!finished) {
+    std::fprintf(stderr, "specd serve: requests still running after %.0f ms: cancelling them\n",
+                 timeout_ms);
+    scheduler_.CancelAll();
+    scheduler_.WaitIdle(60000.0);
+  }
+  Stop();  // waits for the handlers, which are writing the last responses
+  return finished;
+}
+
 void HttpServer::ConfigureTransport() {
   const int n_threads = options_.n_http_threads;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
@@ -163,7 +176,12 @@ void HttpServer::ConfigureTransport() {
 
 void HttpServer::Routes() {
   ConfigureTransport();
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {
+      res.status = 503;
+      res.set_content("{\"status\":\"shutting down\"}", "application/json");
+      return;
+    }
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
   // POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
@@ -255,6 +273,13 @@ bool HttpServer::RefusedKey(const httplib::Request& req, httplib::Response* res)
 
 void HttpServer::HandleCompletion(const std::string& body, bool chat, void* response) {
   httplib::Response& res = *static_cast<httplib::Response*>(response);
+  if (draining_) {
+    res.set_header("Retry-After", "5");
+    ReplyError(res, ApiError(503, "server_shutting_down",
+                             "the server is shutting down: retry on another replica"));
+    metrics_.OnRequest(503, 0, 0, 0);
+    return;
+  }
   Timer timer;
   CompletionRequest r;
   try {
@@ -271,6 +296,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
   // Coupled sampling: the output of a seeded request is the same with speculation on or off.
   s.sampling.method = SamplingMethod::kGumbel;
   s.stop_tokens = r.stop_tokens;
+  s.stop_at_eos = !r.ignore_eos;
   s.logprobs = r.logprobs;
   s.sum_logprob = false;  // nothing in a response reports it
   std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);

@@ -3,6 +3,7 @@
 // OpenAI error objects with the right status.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -39,6 +40,10 @@ class HttpServer {
   // Serves until Stop (from another thread or a signal handler's thread).
   void Serve();
   void Stop();
+  // A graceful stop: new completions get 503 (and /health "shutting down") while the requests
+  // in flight finish, for at most timeout_ms; those still running then end as cancelled; then
+  // Stop. Returns whether every request in flight finished on its own.
+  bool Drain(double timeout_ms);
 
  private:
   void Routes();
@@ -58,6 +63,7 @@ class HttpServer {
   int port_ = 0;
   int listen_socket_ = -1;  // the socket cpp-httplib listens on (seen as it sets its options)
   int64_t created_ = 0;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace specd::server

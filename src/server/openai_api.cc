@@ -302,6 +302,7 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
   r.stop = StopStrings(j);
   r.logprobs = Logprobs(j, chat);
   r.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
+  r.ignore_eos = Boolean(j, "ignore_eos", false);
   return r;
 }
 

@@ -60,6 +60,7 @@ struct CompletionRequest {
   int logprobs = -1;                 // -1: none, else top alternatives per token (0..20)
   double time_budget_ms = 0.0;       // specd's extension: unfinished choices end at this time
   std::vector<int32_t> stop_tokens;  // chat: the template's end-of-turn tokens
+  bool ignore_eos = false;           // llama-server's field: EOS does not end a choice
 };
 
 // Parses and checks a body; throws ApiError. `chat` selects /v1/chat/completions.

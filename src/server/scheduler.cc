@@ -146,13 +146,34 @@ void Scheduler::AdmitLocked() {
 
 void Scheduler::ReportOccupancyLocked() {
   if (observer_ != nullptr) observer_->OnOccupancy(slots_in_use_, static_cast<int>(queue_.size()));
+  if (slots_in_use_ == 0 && queue_.empty()) idle_.notify_all();
+}
+
+bool Scheduler::WaitIdle(double timeout_ms) {
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, std::chrono::duration<double, std::milli>(timeout_ms),
+                        [&] { return slots_in_use_ == 0 && queue_.empty(); });
+}
+
+void Scheduler::CancelAll() {
+  {
+    std::lock_guard lock(mutex_);
+    cancel_all_ = slots_in_use_ > 0;  // taken by the engine thread at its next turn
+    for (const Pending& p : queue_) p.job->CancelAll("cancelled");
+  }
+  wake_.notify_all();
 }
 
 void Scheduler::ApplyCancellations() {
   const double now = clock_.ElapsedMs();
+  bool cancel_all = false;
+  {
+    std::lock_guard lock(mutex_);
+    std::swap(cancel_all, cancel_all_);
+  }
   std::vector<std::pair<int, std::string>> to_cancel;
   for (const auto& [id, r] : running_) {
-    std::string reason;
+    std::string reason = cancel_all ? "cancelled" : "";
     {
       std::lock_guard lock(r.job->mutex_);
       for (const auto& [choice, why] : r.job->cancel_requests_) {

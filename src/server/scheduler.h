@@ -80,6 +80,12 @@ class Scheduler {
   // n must be <= n_slots. time_budget_ms > 0 ends unfinished choices with "budget".
   std::shared_ptr<Job> Submit(const SequenceRequest& request, int n, double time_budget_ms);
   int n_slots() const { return n_slots_; }
+  // Waits until no request is queued or running, at most timeout_ms; true when idle.
+  bool WaitIdle(double timeout_ms);
+  // Ends every queued and running request with "cancelled" at the engine's next turn (their
+  // clients get their endings); meant for a drain, when no new requests come (one admitted
+  // before that turn is cancelled too).
+  void CancelAll();
 
  private:
   struct Pending {
@@ -115,6 +121,8 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<Pending> queue_;
   bool stopping_ = false;
+  bool cancel_all_ = false;             // under mutex_: CancelAll was asked
+  std::condition_variable idle_;        // notified when nothing is queued or running
   int slots_in_use_ = 0;            // engine thread and Submit (under mutex_)
   std::map<int, Running> running_;  // engine thread only: sequence id -> its job
   std::thread thread_;

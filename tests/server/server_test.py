@@ -301,6 +301,51 @@ class LimitsTest(unittest.TestCase):
             self.assertIn(bad, out.stderr)
             self.assertNotIn("draft", out.stderr)
 
+    def _drain(self, timeout_s, n_tokens):
+        """SIGTERM while a streamed request runs: what that request got, what a new request
+        got, and the exit code."""
+        import signal
+        import threading
+        server = Server("--parallel", "2", "--shutdown-timeout", str(timeout_s))
+        got = {"text": "", "finish": None, "tokens": 0}
+        first = threading.Event()
+
+        def stream():
+            for chunk in server.client().completions.create(
+                    model=server.model, prompt="def quicksort(arr):", max_tokens=n_tokens,
+                    temperature=0, stream=True, extra_body={"ignore_eos": True}):
+                got["text"] += chunk.choices[0].text
+                got["tokens"] += 1
+                got["finish"] = chunk.choices[0].finish_reason or got["finish"]
+                first.set()
+        worker = threading.Thread(target=stream)
+        worker.start()
+        self.assertTrue(first.wait(120))
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        try:
+            status = server.raw("POST", "/v1/completions", '{"prompt": "a", "max_tokens": 1}',
+                                {"Content-Type": "application/json"})[0]
+        except OSError:
+            status = "refused"  # the listener may already be closed
+        worker.join(300)
+        server.proc.wait(120)
+        return got, status, server.proc.returncode, "".join(server.log)
+
+    def test_sigterm_drains_requests_in_flight(self):
+        got, status, code, log = self._drain(timeout_s=120, n_tokens=96)
+        self.assertIn(status, (503, "refused"))
+        self.assertEqual(got["finish"], "length", log[-2000:])
+        self.assertEqual(code, 0, log[-2000:])
+        self.assertIn("draining", log)
+
+    def test_sigterm_after_the_shutdown_timeout_ends_what_runs(self):
+        got, status, code, log = self._drain(timeout_s=0, n_tokens=4000)
+        self.assertIsNotNone(got["finish"])  # the client got an ending, not a cut connection
+        self.assertLess(got["tokens"], 4000)
+        self.assertEqual(code, 0, log[-2000:])
+        self.assertIn("cancelling them", log)
+
     @unittest.skipUnless(shutil.which("ss"), "needs ss (iproute2)")
     def test_listen_backlog_holds_a_burst_of_clients(self):
         # cpp-httplib listens with a backlog of 5: 64 clients connecting at once had SYNs

@@ -29,6 +29,11 @@ std::string NewId(const char* prefix) {
   return buf;
 }
 
+// "ADDRESS METHOD PATH" of a request, for the log.
+std::string RequestLine(const httplib::Request& req) {
+  return req.remote_addr + " " + req.method + " " + req.path;
+}
+
 void ReplyError(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(Dump(ErrorBody(e)), "application/json");
@@ -154,12 +159,7 @@ void HttpServer::ConfigureTransport() {
       ReplyError(res, ApiError(res.status, "invalid_request_error",
                                "HTTP error " + std::to_string(res.status)));
     }
-    metrics_.OnRequest(res.status, 0, 0, 0);  // refused before any handler ran
-  });
-  // One line per request on stderr, as a server log is read: who, what, and the outcome.
-  http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    std::fprintf(stderr, "specd serve: %s %s %s %d\n", req.remote_addr.c_str(),
-                 req.method.c_str(), req.path.c_str(), res.status);
+    Record(req, res.status);  // refused before any handler ran
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -187,7 +187,9 @@ void HttpServer::Routes() {
   // POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
   // 8 KiB sent as application/x-www-form-urlencoded (curl -d's default) with a 413. The API key
   // is checked after the body is read: a body left unread would be parsed as the next request.
-  const auto keyed_post = [this](std::function<void(const std::string&, httplib::Response&)> f) {
+  using BodyHandler =
+      std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  const auto keyed_post = [this](BodyHandler f) {
     return [this, f](const httplib::Request& req, httplib::Response& res,
                      const httplib::ContentReader& reader) {
       std::string body;
@@ -201,18 +203,18 @@ void HttpServer::Routes() {
       });
       if (!read && !too_large && req.get_header_value<uint64_t>("Content-Length") <= max_bytes) {
         ReplyError(res, ApiError(400, "invalid_request_error", "the request body was cut short"));
-        metrics_.OnRequest(400, 0, 0, 0);
+        Record(req, 400);
         return;
       }
       if (too_large || !read) {
         ReplyError(res, ApiError(413, "invalid_request_error",
                                  "the request body is larger than " + std::to_string(max_bytes) +
                                      " bytes"));
-        metrics_.OnRequest(413, 0, 0, 0);
+        Record(req, 413);
         return;
       }
       if (RefusedKey(req, &res)) return;
-      f(body, res);
+      f(req, body, res);
     };
   };
   // A known route asked with another method: 405 naming the allowed one.
@@ -222,7 +224,7 @@ void HttpServer::Routes() {
       ReplyError(res, ApiError(405, "invalid_request_error",
                                req.method + " " + req.path + " is not allowed (use " + allowed +
                                    ")"));
-      metrics_.OnRequest(405, 0, 0, 0);
+      Record(req, 405);
     };
   };
   // Scrapers read /metrics without the API key, as from llama-server and vLLM.
@@ -231,6 +233,7 @@ void HttpServer::Routes() {
   });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (RefusedKey(req, &res)) return;
+    Record(req, 200);
     const nlohmann::json models = {
         {"object", "list"},
         {"data", nlohmann::json::array({{{"id", limits_.model_id},
@@ -240,12 +243,14 @@ void HttpServer::Routes() {
     res.set_content(Dump(models), "application/json");
   });
   http_->Post("/v1/completions",
-              keyed_post([this](const std::string& body, httplib::Response& res) {
-                HandleCompletion(body, /*chat=*/false, &res);
+              keyed_post([this](const httplib::Request& req, const std::string& body,
+                                httplib::Response& res) {
+                HandleCompletion(req, body, /*chat=*/false, &res);
               }));
   http_->Post("/v1/chat/completions",
-              keyed_post([this](const std::string& body, httplib::Response& res) {
-                HandleCompletion(body, /*chat=*/true, &res);
+              keyed_post([this](const httplib::Request& req, const std::string& body,
+                                httplib::Response& res) {
+                HandleCompletion(req, body, /*chat=*/true, &res);
               }));
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     http_->Get(path, wrong_method("POST"));
@@ -267,17 +272,31 @@ bool HttpServer::RefusedKey(const httplib::Request& req, httplib::Response* res)
   ReplyError(*res, ApiError(401, "authentication_error",
                             "Incorrect API key provided (send 'Authorization: Bearer KEY')", "",
                             "invalid_api_key"));
-  metrics_.OnRequest(401, 0, 0, 0);
+  Record(req, 401);
   return true;
 }
 
-void HttpServer::HandleCompletion(const std::string& body, bool chat, void* response) {
+void HttpServer::Record(const httplib::Request& req, int status, int64_t prompt_tokens,
+                        int64_t completion_tokens, double ms) {
+  Record(RequestLine(req), status, prompt_tokens, completion_tokens, ms);
+}
+
+void HttpServer::Record(const std::string& request_line, int status, int64_t prompt_tokens,
+                        int64_t completion_tokens, double ms) {
+  metrics_.OnRequest(status, prompt_tokens, completion_tokens, ms);
+  std::fprintf(stderr, "specd serve: %s %d, %lld + %lld tokens, %.0f ms\n", request_line.c_str(),
+               status, static_cast<long long>(prompt_tokens),
+               static_cast<long long>(completion_tokens), ms);
+}
+
+void HttpServer::HandleCompletion(const httplib::Request& req, const std::string& body, bool chat,
+                                  void* response) {
   httplib::Response& res = *static_cast<httplib::Response*>(response);
   if (draining_) {
     res.set_header("Retry-After", "5");
     ReplyError(res, ApiError(503, "server_shutting_down",
                              "the server is shutting down: retry on another replica"));
-    metrics_.OnRequest(503, 0, 0, 0);
+    Record(req, 503);
     return;
   }
   Timer timer;
@@ -286,7 +305,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
     r = ParseCompletionRequest(body, chat, tokenizer_, chat_template_, limits_);
   } catch (const ApiError& e) {
     ReplyError(res, e);
-    metrics_.OnRequest(e.status, 0, 0, 0);
+    Record(req, e.status);
     return;
   }
   SequenceRequest s;
@@ -304,7 +323,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
     res.set_header("Retry-After", "1");
     ReplyError(res, ApiError(503, "server_overloaded",
                              "every slot is busy and the queue is full: retry shortly"));
-    metrics_.OnRequest(503, 0, 0, 0);
+    Record(req, 503);
     return;
   }
   const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
@@ -321,7 +340,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
     res.set_content(Dump(CompletionResponse(info, choices.outputs(), prompt_tokens, tokenizer_,
                                             job->n_drafted(), job->n_accepted())),
                     "application/json");
-    metrics_.OnRequest(200, prompt_tokens, choices.completion_tokens(), timer.ElapsedMs());
+    Record(req, 200, prompt_tokens, choices.completion_tokens(), timer.ElapsedMs());
     return;
   }
   auto collector = std::make_shared<ChoiceCollector>(r, tokenizer_, *job);
@@ -329,8 +348,8 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, collector, info, include_usage, prompt_tokens, timer](size_t,
-                                                                        httplib::DataSink& sink) {
+      [this, job, collector, info, include_usage, prompt_tokens, timer,
+       request_line = RequestLine(req)](size_t, httplib::DataSink& sink) {
         const auto send = [&](const nlohmann::json& chunk) {
           const std::string line = "data: " + Dump(chunk) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -368,7 +387,7 @@ void HttpServer::HandleCompletion(const std::string& body, bool chat, void* resp
         const std::string done = "data: [DONE]\n\n";
         sink.write(done.data(), done.size());
         sink.done();
-        metrics_.OnRequest(200, prompt_tokens, collector->completion_tokens(), timer.ElapsedMs());
+        Record(request_line, 200, prompt_tokens, collector->completion_tokens(), timer.ElapsedMs());
         return true;
       },
       [job](bool success) {

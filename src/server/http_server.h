@@ -49,7 +49,14 @@ class HttpServer {
   void Routes();
   // Threads, socket options, timeouts, and the error, exception and log handlers.
   void ConfigureTransport();
-  void HandleCompletion(const std::string& body, bool chat, void* response);
+  void HandleCompletion(const httplib::Request& req, const std::string& body, bool chat,
+                        void* response);
+  // Counts a response in the metrics and logs it: one line per request (who, method, route,
+  // status, prompt + completion tokens, ms).
+  void Record(const httplib::Request& req, int status, int64_t prompt_tokens = 0,
+              int64_t completion_tokens = 0, double ms = 0);
+  void Record(const std::string& request_line, int status, int64_t prompt_tokens,
+              int64_t completion_tokens, double ms);
   // Whether the request lacks the API key (then *res is the 401, counted in the metrics).
   bool RefusedKey(const httplib::Request& req, httplib::Response* res);
 

@@ -21,13 +21,7 @@ namespace {
 using testing::CliRun;
 using testing::RunSpecd;
 
-// The first line of a `generate --json` run's output (its first sequence), parsed.
-nlohmann::json FirstJsonLine(const CliRun& run) {
-  std::istringstream lines(run.out);
-  std::string line;
-  std::getline(lines, line);
-  return nlohmann::json::parse(line);
-}
+using testing::FirstJsonLine;
 
 TEST(Cli, GenerateJsonLinesAndSummary) {
   const std::string model = testing::TinyModel("tiny", DType::kQ8_0);

@@ -94,7 +94,7 @@ TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
   CliRun r =
       RunSpecd("generate -m " + kDir + kSmol + " --chat -p " + question + " -n 24 --temp 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  auto j = testing::FirstJsonLine(r);
   EXPECT_NE(j["text"].get<std::string>().find("Paris"), std::string::npos) << r.out;
   EXPECT_EQ(j["finish_reason"], "stop");  // ended by <|im_end|>, not by length
   // A two-turn conversation on stdin keeps its context: the second answer knows the first.
@@ -107,7 +107,7 @@ TEST(Pretrained, BothModelsGenerateAndChatTheirWay) {
   r = RunSpecd("generate -m " + kDir + kGemma +
                " -p 'The capital of France is' -n 8 --temp 0 --no-display-prompt --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  j = testing::FirstJsonLine(r);
   EXPECT_NE(j["text"].get<std::string>().find("France"), std::string::npos) << r.out;
 }
 
@@ -141,8 +141,8 @@ TEST(Pretrained, DefaultIsTheFlagshipPairAndAModelAloneTakesItsShippedDraft) {
   // -m alone names a model with a shipped draft: it is paired, and the user is told.
   r = RunSpecd("generate -m " + kDir + kSmol + " -p 'def f(x):' -n 8 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.err.find("has a shipped draft: speculating with " + draft), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.out.find("has a shipped draft: speculating with " + draft), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("draft " + draft), std::string::npos) << r.out;
 }
 

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "base/error.h"
-#include "base/file_util.h"
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
@@ -166,23 +166,28 @@ std::string EagleHeadOf(const std::string& path, uint64_t seed) {
 }
 
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text, bool pretrained_default) {
-  const std::string stem = TempDir() + "/run-" + std::to_string(::getpid());
-  const std::string input = stem + ".stdin", errors = stem + ".stderr";
+  const std::string input = TempDir() + "/stdin-" + std::to_string(::getpid()) + ".txt";
   std::ofstream(input) << stdin_text;
-  // Without -m the CLI picks a fetched pretrained model; tests that rely on the default mean the
-  // shipped pair unless they ask for the other.
+  // Without -m the CLI picks SmolLM2 when it has been fetched; tests that rely on the default
+  // mean the shipped pair unless they ask for the other.
   const std::string env = pretrained_default ? "" : "SPECD_PRETRAINED_DIR=/nonexistent ";
-  const std::string cmd =
-      env + std::string(SPECD_BINARY) + " " + args + " < " + input + " 2> " + errors;
+  const std::string cmd = env + std::string(SPECD_BINARY) + " " + args + " < " + input + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   const int status = pclose(pipe);
-  std::string err = ReadFileBytes(errors);
-  // stdout first (a --json run's first line is its first record), then stderr.
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out + err, err};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+nlohmann::json FirstJsonLine(const CliRun& run) {
+  std::istringstream lines(run.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == '{') return nlohmann::json::parse(line);
+  }
+  Fail("no JSON line in the output: ", run.out);
 }
 
 std::string TempDir() {

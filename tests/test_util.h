@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,14 @@ double ChiSquarePValue(const std::vector<double>& expected_probs,
 // stdout + stderr together.
 struct CliRun {
   int exit_code;
-  std::string out;  // stdout, then stderr
-  std::string err;  // stderr alone
+  std::string out;
 };
 // Runs the specd binary; without pretrained_default, SPECD_PRETRAINED_DIR points nowhere so
 // that the default model is the shipped 16.5M pair.
 CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "",
                 bool pretrained_default = false);
+// The first line of a run's output that is a JSON object (a `generate --json` run's first
+// sequence; notes on stderr come before it), parsed.
+nlohmann::json FirstJsonLine(const CliRun& run);
 
 }  // namespace specd::testing

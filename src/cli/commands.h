@@ -74,13 +74,6 @@ struct TokenizeOptions {
 };
 int RunTokenize(const TokenizeOptions& options);
 
-struct TokenizeBenchOptions {
-  std::vector<std::string> models;
-  std::string file;
-  int repeats = 3;
-};
-int RunTokenizeBench(const TokenizeBenchOptions& options);
-
 int RunInfo(const std::string& path);
 
 struct PerplexityOptions {

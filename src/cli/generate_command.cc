@@ -55,44 +55,6 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 
 }  // namespace
 
-ModelDirs DefaultModelDirs() {
-  const char* pretrained = std::getenv("SPECD_PRETRAINED_DIR");
-  const char* models = std::getenv("SPECD_MODELS_DIR");
-  return {pretrained != nullptr ? pretrained : SPECD_DEFAULT_PRETRAINED_DIR,
-          models != nullptr ? models : SPECD_DEFAULT_MODELS_DIR};
-}
-
-std::string DefaultTargetModel() { return DefaultModelPair(DefaultModelDirs()).target; }
-
-void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft) {
-  const ModelDirs dirs = DefaultModelDirs();
-  if (model->empty()) {
-    const ModelPair pair = DefaultModelPair(dirs);
-    SPECD_CHECK(!pair.target.empty(),
-                "no model given (-m MODEL.gguf) and no default model is there: "
-                "pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf or "
-                "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches them) "
-                "with their drafts in models/, or models/specd-target-q8_0.gguf (set "
-                "SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
-    *model = pair.target;
-    if (wants_draft && draft_model->empty()) *draft_model = pair.draft;
-    return;
-  }
-  std::error_code ec;
-  SPECD_CHECK(std::filesystem::exists(*model, ec), "cannot open model file '", *model,
-              "': no such file");
-  SPECD_CHECK(std::filesystem::is_regular_file(*model, ec), "'", *model,
-              "' is not a regular file");
-  if (!wants_draft || !draft_model->empty()) return;
-  *draft_model = ShippedDraftFor(*model, dirs);
-  if (!draft_model->empty()) {
-    std::fprintf(stderr,
-                 "specd: %s has a shipped draft: speculating with %s (-md to choose another, "
-                 "--strategy ar for none)\n",
-                 std::filesystem::path(*model).filename().c_str(), draft_model->c_str());
-  }
-}
-
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;
   // A model with a shipped draft decodes speculatively unless asked otherwise.

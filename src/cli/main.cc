@@ -15,134 +15,35 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "bench/attention_bench.h"
-#include "bench/easyspec_bench.h"
-#include "bench/forward_bench.h"
-#include "bench/matmul_bench.h"
-#include "bench/sdsat_bench.h"
-#include "bench/spec_bench.h"
+#include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "model/synth.h"
 
 namespace {
 
-// Levenshtein distance, for suggesting the command a typo meant.
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = up;
-    }
+// `specd train ...` runs the `specd-train` executable next to this one (LibTorch takes ~0.4 s to
+// load, which every other command would pay if it were linked in here), and `specd bench ...`
+// runs `specd-bench`: the shipped binary links no benchmark code.
+int RunSubcommandExecutable(int argc, char** argv) {
+  const std::string command = argv[1];
+  if (command == "train") {
+    return specd::cli::ExecSibling("specd-train", std::vector<char*>(argv, argv + argc),
+                       "which is built only when LibTorch is installed (Debian: libtorch-dev; "
+                       "then rebuild)");
   }
-  return row[b.size()];
-}
-
-// `specd train ...` runs the `specd-train` executable next to this one: LibTorch takes ~0.4 s
-// to load, which every other command would pay if it were linked in here.
-int RunTrainExecutable(int argc, char** argv) {
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  const std::filesystem::path trainer =
-      (error ? std::filesystem::path(argv[0]).parent_path() : self.parent_path()) / "specd-train";
-  if (!std::filesystem::exists(trainer)) {
-    std::fprintf(stderr,
-                 "error: `specd train` needs %s, which is built only when LibTorch is installed "
-                 "(Debian: libtorch-dev; then rebuild)\n",
-                 trainer.c_str());
-    return 1;
-  }
-  std::vector<char*> args(argv, argv + argc);
-  args.push_back(nullptr);
-  ::execv(trainer.c_str(), args.data());
-  std::fprintf(stderr, "error: cannot run %s\n", trainer.c_str());
-  return 1;
-}
-
-// EasySpec's drafting flags, shared by generate, serve and bench spec.
-void AddLoraFlags(CLI::App* app, specd::WeightFlags* flags);
-
-void AddWeightFlags(CLI::App* app, specd::WeightFlags* flags) {
-  app->add_option("--weights", flags->weights,
-                  "convert the models' matrices at load: i8 (int8 per output row, activations "
-                  "int8 per token, as in BASS)")
-      ->check(CLI::IsMember({"i8"}));
-  app->add_option("--int8-kernel", flags->int8_kernel,
-                  "matmul of i8 weights: auto (specd's AMX tile kernel where the CPU has AMX, "
-                  "else its VNNI kernel), specd (VNNI), amx or onednn; all give the same bits")
-      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
-  app->add_option("--smooth-alpha", flags->smooth_alpha,
-                  "i8: SmoothQuant migration strength (0 = none; default 0.5), calibrated at "
-                  "load on --calibration's text")
-      ->check(CLI::Range(0.0, 1.0));
-  app->add_option("--calibration", flags->calibration_file,
-                  "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
-                  "prose, code and chat)")
-      ->check(CLI::ExistingFile);
-  AddLoraFlags(app, flags);
-}
-
-void AddLoraFlags(CLI::App* app, specd::WeightFlags* flags) {
-  // llama.cpp's spellings: --lora FILE (repeatable), --lora-scaled FILE SCALE.
-  app->add_option_function<std::vector<std::string>>(
-         "--lora",
-         [flags](const std::vector<std::string>& paths) {
-           for (const auto& p : paths) flags->lora.push_back({p, 1.0f});
-         },
-         "LoRA adapter (llama.cpp's GGUF format), applied at run time (y = W x + s B A x) "
-         "unless --lora-merge; repeatable")
-      ->check(CLI::ExistingFile)
-      ->allow_extra_args(false);
-  app->add_option_function<std::vector<std::string>>(
-         "--lora-scaled",
-         [flags](const std::vector<std::string>& values) {
-           for (size_t i = 0; i + 1 < values.size(); i += 2) {
-             float scale = 0.0f;
-             SPECD_CHECK(CLI::detail::lexical_cast(values[i + 1], scale), "--lora-scaled: '",
-                         values[i + 1], "' is not a number");
-             flags->lora.push_back({values[i], scale});
-           }
-         },
-         "LoRA adapter with a scale: --lora-scaled FILE SCALE; repeatable")
-      ->expected(2)
-      ->allow_extra_args(false);
-  app->add_flag("--lora-merge", flags->lora_merge,
-                "merge the LoRA adapters into the weights at load instead (no run-time cost; "
-                "4- to 6-bit matrices become q8_0, whose grid keeps the update)");
-}
-
-void AddDraftFlags(CLI::App* app, specd::DraftFlags* flags) {
-  app->add_option("--draft-lp", flags->lp,
-                  "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
-                  "whose attention blocks run at once (EasySpec; 1: exact)")
-      ->check(CLI::Range(1, 64));
-  app->add_option("--draft-lp-groups", flags->lp_groups,
-                  "how --draft-lp groups layers: packed (runs of N from layer 1), aligned (the "
-                  "paper's), or explicit 0-based ranges such as 1-2,3-4");
-  app->add_flag("--no-calibration", flags->no_calibration,
-                "fuzzy drafting without bonus calibration (fuzzy keys / values stay)");
-  app->add_option("--draft-tree", flags->tree,
-                  "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
-                  "at most --draft-max nodes");
-}
-
-void AddTraceStepsFlag(CLI::App* app, std::string* path) {
-  app->add_option("--trace-steps", *path,
-                  "append every speculative step to FILE as a JSON line: the draft length "
-                  "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
+  std::vector<char*> args(argv + 1, argv + argc);  // "bench" stands for the program's name
+  return specd::cli::ExecSibling("specd-bench", args, "which is built with specd (cmake --build)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "train") return RunTrainExecutable(argc, argv);
   using namespace specd;
   using namespace specd::cli;
+  if (argc >= 2 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "bench")) {
+    return RunSubcommandExecutable(argc, argv);
+  }
   CLI::App app{"specd: speculative decoding inference engine for GGUF Llama-family models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "specd 0.1.0");
@@ -367,185 +268,6 @@ int main(int argc, char** argv) {
                    "i8: calibration text (default: a built-in mix of prose, code and chat)")
       ->check(CLI::ExistingFile);
 
-  auto* bench = app.add_subcommand("bench", "benchmarks");
-  bench->require_subcommand(1);
-  bench::ForwardBenchOptions fwd;
-  std::vector<std::string> fwd_types = {"bf16", "q8_0", "q4_0"};
-  auto* bench_forward = bench->add_subcommand("forward", "decode speed vs roofline, M-row cost");
-  bench_forward->add_option("--shape", fwd.shape, "model shape: " + shape_names);
-  bench_forward
-      ->add_option("-m,--model", fwd.model_path, "a model file instead of a synthetic shape")
-      ->check(CLI::ExistingFile);
-  bench_forward->add_option("--types", fwd_types, "weight types")
-      ->delimiter(',')
-      ->check(CLI::IsMember(writable_types));
-  bench_forward->add_option("--threads", fwd.threads, "thread counts")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 256));
-  bench_forward->add_option("--rows", fwd.rows, "row counts M")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 256));
-  bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
-      ->check(CLI::Range(1, 100000));
-  bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
-  bench_forward
-      ->add_option("--context", fwd.context,
-                   "positions already in the cache before the M rows (default 16)")
-      ->check(CLI::Range(1, 32768));
-  bench_forward
-      ->add_option_function<std::string>(
-          "--cache-type", [&fwd](const std::string& t) { fwd.cache_type = *DTypeFromName(t); },
-          "KV cache type (f16, the default as in generate, or f32)")
-      ->check(CLI::IsMember({"f32", "f16"}));
-  bench_forward->add_flag("--profile", fwd.profile, "time each op of the M-row forwards");
-  bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
-  bench_forward->add_option("--out", fwd.out_dir, "where results are written");
-  bench_forward
-      ->add_option("--weights", fwd.weights,
-                   "weight forms to run each model in: as-stored and / or i8 (converted at load)")
-      ->delimiter(',')
-      ->transform([](std::string form) { return form == "as-stored" ? std::string() : form; })
-      ->check(CLI::IsMember({"", "i8"}));
-  bench_forward
-      ->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
-                   "matmul of i8 weights: auto, specd (VNNI), amx or onednn")
-      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
-  AddLoraFlags(bench_forward, &fwd.weight_flags);
-
-  bench::AttentionBenchOptions ab;
-  auto* bench_attention = bench->add_subcommand(
-      "attention", "BASS-PAD vs BASS-SPLIT vs per-row attention by context length");
-  bench_attention->add_option("--contexts", ab.contexts, "keys per sequence (about)")
-      ->delimiter(',')
-      ->check(CLI::Range(8, 1 << 17));
-  bench_attention->add_option("--batches", ab.batches, "sequences")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 256));
-  bench_attention->add_option("--rows", ab.rows, "rows per sequence")->check(CLI::Range(1, 64));
-  bench_attention->add_option("--heads", ab.n_head, "query heads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--kv-heads", ab.n_head_kv, "KV heads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--head-dim", ab.head_dim, "head dimension (multiple of 16)")
-      ->check(CLI::Range(16, 512));
-  bench_attention->add_option("-t,--threads", ab.threads, "threads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--reps", ab.reps, "runs per setting")->check(CLI::Range(1, 1000));
-  bench_attention->add_option("--out", ab.out_dir, "where results are written");
-
-  bench::MatmulBenchOptions mm;
-  auto* bench_matmul = bench->add_subcommand("matmul", "specd's matmul kernels vs oneDNN");
-  bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")
-      ->check(CLI::Range(16, 1 << 20));
-  bench_matmul->add_option("-k,--cols", mm.cols_k, "weight columns (inputs), a multiple of 32")
-      ->check(CLI::Range(32, 1 << 16));
-  bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
-  bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
-  bench_matmul
-      ->add_option("--copies", mm.copies,
-                   "distinct copies of the weights used in turn (e.g. 30: streamed from memory "
-                   "like a forward's layers; oneDNN rows use one)")
-      ->check(CLI::Range(1, 1024));
-  std::vector<std::string> mm_types;
-  bench_matmul
-      ->add_option("--types", mm_types,
-                   "weight types of specd's rows (default bf16,q8_0,q4_0); given, only those rows")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"}));
-
-  bench::SpecBenchOptions sb;
-  auto* bench_spec = bench->add_subcommand("spec", "plain vs speculative decoding by batch size");
-  bench_spec->add_option("-m,--model", sb.target, "target (default: the shipped one)");
-  bench_spec->add_option("--model-draft", sb.draft, "draft (default: the shipped one; also -md)");
-  bench_spec->add_option("--batches", sb.batches, "batch sizes")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 64));
-  bench_spec->add_option("--draft-lengths", sb.draft_lengths, "fixed draft lengths to try")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 32));
-  bench_spec->add_option("-n,--n-predict", sb.n_predict, "new tokens per sequence")
-      ->check(CLI::Range(1, 4096));
-  bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
-  AddDraftFlags(bench_spec, &sb.draft_flags);
-  AddTraceStepsFlag(bench_spec, &sb.trace_steps);
-  AddWeightFlags(bench_spec, &sb.weight_flags);
-  bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
-  bench_spec->add_option("--out", sb.out_dir, "where results are written");
-  bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
-      ->check(CLI::IsMember({"code", "chat"}));
-  bench_spec
-      ->add_option("--prompt-groups", sb.prompt_groups,
-                   "groups of B prompts run at batch B (0: all prompts at every batch size)")
-      ->check(CLI::Range(0, 4096));
-  bench_spec
-      ->add_option("--spec-type", sb.spec_type,
-                   "proposer of the speculative runs: draft, ngram or draft+ngram")
-      ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
-  std::string bench_strategy = "spec";
-  bench::SdsatBenchOptions sdsat_bench;
-  bench_spec
-      ->add_option("--strategy", bench_strategy,
-                   "spec (a proposer against plain) or sdsat (the target drafting for itself)")
-      ->check(CLI::IsMember({"spec", "sdsat"}));
-  bench_spec->add_option("--adaptive-ks", sdsat_bench.ks, "sdsat: adaptive tokens per step")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 64));
-  bench_spec
-      ->add_option("--sdsat-trees", sdsat_bench.tree_nodes,
-                   "sdsat: also token trees of these many nodes (two-step loop)")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 256));
-  bench_spec->add_option("--sdsat-tree-width", sdsat_bench.tree_width, "sdsat: tree width")
-      ->check(CLI::Range(1, 64));
-  bench_spec
-      ->add_option("--adaptive-token", sdsat_bench.adaptive_token,
-                   "sdsat: the adaptive token (default: the one the model records)")
-      ->check(CLI::NonNegativeNumber);
-  bench_spec->add_option("--temps", sb.temperatures, "temperatures of the sampled settings")
-      ->delimiter(',')
-      ->check(CLI::Range(0.01, 10.0));
-  bench_spec->add_option("--spec-sampling", sb.spec_sampling, "rejection and / or coupled")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"coupled", "rejection"}));
-  bench_spec
-      ->add_option_function<std::string>(
-          "--cache-type", [&sb](const std::string& t) { sb.cache_type = *DTypeFromName(t); },
-          "KV cache type of both models (f32, f16)")
-      ->check(CLI::IsMember({"f32", "f16"}));
-
-  bench::EasySpecBenchOptions eb;
-  auto* bench_easyspec = bench->add_subcommand(
-      "easyspec", "layer-parallel (fuzzy) and tree drafting: forward times, drift, end to end");
-  bench_easyspec->add_option("-m,--model", eb.target, "target (default: generate's)");
-  bench_easyspec->add_option("--model-draft", eb.draft, "draft (default: generate's; also -md)");
-  bench_easyspec->add_option("--lp", eb.lp_sizes, "layer-parallel sizes")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 64));
-  bench_easyspec->add_option("--draft-lp-groups", eb.lp_groups, "packed, aligned or ranges");
-  bench_easyspec->add_option("--draft-lengths", eb.draft_lengths, "exact chain lengths")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("--draft-max", eb.draft_max, "fuzzy chain length")
-      ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("--tree-widths", eb.tree_widths, "token tree widths")
-      ->delimiter(',')
-      ->check(CLI::Range(2, 16));
-  bench_easyspec->add_option("--tree-nodes", eb.tree_nodes, "nodes per tree")
-      ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("-n,--n-predict", eb.n_predict, "new tokens per prompt")
-      ->check(CLI::Range(1, 4096));
-  bench_easyspec->add_option("--prompts", eb.n_prompts, "prompts (of 16)")
-      ->check(CLI::Range(2, 16));
-  bench_easyspec->add_option("--prompt-set", eb.prompt_set, "code or chat")
-      ->check(CLI::IsMember({"code", "chat"}));
-  bench_easyspec->add_option("-t,--threads", eb.threads, "threads")->check(CLI::Range(1, 256));
-  bench_easyspec->add_option("--reps", eb.reps, "round-robin runs")->check(CLI::Range(1, 100));
-  bench_easyspec->add_option("--out", eb.out_dir, "where results are written");
-
-  TokenizeBenchOptions tb;
-  auto* bench_tokenize = bench->add_subcommand("tokenize", "encoding throughput on a text file");
-  bench_tokenize->add_option("-m,--model", tb.models, "models or vocabularies (GGUF)")->required();
-  bench_tokenize->add_option("-f,--file", tb.file, "text file")->required();
-  bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
-      ->check(CLI::Range(1, 100));
-
   ServeOptions srv;
   auto* serve = app.add_subcommand(
       "serve", "an OpenAI-compatible HTTP server with continuous batching and speculation");
@@ -581,41 +303,15 @@ int main(int argc, char** argv) {
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));
   AddWeightFlags(serve, &srv.weight_flags);
 
-  // Listed for --help; handled before parsing by RunTrainExecutable.
+  // Listed for --help; handled before parsing by RunSubcommandExecutable.
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
       ->allow_extras();
+  app.add_subcommand("bench", "benchmarks: forward, matmul, attention, spec, easyspec, tokenize "
+                              "(runs specd-bench)")
+      ->allow_extras();
 
-  // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
-  // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that
-  // says so instead of a misleading one about a different flag.
   std::vector<std::string> args;
-  const std::map<std::string, std::string> llama_cpp_spellings = {
-      {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
-      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
-      {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
-      {"-mu", "--model-url"},     {"-np", "--parallel"}};
-  std::string unknown_short;
-  for (int i = argc - 1; i >= 1; --i) {
-    const std::string arg = argv[i];
-    if (const auto it = llama_cpp_spellings.find(arg); it != llama_cpp_spellings.end()) {
-      args.push_back(it->second);
-    } else {
-      // -xyz (letters only; -1.5 and -- stay as they are).
-      const bool several_letters =
-          arg.size() > 2 && arg[0] == '-' && arg[1] != '-' &&
-          std::all_of(arg.begin() + 1, arg.end(), [](char c) { return std::isalpha(c) != 0; });
-      if (several_letters) unknown_short = arg;
-      args.push_back(arg);
-    }
-  }
-  if (!unknown_short.empty()) {
-    std::fprintf(stderr,
-                 "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
-                 "-f, -c, -s, -t, -e; of llama.cpp's longer ones it takes -md, -cnv, -sys, -ngl, "
-                 "-fa, -ub; see specd generate --help)\n",
-                 unknown_short.c_str());
-    return 1;
-  }
+  if (!ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
   // A mistyped command is named, with the nearest real one.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string command = argv[1];
@@ -679,54 +375,6 @@ int main(int argc, char** argv) {
       SPECD_CHECK(tokenize->count("--prompt") == 0 || !tok.prompt.empty(),
                   "the text (-p) is empty");
       return RunTokenize(tok);
-    }
-    if (*bench_tokenize) return RunTokenizeBench(tb);
-    if (*bench_spec) {
-      ChooseModels(&sb.target, &sb.draft, bench_strategy != "sdsat");
-      const bool sdsat_flags =
-          bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
-              bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
-          0;
-      SPECD_CHECK(bench_strategy == "sdsat" || !sdsat_flags,
-                  "--adaptive-ks, --adaptive-token, --sdsat-trees and --sdsat-tree-width go with "
-                  "--strategy sdsat");
-      if (bench_strategy == "sdsat") {
-        SPECD_CHECK(sb.draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
-                        bench_spec->count("--spec-type") == 0,
-                    "bench spec --strategy sdsat drafts with the target itself: drop -md, "
-                    "--draft-lengths and --spec-type");
-        bench::RunSdsatBench(sb, sdsat_bench);
-        return 0;
-      }
-      bench::RunSpecBench(sb);
-      return 0;
-    }
-    if (*bench_easyspec) {
-      ChooseModels(&eb.target, &eb.draft, true);
-      bench::RunEasySpecBench(eb);
-      return 0;
-    }
-    if (*bench_attention) {
-      SPECD_CHECK(ab.n_head % ab.n_head_kv == 0 && ab.head_dim % 16 == 0,
-                  "bench attention: heads must be a multiple of KV heads, head-dim of 16");
-      bench::RunAttentionBench(ab);
-      return 0;
-    }
-    if (*bench_matmul) {
-      SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
-      if (!mm_types.empty()) {
-        mm.types.clear();
-        for (const std::string& t : mm_types) mm.types.push_back(*DTypeFromName(t));
-        mm.skip_int8_and_onednn = true;
-      }
-      bench::RunMatmulBench(mm);
-      return 0;
-    }
-    if (*bench_forward) {
-      fwd.types.clear();
-      for (const auto& t : fwd_types) fwd.types.push_back(*DTypeFromName(t));
-      bench::RunForwardBench(fwd);
-      return 0;
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,0 +1,188 @@
+#include "cli/cli_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "base/error.h"
+
+namespace specd::cli {
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+void AddWeightFlags(CLI::App* app, WeightFlags* flags) {
+  app->add_option("--weights", flags->weights,
+                  "convert the models' matrices at load: i8 (int8 per output row, activations "
+                  "int8 per token, as in BASS)")
+      ->check(CLI::IsMember({"i8"}));
+  app->add_option("--int8-kernel", flags->int8_kernel,
+                  "matmul of i8 weights: auto (specd's AMX tile kernel where the CPU has AMX, "
+                  "else its VNNI kernel), specd (VNNI), amx or onednn; all give the same bits")
+      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
+  app->add_option("--smooth-alpha", flags->smooth_alpha,
+                  "i8: SmoothQuant migration strength (0 = none; default 0.5), calibrated at "
+                  "load on --calibration's text")
+      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--calibration", flags->calibration_file,
+                  "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
+                  "prose, code and chat)")
+      ->check(CLI::ExistingFile);
+  AddLoraFlags(app, flags);
+}
+
+void AddLoraFlags(CLI::App* app, WeightFlags* flags) {
+  // llama.cpp's spellings: --lora FILE (repeatable), --lora-scaled FILE SCALE.
+  app->add_option_function<std::vector<std::string>>(
+         "--lora",
+         [flags](const std::vector<std::string>& paths) {
+           for (const auto& p : paths) flags->lora.push_back({p, 1.0f});
+         },
+         "LoRA adapter (llama.cpp's GGUF format), applied at run time (y = W x + s B A x) "
+         "unless --lora-merge; repeatable")
+      ->check(CLI::ExistingFile)
+      ->allow_extra_args(false);
+  app->add_option_function<std::vector<std::string>>(
+         "--lora-scaled",
+         [flags](const std::vector<std::string>& values) {
+           for (size_t i = 0; i + 1 < values.size(); i += 2) {
+             float scale = 0.0f;
+             SPECD_CHECK(CLI::detail::lexical_cast(values[i + 1], scale), "--lora-scaled: '",
+                         values[i + 1], "' is not a number");
+             flags->lora.push_back({values[i], scale});
+           }
+         },
+         "LoRA adapter with a scale: --lora-scaled FILE SCALE; repeatable")
+      ->expected(2)
+      ->allow_extra_args(false);
+  app->add_flag("--lora-merge", flags->lora_merge,
+                "merge the LoRA adapters into the weights at load instead (no run-time cost; "
+                "4- to 6-bit matrices become q8_0, whose grid keeps the update)");
+}
+
+void AddDraftFlags(CLI::App* app, DraftFlags* flags) {
+  app->add_option("--draft-lp", flags->lp,
+                  "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
+                  "whose attention blocks run at once (EasySpec; 1: exact)")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--draft-lp-groups", flags->lp_groups,
+                  "how --draft-lp groups layers: packed (runs of N from layer 1), aligned (the "
+                  "paper's), or explicit 0-based ranges such as 1-2,3-4");
+  app->add_flag("--no-calibration", flags->no_calibration,
+                "fuzzy drafting without bonus calibration (fuzzy keys / values stay)");
+  app->add_option("--draft-tree", flags->tree,
+                  "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
+                  "at most --draft-max nodes");
+}
+
+void AddTraceStepsFlag(CLI::App* app, std::string* path) {
+  app->add_option("--trace-steps", *path,
+                  "append every speculative step to FILE as a JSON line: the draft length "
+                  "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
+}
+
+bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args) {
+  // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
+  // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that
+  // says so instead of a misleading one about a different flag.
+  const std::map<std::string, std::string> llama_cpp_spellings = {
+      {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
+      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
+      {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
+      {"-mu", "--model-url"},     {"-np", "--parallel"}};
+  std::string unknown_short;
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string arg = argv[i];
+    if (const auto it = llama_cpp_spellings.find(arg); it != llama_cpp_spellings.end()) {
+      reversed_args->push_back(it->second);
+    } else {
+      // -xyz (letters only; -1.5 and -- stay as they are).
+      const bool several_letters =
+          arg.size() > 2 && arg[0] == '-' && arg[1] != '-' &&
+          std::all_of(arg.begin() + 1, arg.end(), [](char c) { return std::isalpha(c) != 0; });
+      if (several_letters) unknown_short = arg;
+      reversed_args->push_back(arg);
+    }
+  }
+  if (!unknown_short.empty()) {
+    std::fprintf(stderr,
+                 "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
+                 "-f, -c, -s, -t, -e; of llama.cpp's longer ones it takes -md, -cnv, -sys, -ngl, "
+                 "-fa, -ub; see specd generate --help)\n",
+                 unknown_short.c_str());
+    return false;
+  }
+  return true;
+}
+
+int ExecSibling(const char* name, std::vector<char*> args, const char* why_missing) {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::filesystem::path path =
+      (error ? std::filesystem::path(args[0]).parent_path() : self.parent_path()) / name;
+  if (!std::filesystem::exists(path)) {
+    std::fprintf(stderr, "error: this command needs %s, %s\n", path.c_str(), why_missing);
+    return 1;
+  }
+  args.push_back(nullptr);
+  ::execv(path.c_str(), args.data());
+  std::fprintf(stderr, "error: cannot run %s\n", path.c_str());
+  return 1;
+}
+
+ModelDirs DefaultModelDirs() {
+  const char* pretrained = std::getenv("SPECD_PRETRAINED_DIR");
+  const char* models = std::getenv("SPECD_MODELS_DIR");
+  return {pretrained != nullptr ? pretrained : SPECD_DEFAULT_PRETRAINED_DIR,
+          models != nullptr ? models : SPECD_DEFAULT_MODELS_DIR};
+}
+
+std::string DefaultTargetModel() { return DefaultModelPair(DefaultModelDirs()).target; }
+
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft) {
+  const ModelDirs dirs = DefaultModelDirs();
+  if (model->empty()) {
+    const ModelPair pair = DefaultModelPair(dirs);
+    SPECD_CHECK(!pair.target.empty(),
+                "no model given (-m MODEL.gguf) and no default model is there: "
+                "pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf or "
+                "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches them) "
+                "with their drafts in models/, or models/specd-target-q8_0.gguf (set "
+                "SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR)");
+    *model = pair.target;
+    if (wants_draft && draft_model->empty()) *draft_model = pair.draft;
+    return;
+  }
+  std::error_code ec;
+  SPECD_CHECK(std::filesystem::exists(*model, ec), "cannot open model file '", *model,
+              "': no such file");
+  SPECD_CHECK(std::filesystem::is_regular_file(*model, ec), "'", *model,
+              "' is not a regular file");
+  if (!wants_draft || !draft_model->empty()) return;
+  *draft_model = ShippedDraftFor(*model, dirs);
+  if (!draft_model->empty()) {
+    std::fprintf(stderr,
+                 "specd: %s has a shipped draft: speculating with %s (-md to choose another, "
+                 "--strategy ar for none)\n",
+                 std::filesystem::path(*model).filename().c_str(), draft_model->c_str());
+  }
+}
+
+}  // namespace specd::cli

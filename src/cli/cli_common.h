@@ -1,0 +1,46 @@
+// What the two edges of specd share (the `specd` binary and the `specd-bench` benchmarks): flags
+// declared once for every command that takes them, llama.cpp's multi-letter spellings, the
+// default models, and running a sibling executable.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "draft/draft_model_proposer.h"
+#include "engine/model_catalog.h"
+#include "engine/model_options.h"
+
+namespace specd::cli {
+
+// --weights, --int8-kernel, --smooth-alpha, --calibration and the LoRA flags.
+void AddWeightFlags(CLI::App* app, WeightFlags* flags);
+// --lora FILE (repeatable), --lora-scaled FILE SCALE, --lora-merge (llama.cpp's spellings).
+void AddLoraFlags(CLI::App* app, WeightFlags* flags);
+// EasySpec's drafting flags: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree.
+void AddDraftFlags(CLI::App* app, DraftFlags* flags);
+void AddTraceStepsFlag(CLI::App* app, std::string* path);
+
+// argv[1..] in CLI11's order (reversed), llama.cpp's multi-letter short options (-md, -cnv,
+// -ngl ...) spelled out; false (having said why on stderr) for an unknown one such as -xyz,
+// which CLI11 would read as -x yz.
+bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args);
+
+// Levenshtein distance, for suggesting the command a typo meant.
+size_t EditDistance(const std::string& a, const std::string& b);
+
+// Replaces this process with the executable `name` next to this one, given `args` as its argv;
+// returns 1 (having said why) when it cannot. `why_missing` tells how to get it.
+int ExecSibling(const char* name, std::vector<char*> args, const char* why_missing);
+
+// The catalog's folders: SPECD_PRETRAINED_DIR / SPECD_MODELS_DIR, or the source tree's.
+ModelDirs DefaultModelDirs();
+// The default target of src/engine/model_catalog.h ("" where absent).
+std::string DefaultTargetModel();
+// Fills an empty *model with the default target (and *draft_model with its draft when
+// wants_draft); for a model given without a draft, pairs the draft shipped for it when
+// wants_draft, saying so on stderr. An empty *model with no default there, or a path that is
+// not a file, is an Error.
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft);
+
+}  // namespace specd::cli

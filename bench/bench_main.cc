@@ -27,6 +27,7 @@ int Run(int argc, char** argv) {
   using cli::AddTraceStepsFlag;
   using cli::AddWeightFlags;
   using cli::ChooseModels;
+  using cli::RunReportingErrors;
   CLI::App app{"specd bench: benchmarks of specd's kernels, forward pass and decoding"};
   app.name("specd bench");
   app.require_subcommand(1);
@@ -220,7 +221,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "error: %s (see specd bench --help)\n", e.what());
     return 1;
   }
-  try {
+  return RunReportingErrors([&]() -> int {
     if (*bench_tokenize) {
       RunTokenizeBench(tb);
       return 0;
@@ -272,17 +273,8 @@ int Run(int argc, char** argv) {
       RunForwardBench(fwd);
       return 0;
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }
 
 }  // namespace

@@ -35,5 +35,4 @@ void RunTokenizeBench(const TokenizeBenchOptions& o) {
   }
 }
 
-
 }  // namespace specd::bench

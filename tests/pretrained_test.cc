@@ -179,6 +179,41 @@ TEST(Pretrained, SmolLM2WithItsShippedDraftIsGreedyLossless) {
   EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
 }
 
+// The merge gates on the flagship pair: Qwen2.5-Coder with its shipped draft gives plain
+// decoding's tokens, greedy at batch 1 (code and chat) and batch 8 (BASS), and sampled with the
+// same seed (coupled sampling), token for token. Short runs: the pair is 30x SmolLM2's size.
+TEST(Pretrained, QwenCoderWithItsDraftIsLossless) {
+  REQUIRE_MODEL(kQwenCoder);
+  if (!std::filesystem::exists(kQwenDraft)) GTEST_SKIP() << kQwenDraft << " is absent";
+  const std::string base =
+      "generate -m " + kDir + kQwenCoder + " -md " + kQwenDraft + " -n 32 --json";
+  for (const std::string& run :
+       {std::string(" --temp 0 -p 'def is_prime(n):'"),
+        std::string(" --temp 0 --chat -p 'Write a Python function that reverses a string.'"),
+        std::string(" --temp 0.7 --seed 11 -p 'import json\n\ndef load(path):' -e")}) {
+    const CliRun spec = RunSpecd(base + run);
+    const CliRun plain = RunSpecd(base + run + " --strategy ar");
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    EXPECT_EQ(JsonTokens(spec.out), JsonTokens(plain.out)) << run;
+  }
+  const std::string prompts = testing::TempDir() + "/qwen-prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    for (const char* p : {"def add(a, b):", "class Queue:", "import sys",
+                          "for i in range(10):", "def fizzbuzz(n):", "# Sort a list", "def main():",
+                          "from typing import List\n\ndef mean(xs: List[float]) -> float:"}) {
+      out << nlohmann::json{{"prompt", p}}.dump() << "\n";
+    }
+  }
+  const CliRun spec = RunSpecd(base + " --temp 0 --prompts " + prompts);
+  const CliRun plain = RunSpecd(base + " --temp 0 --prompts " + prompts + " --strategy ar");
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  const auto spec_tokens = JsonTokens(spec.out);
+  EXPECT_EQ(spec_tokens.size(), 8u);
+  EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
+}
+
 TEST(Pretrained, ChatTemplatesRenderExactly) {
   REQUIRE_MODEL(kSmol);
   REQUIRE_MODEL(kGemma);

@@ -3,13 +3,12 @@
 // by cancellation (client gone) or by its time budget.
 #include "server/scheduler.h"
 
-#include "server/openai_api.h"
-
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <mutex>
 
+#include "server/openai_api.h"
 #include "tests/test_util.h"
 
 namespace specd::server {
@@ -128,10 +127,10 @@ namespace {
 TEST(OpenAiRequest, JsonNestingDepthCountsBracketsOutsideStrings) {
   EXPECT_EQ(JsonNestingDepth(""), 0);
   EXPECT_EQ(JsonNestingDepth("{\"a\": [1, [2], {\"b\": 3}]}"), 3);
-  EXPECT_EQ(JsonNestingDepth("{\"a\": \"[[[[{{{\"}"), 1);     // inside a string
-  EXPECT_EQ(JsonNestingDepth("{\"a\": \"\\\"[[[[\"}"), 1);    // after an escaped quote
+  EXPECT_EQ(JsonNestingDepth("{\"a\": \"[[[[{{{\"}"), 1);         // inside a string
+  EXPECT_EQ(JsonNestingDepth("{\"a\": \"\\\"[[[[\"}"), 1);        // after an escaped quote
   EXPECT_EQ(JsonNestingDepth(std::string(200000, '[')), 200000);  // unclosed, still counted
-  EXPECT_EQ(JsonNestingDepth("]]]]{"), 1);                      // garbage is well defined
+  EXPECT_EQ(JsonNestingDepth("]]]]{"), 1);                        // garbage is well defined
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     TokenizerTrainOptions tok;
     TrainOptions model;
     std::string type = "f32";
-    std::string embedding_type;  // "" : the same as type
+    std::string embedding_type;   // "" : the same as type
     std::string teacher_weights;  // "" or "i8"
   };
   auto state = std::make_shared<State>();
@@ -385,7 +385,8 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
     }
     TrainOptions options = state->model;
     options.export_type = *DTypeFromName(state->type);
-    if (!state->embedding_type.empty()) options.embedding_type = *DTypeFromName(state->embedding_type);
+    if (!state->embedding_type.empty())
+      options.embedding_type = *DTypeFromName(state->embedding_type);
     options.bf16 = Bf16Pays(options.bf16);
     options.teacher_run.int8_weights = state->teacher_weights == "i8";
     SPECD_CHECK(draft->count("--soft-weight") == 0 || options.teacher_top_k > 0,

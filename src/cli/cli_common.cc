@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <new>
 
 #include "base/error.h"
 
@@ -98,6 +99,19 @@ void AddTraceStepsFlag(CLI::App* app, std::string* path) {
                   "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
 }
 
+int RunReportingErrors(const std::function<int()>& command) {
+  try {
+    return command();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}
+
 bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args) {
   // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
   // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that
@@ -173,8 +187,7 @@ void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft
   std::error_code ec;
   SPECD_CHECK(std::filesystem::exists(*model, ec), "cannot open model file '", *model,
               "': no such file");
-  SPECD_CHECK(std::filesystem::is_regular_file(*model, ec), "'", *model,
-              "' is not a regular file");
+  SPECD_CHECK(std::filesystem::is_regular_file(*model, ec), "'", *model, "' is not a regular file");
   if (!wants_draft || !draft_model->empty()) return;
   *draft_model = ShippedDraftFor(*model, dirs);
   if (!draft_model->empty()) {

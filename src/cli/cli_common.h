@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ void AddTraceStepsFlag(CLI::App* app, std::string* path);
 // -ngl ...) spelled out; false (having said why on stderr) for an unknown one such as -xyz,
 // which CLI11 would read as -x yz.
 bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args);
+
+// Runs `command`, turning what it throws into an "error: ..." line and exit code 1 (specd's
+// errors are messages, never a crash or a stack trace).
+int RunReportingErrors(const std::function<int()>& command);
 
 // Levenshtein distance, for suggesting the command a typo meant.
 size_t EditDistance(const std::string& a, const std::string& b);

@@ -28,9 +28,10 @@ namespace {
 int RunSubcommandExecutable(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "train") {
-    return specd::cli::ExecSibling("specd-train", std::vector<char*>(argv, argv + argc),
-                       "which is built only when LibTorch is installed (Debian: libtorch-dev; "
-                       "then rebuild)");
+    return specd::cli::ExecSibling(
+        "specd-train", std::vector<char*>(argv, argv + argc),
+        "which is built only when LibTorch is installed (Debian: libtorch-dev; "
+        "then rebuild)");
   }
   std::vector<char*> args(argv + 1, argv + argc);  // "bench" stands for the program's name
   return specd::cli::ExecSibling("specd-bench", args, "which is built with specd (cmake --build)");
@@ -306,8 +307,9 @@ int main(int argc, char** argv) {
   // Listed for --help; handled before parsing by RunSubcommandExecutable.
   app.add_subcommand("train", "train tokenizers and models (runs specd-train, built with LibTorch)")
       ->allow_extras();
-  app.add_subcommand("bench", "benchmarks: forward, matmul, attention, spec, easyspec, tokenize "
-                              "(runs specd-bench)")
+  app.add_subcommand("bench",
+                     "benchmarks: forward, matmul, attention, spec, easyspec, tokenize "
+                     "(runs specd-bench)")
       ->allow_extras();
 
   std::vector<std::string> args;
@@ -338,7 +340,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return 1;
   }
-  try {
+  return RunReportingErrors([&]() -> int {
     if (*generate) {
       SPECD_CHECK(generate->count("--model") == 0 || !gen.model.empty(),
                   "-m was given an empty path (omit -m for the shipped model)");
@@ -376,15 +378,6 @@ int main(int argc, char** argv) {
                   "the text (-p) is empty");
       return RunTokenize(tok);
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

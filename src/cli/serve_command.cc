@@ -74,8 +74,10 @@ int RunServe(const ServeOptions& options) {
   ChooseModels(&o.model, &o.draft_model, o.spec_type != "none" && o.spec_type != "ngram");
   if (o.spec_type == "draft" && o.draft_model.empty() && !o.spec_type_given) {
     // `-m MODEL` alone: a model without a shipped draft is served without speculation.
-    std::fprintf(stderr, "specd: %s has no shipped draft: serving without speculation "
-                 "(-md DRAFT.gguf or --spec-type ngram to speculate)\n", o.model.c_str());
+    std::fprintf(stderr,
+                 "specd: %s has no shipped draft: serving without speculation "
+                 "(-md DRAFT.gguf or --spec-type ngram to speculate)\n",
+                 o.model.c_str());
     o.spec_type = "none";
   }
   const bool use_draft = o.spec_type == "draft" || o.spec_type == "draft+ngram";

@@ -221,9 +221,9 @@ void HttpServer::Routes() {
   const auto wrong_method = [this](const char* allowed) {
     return [this, allowed](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", allowed);
-      ReplyError(res, ApiError(405, "invalid_request_error",
-                               req.method + " " + req.path + " is not allowed (use " + allowed +
-                                   ")"));
+      ReplyError(res,
+                 ApiError(405, "invalid_request_error",
+                          req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
       Record(req, 405);
     };
   };
@@ -234,12 +234,11 @@ void HttpServer::Routes() {
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (RefusedKey(req, &res)) return;
     Record(req, 200);
-    const nlohmann::json models = {
-        {"object", "list"},
-        {"data", nlohmann::json::array({{{"id", limits_.model_id},
-                                         {"object", "model"},
-                                         {"created", created_},
-                                         {"owned_by", "specd"}}})}};
+    const nlohmann::json models = {{"object", "list"},
+                                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
+                                                                    {"object", "model"},
+                                                                    {"created", created_},
+                                                                    {"owned_by", "specd"}}})}};
     res.set_content(Dump(models), "application/json");
   });
   http_->Post("/v1/completions",

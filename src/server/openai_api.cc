@@ -223,9 +223,7 @@ int JsonNestingDepth(std::string_view text) {
   return deepest;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -121,8 +121,8 @@ class Scheduler {
   std::condition_variable wake_;
   std::deque<Pending> queue_;
   bool stopping_ = false;
-  bool cancel_all_ = false;             // under mutex_: CancelAll was asked
-  std::condition_variable idle_;        // notified when nothing is queued or running
+  bool cancel_all_ = false;         // under mutex_: CancelAll was asked
+  std::condition_variable idle_;    // notified when nothing is queued or running
   int slots_in_use_ = 0;            // engine thread and Submit (under mutex_)
   std::map<int, Running> running_;  // engine thread only: sequence id -> its job
   std::thread thread_;

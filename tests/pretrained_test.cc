@@ -60,6 +60,22 @@ TEST(Pretrained, TokenizersGiveLlamaCppIds) {
   if (checked == 0) GTEST_SKIP() << "no model of pretrained_tokens.json in " << kDir;
 }
 
+// The tokens that end generation are llama.cpp's (its loader's "EOG token" lines on the same
+// files): a code model stops at <|endoftext|> or <|file_sep|> as it does there.
+TEST(Pretrained, EndOfGenerationTokensAreLlamaCpps) {
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> expected = {
+      {kQwenCoder, {128247, 151643, 151645, 151662, 151663, 151664}},
+      {kSmol, {0, 2, 4}},
+      {kGemma, {1, 106, 212}}};
+  int checked = 0;
+  for (const auto& [name, ids] : expected) {
+    if (!std::filesystem::exists(kDir + name)) continue;
+    EXPECT_EQ(Model::Load(kDir + name)->config().end_of_generation, ids) << name;
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no pretrained model in " << kDir;
+}
+
 TEST(Pretrained, PerplexityOnEnglishProseIsThatOfATrainedModel) {
   REQUIRE_MODEL(kSmol);
   REQUIRE_MODEL(kGemma);

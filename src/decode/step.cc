@@ -52,7 +52,7 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row,
   }
   s.elapsed_ms = now - s.t_added_ms;
   const auto& stops = s.request.stop_tokens;
-  const bool stop = token == target_.config().eos_token ||
+  const bool stop = target_.config().IsEndOfGeneration(token) ||
                     std::find(stops.begin(), stops.end(), token) != stops.end();
   if (s.request.stop_at_eos && stop) {
     s.finish_reason = "stop";

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -167,6 +168,42 @@ void Model::ReadConfig(const GgufFile& f) {
   if (c.arch == "gemma3") ReadGemma3Config(f, &c);
   c.bos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.bos_token_id", -1));
   c.eos_token = static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id", -1));
+}
+
+namespace {
+
+// The end-of-generation ids llama.cpp's vocabulary loader marks (llama-vocab.cpp): EOS, the
+// EOT id, and tokens recognised by their text.
+std::vector<int32_t> EndOfGenerationTokens(const GgufFile& f, int32_t eos, int64_t n_vocab) {
+  static const std::unordered_set<std::string> kTexts = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+      "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~[",
+      // FIM padding, repository and file-separator tokens end generation too.
+      "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+      "<REPO>", "<reponame>", "<|file_sep|>"};
+  std::vector<int32_t> ids;
+  if (eos >= 0) ids.push_back(eos);
+  const int64_t eot = f.GetInt("tokenizer.ggml.eot_token_id", -1);
+  if (eot >= 0 && eot < n_vocab) ids.push_back(static_cast<int32_t>(eot));
+  if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
+    const auto& items = tokens->AsArray("tokenizer.ggml.tokens").items;
+    for (size_t id = 0; id < items.size() && static_cast<int64_t>(id) < n_vocab; ++id) {
+      if (kTexts.count(items[id].AsString("tokenizer.ggml.tokens"))) {
+        ids.push_back(static_cast<int32_t>(id));
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+bool ModelConfig::IsEndOfGeneration(int32_t token) const {
+  return std::binary_search(end_of_generation.begin(), end_of_generation.end(), token);
 }
 
 ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
@@ -369,6 +406,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   };
   check_token(c.bos_token, "BOS token");
   check_token(c.eos_token, "EOS token");
+  c.end_of_generation = EndOfGenerationTokens(f, c.eos_token, c.n_vocab);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
     SPECD_CHECK(freqs->type == DType::kF32, f.path(), ": rope_freqs.weight must be f32");

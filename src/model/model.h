@@ -51,6 +51,12 @@ struct ModelConfig {
 
   int32_t bos_token = -1;
   int32_t eos_token = -1;
+  // Tokens that end generation like EOS, sorted: EOS, the end-of-turn id, and the vocabulary's
+  // tokens that llama.cpp treats so by their text (<|endoftext|>, <|im_end|>, <end_of_turn>,
+  // <|eot_id|>, Qwen's <|fim_pad|>, <|repo_name|> and <|file_sep|> ...), so that a code model
+  // stops at the end of a file as it does under llama.cpp.
+  std::vector<int32_t> end_of_generation;
+  bool IsEndOfGeneration(int32_t token) const;
   // FR-Spec draft head (`specd.head_tokens`): the output matrix has a row for these token ids
   // only; every other token's logit is -infinity. Empty: the whole vocabulary.
   std::vector<int32_t> head_tokens;

@@ -8,7 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "server/openai_api.h"
+#include "server/request_fields.h"
 #include "tests/test_util.h"
 
 namespace specd::server {

@@ -299,6 +299,9 @@ int main(int argc, char** argv) {
                    "seconds that requests in flight get to finish on SIGTERM / SIGINT (new ones "
                    "get 503 meanwhile); those still running then end")
       ->check(CLI::Range(0.0, 86400.0));
+  serve->add_option("--cors-origins", srv.cors_origins,
+                    "origins browsers may call from: * (the default, as llama-server), a list "
+                    "separated by commas, or '' (no CORS headers)");
   AddDraftFlags(serve, &srv.draft_flags);
   AddTraceStepsFlag(serve, &srv.trace_steps);
   serve->add_option("-t,--threads", srv.threads, "threads")->check(CLI::Range(1, 256));

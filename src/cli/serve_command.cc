@@ -156,6 +156,13 @@ int RunServe(const ServeOptions& options) {
   http_options.api_key = o.api_key;
   http_options.max_body_bytes = o.max_body_bytes;
   http_options.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
+  http_options.cors_origins = o.cors_origins;
+  http_options.props.model_path = o.model;
+  http_options.props.total_slots = o.parallel;
+  http_options.props.speculative = speculative;
+  if (const GgufValue* t = model->gguf().Find("tokenizer.chat_template")) {
+    http_options.props.chat_template = t->AsString("tokenizer.chat_template");
+  }
   server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
   http.Bind();
   signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {

@@ -44,7 +44,7 @@ class ChoiceCollector {
  public:
   ChoiceCollector(const CompletionRequest& r, const Tokenizer& tokenizer, Job& job) : job_(job) {
     for (int c = 0; c < r.n; ++c) {
-      texts_.emplace_back(tokenizer, r.stop);
+      texts_.emplace_back(tokenizer, r.stop, r.text_limits);
       outputs_.push_back({c, "", "", {}, {}});
     }
   }
@@ -57,14 +57,20 @@ class ChoiceCollector {
       return e.choice;
     }
     if (texts_[e.choice].stopped()) return e.choice;  // past a stop string: dropped
+    if (first_token_ms_ < 0) first_token_ms_ = since_submit_.ElapsedMs();
     out.tokens.push_back(e.token);
     out.logprobs.push_back(e.logprobs);
     if (texts_[e.choice].Push(e.token)) {
-      out.finish_reason = "stop";
-      job_.Cancel(e.choice, "stop");
+      // A stop string ends a choice as "stop"; an editor limit (n_indent, t_max_predict_ms)
+      // as "length".
+      out.finish_reason = texts_[e.choice].stop_type() == "word" ? "stop" : "length";
+      job_.Cancel(e.choice, out.finish_reason);
     }
     return e.choice;
   }
+  // ms from the collector's creation (just after the request was queued) to its first token.
+  double first_token_ms() const { return first_token_ms_; }
+  double elapsed_ms() const { return since_submit_.ElapsedMs(); }
   bool done(int c) const { return done_.count(c) > 0; }
   ChoiceText& text(int c) { return texts_[c]; }
   std::vector<ChoiceOutput>& outputs() { return outputs_; }
@@ -76,6 +82,8 @@ class ChoiceCollector {
 
  private:
   Job& job_;
+  Timer since_submit_;
+  double first_token_ms_ = -1;
   std::vector<ChoiceText> texts_;
   std::vector<ChoiceOutput> outputs_;
   std::map<int, bool> done_;
@@ -92,6 +100,7 @@ HttpServer::HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       limits_(limits),
+      fim_(FindFimTokens(tokenizer)),
       http_(std::make_unique<httplib::Server>()),
       created_(UnixSeconds()) {
   Routes();
@@ -174,8 +183,35 @@ void HttpServer::ConfigureTransport() {
       });
 }
 
+void HttpServer::ConfigureCors() {
+  if (options_.cors_origins.empty()) return;
+  // The Access-Control-Allow-Origin a request gets: "*", or its own Origin when listed.
+  const auto allowed = [this](const httplib::Request& req) -> std::string {
+    if (options_.cors_origins == "*") return "*";
+    const std::string origin = req.get_header_value("Origin");
+    std::string list = "," + options_.cors_origins + ",";
+    return !origin.empty() && list.find("," + origin + ",") != std::string::npos ? origin : "";
+  };
+  http_->set_post_routing_handler([allowed](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = allowed(req);
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    if (origin != "*") res.set_header("Vary", "Origin");
+  });
+  // Preflight: any route, the methods and headers specd's API uses.
+  http_->Options(".*", [](const httplib::Request& req, httplib::Response& res) {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers",
+                   asked.empty() ? "Content-Type, Authorization" : asked);
+    res.set_header("Access-Control-Max-Age", "86400");
+  });
+}
+
 void HttpServer::Routes() {
   ConfigureTransport();
+  ConfigureCors();
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {
       res.status = 503;
@@ -244,19 +280,53 @@ void HttpServer::Routes() {
   http_->Post("/v1/completions",
               keyed_post([this](const httplib::Request& req, const std::string& body,
                                 httplib::Response& res) {
-                HandleCompletion(req, body, /*chat=*/false, &res);
+                HandleCompletion(req, body, Api::kOpenAi, &res);
               }));
   http_->Post("/v1/chat/completions",
               keyed_post([this](const httplib::Request& req, const std::string& body,
                                 httplib::Response& res) {
-                HandleCompletion(req, body, /*chat=*/true, &res);
+                HandleCompletion(req, body, Api::kOpenAiChat, &res);
               }));
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+  const auto llama_route = [this, &keyed_post](Api api) {
+    return keyed_post([this, api](const httplib::Request& req, const std::string& body,
+                                  httplib::Response& res) { HandleCompletion(req, body, api, &res); });
+  };
+  for (const char* path : {"/completion", "/completions"}) {
+    http_->Post(path, llama_route(Api::kLlamaCompletion));
+  }
+  http_->Post("/infill", llama_route(Api::kLlamaInfill));
+  // The answer of a small function of the body, as JSON (tokenize, detokenize).
+  const auto json_route = [this, &keyed_post](
+                              std::function<nlohmann::json(const std::string&)> answer) {
+    return keyed_post([this, answer](const httplib::Request& req, const std::string& body,
+                                     httplib::Response& res) {
+      try {
+        res.set_content(Dump(answer(body)), "application/json");
+        Record(req, 200);
+      } catch (const ApiError& e) {
+        ReplyError(res, e);
+        Record(req, e.status);
+      }
+    });
+  };
+  http_->Post("/tokenize", json_route([this](const std::string& body) {
+                return TokenizeResponse(body, tokenizer_, limits_);
+              }));
+  http_->Post("/detokenize", json_route([this](const std::string& body) {
+                return DetokenizeResponse(body, tokenizer_, limits_);
+              }));
+  http_->Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
+    if (RefusedKey(req, &res)) return;
+    res.set_content(Dump(PropsResponse(options_.props, limits_)), "application/json");
+    Record(req, 200);
+  });
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/completion",
+                           "/completions", "/infill", "/tokenize", "/detokenize"}) {
     http_->Get(path, wrong_method("POST"));
     http_->Put(path, wrong_method("POST"));
     http_->Delete(path, wrong_method("POST"));
   }
-  for (const char* path : {"/health", "/metrics", "/v1/models"}) {
+  for (const char* path : {"/health", "/metrics", "/v1/models", "/props"}) {
     http_->Post(path, wrong_method("GET"));
     http_->Put(path, wrong_method("GET"));
     http_->Delete(path, wrong_method("GET"));
@@ -288,7 +358,7 @@ void HttpServer::Record(const std::string& request_line, int status, int64_t pro
                static_cast<long long>(completion_tokens), ms);
 }
 
-void HttpServer::HandleCompletion(const httplib::Request& req, const std::string& body, bool chat,
+void HttpServer::HandleCompletion(const httplib::Request& req, const std::string& body, Api api,
                                   void* response) {
   httplib::Response& res = *static_cast<httplib::Response*>(response);
   if (draining_) {
@@ -298,15 +368,40 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
     Record(req, 503);
     return;
   }
-  Timer timer;
-  CompletionRequest r;
+  const bool llama = api == Api::kLlamaCompletion || api == Api::kLlamaInfill;
+  LlamaRequest r;
   try {
-    r = ParseCompletionRequest(body, chat, tokenizer_, chat_template_, limits_);
+    if (llama) {
+      r = ParseLlamaCompletion(body, api == Api::kLlamaInfill, tokenizer_, fim_, limits_);
+    } else {
+      r.completion = ParseCompletionRequest(body, api == Api::kOpenAiChat, tokenizer_,
+                                            chat_template_, fim_, limits_);
+    }
   } catch (const ApiError& e) {
     ReplyError(res, e);
     Record(req, e.status);
     return;
   }
+  if (r.completion.max_tokens == 0) {  // llama.vim's warm-up: nothing to generate
+    LlamaOutcome outcome;
+    outcome.stop_type = "limit";
+    outcome.prompt_tokens = static_cast<int64_t>(r.completion.prompt.size());
+    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_)),
+                    "application/json");
+    Record(req, 200, outcome.prompt_tokens, 0, 0);
+    return;
+  }
+  std::shared_ptr<Job> job = Submit(r.completion, req, res);
+  if (job == nullptr) return;
+  if (llama) {
+    ServeLlama(req, r, job, res);
+  } else {
+    ServeOpenAi(req, r.completion, api == Api::kOpenAiChat, job, res);
+  }
+}
+
+std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httplib::Request& req,
+                                        httplib::Response& res) {
   SequenceRequest s;
   s.prompt = r.prompt;
   s.n_predict = r.max_tokens;
@@ -323,31 +418,133 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
     ReplyError(res, ApiError(503, "server_overloaded",
                              "every slot is busy and the queue is full: retry shortly"));
     Record(req, 503);
+  }
+  return job;
+}
+
+namespace {
+
+// Takes a batch of events into the collector; the new tokens and logprobs of each choice they
+// touched (text filled in by the caller).
+std::map<int, ChoiceOutput> TakeDeltas(ChoiceCollector& collector,
+                                       const std::vector<ChoiceEvent>& events) {
+  std::map<int, ChoiceOutput> deltas;
+  for (const auto& e : events) {
+    const int c = collector.Take(e);
+    ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{c, "", "", {}, {}}).first->second;
+    if (!e.finished && !collector.text(c).stopped()) {
+      d.tokens.push_back(e.token);
+      d.logprobs.push_back(e.logprobs);
+    }
+  }
+  return deltas;
+}
+
+// llama-server's stop_type of a finished choice.
+std::string LlamaStopType(const ChoiceText& text, const std::string& finish_reason) {
+  if (!text.stop_type().empty()) return text.stop_type();
+  if (finish_reason == "stop") return "eos";
+  if (finish_reason == "length" || finish_reason == "budget") return "limit";
+  return "none";
+}
+
+LlamaOutcome OutcomeOf(ChoiceCollector& collector, int64_t prompt_tokens) {
+  LlamaOutcome o;
+  o.choice = collector.outputs()[0];
+  const ChoiceText& text = collector.text(0);
+  o.stop_type = LlamaStopType(text, o.choice.finish_reason);
+  o.stopping_word = text.stopping_word();
+  o.has_new_line = text.has_new_line();
+  o.prompt_tokens = prompt_tokens;
+  const double total = collector.elapsed_ms(), first = collector.first_token_ms();
+  o.prompt_ms = first >= 0 ? first : total;
+  o.predicted_ms = total - o.prompt_ms;
+  return o;
+}
+
+}  // namespace
+
+void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
+                            std::shared_ptr<Job> job, httplib::Response& res) {
+  const int64_t prompt_tokens = static_cast<int64_t>(r.completion.prompt.size());
+  auto collector = std::make_shared<ChoiceCollector>(r.completion, tokenizer_, *job);
+  if (!r.completion.stream) {
+    std::vector<ChoiceEvent> events;
+    while (job->Wait(&events, 100)) {
+      for (const auto& e : events) collector->Take(e);
+      events.clear();
+    }
+    collector->outputs()[0].text = collector->text(0).TakeDelta(true);
+    const LlamaOutcome outcome = OutcomeOf(*collector, prompt_tokens);
+    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_)),
+                    "application/json");
+    Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
   }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, collector, r, prompt_tokens, request_line = RequestLine(req)](
+          size_t, httplib::DataSink& sink) {
+        const auto send = [&](const nlohmann::json& chunk) {
+          const std::string line = "data: " + Dump(chunk) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        std::vector<ChoiceEvent> events;
+        std::string text;  // everything sent, for the final response
+        while (job->Wait(&events, 50)) {
+          auto deltas = TakeDeltas(*collector, events);
+          events.clear();
+          if (deltas.empty()) continue;
+          ChoiceOutput& d = deltas.begin()->second;
+          const bool finished = collector->done(0);
+          d.text = collector->text(0).TakeDelta(finished);
+          text += d.text;
+          if ((!d.text.empty() || !d.tokens.empty()) &&
+              !send(LlamaStreamChunk(d.text, d.tokens, d.logprobs, r.n_probs,
+                                     collector->completion_tokens(), prompt_tokens,
+                                     tokenizer_))) {
+            job->CancelAll("cancelled");  // the client went away: free its slot now
+            return false;
+          }
+        }
+        LlamaOutcome outcome = OutcomeOf(*collector, prompt_tokens);
+        outcome.choice.text = "";  // the last chunk carries no content, as llama-server's
+        send(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_));
+        sink.done();
+        Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
+               collector->elapsed_ms());
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->CancelAll("cancelled");
+      });
+}
+
+void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionRequest& r, bool chat,
+                             std::shared_ptr<Job> job, httplib::Response& res) {
   const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
                           r.logprobs};
   const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  auto collector = std::make_shared<ChoiceCollector>(r, tokenizer_, *job);
   if (!r.stream) {
-    ChoiceCollector choices(r, tokenizer_, *job);
     std::vector<ChoiceEvent> events;
     while (job->Wait(&events, 100)) {
-      for (const auto& e : events) choices.Take(e);
+      for (const auto& e : events) collector->Take(e);
       events.clear();
     }
-    for (auto& out : choices.outputs()) out.text = choices.text(out.index).TakeDelta(true);
-    res.set_content(Dump(CompletionResponse(info, choices.outputs(), prompt_tokens, tokenizer_,
+    for (auto& out : collector->outputs()) out.text = collector->text(out.index).TakeDelta(true);
+    res.set_content(Dump(CompletionResponse(info, collector->outputs(), prompt_tokens, tokenizer_,
                                             job->n_drafted(), job->n_accepted())),
                     "application/json");
-    Record(req, 200, prompt_tokens, choices.completion_tokens(), timer.ElapsedMs());
+    Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
   }
-  auto collector = std::make_shared<ChoiceCollector>(r, tokenizer_, *job);
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, collector, info, include_usage, prompt_tokens, timer,
+      [this, job, collector, info, include_usage, prompt_tokens,
        request_line = RequestLine(req)](size_t, httplib::DataSink& sink) {
         const auto send = [&](const nlohmann::json& chunk) {
           const std::string line = "data: " + Dump(chunk) + "\n\n";
@@ -356,15 +553,7 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
         std::vector<bool> first(collector->outputs().size(), true);
         std::vector<ChoiceEvent> events;
         while (job->Wait(&events, 50)) {
-          std::map<int, ChoiceOutput> deltas;
-          for (const auto& e : events) {
-            const int c = collector->Take(e);
-            ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{c, "", "", {}, {}}).first->second;
-            if (!e.finished && !collector->text(c).stopped()) {
-              d.tokens.push_back(e.token);
-              d.logprobs.push_back(e.logprobs);
-            }
-          }
+          auto deltas = TakeDeltas(*collector, events);
           events.clear();
           for (auto& [c, d] : deltas) {
             const bool finished = collector->done(c);
@@ -386,7 +575,8 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
         const std::string done = "data: [DONE]\n\n";
         sink.write(done.data(), done.size());
         sink.done();
-        Record(request_line, 200, prompt_tokens, collector->completion_tokens(), timer.ElapsedMs());
+        Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
+               collector->elapsed_ms());
         return true;
       },
       [job](bool success) {

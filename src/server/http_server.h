@@ -1,6 +1,7 @@
 // specd serve's HTTP side (cpp-httplib): OpenAI's /v1/completions, /v1/chat/completions (JSON or
-// server-sent events), /v1/models, plus /health and /metrics; an optional API key; errors as
-// OpenAI error objects with the right status.
+// server-sent events), /v1/models; llama-server's /completion, /infill, /tokenize, /detokenize,
+// /props; /health and /metrics; an optional API key; CORS; errors as OpenAI error objects with
+// the right status.
 #pragma once
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "server/llama_api.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/scheduler.h"
@@ -26,6 +28,11 @@ struct HttpOptions {
   std::string api_key;              // "" : none
   size_t max_body_bytes = 1 << 20;  // larger request bodies get 413
   int n_http_threads = 64;          // concurrent connections served
+  // Access-Control-Allow-Origin for browsers' cross-origin requests: "*" (llama-server's
+  // default), a list of origins separated by commas (the request's Origin echoed when listed),
+  // or "" (no CORS headers).
+  std::string cors_origins = "*";
+  PropsInfo props;  // what /props reports of the model and the server
 };
 
 class HttpServer {
@@ -49,8 +56,19 @@ class HttpServer {
   void Routes();
   // Threads, socket options, timeouts, and the error, exception and log handlers.
   void ConfigureTransport();
-  void HandleCompletion(const httplib::Request& req, const std::string& body, bool chat,
+  enum class Api { kOpenAi, kOpenAiChat, kLlamaCompletion, kLlamaInfill };
+  // A completion request of any API: parsed, queued, answered (JSON or a stream).
+  void HandleCompletion(const httplib::Request& req, const std::string& body, Api api,
                         void* response);
+  // Queues the request's sequences; nullptr when full (then *res is the 503).
+  std::shared_ptr<Job> Submit(const CompletionRequest& r, const httplib::Request& req,
+                              httplib::Response& res);
+  void ServeOpenAi(const httplib::Request& req, const CompletionRequest& r, bool chat,
+                   std::shared_ptr<Job> job, httplib::Response& res);
+  void ServeLlama(const httplib::Request& req, const LlamaRequest& r, std::shared_ptr<Job> job,
+                  httplib::Response& res);
+  // Access-Control-Allow-Origin on every response and the OPTIONS preflight (cors_origins).
+  void ConfigureCors();
   // Counts a response in the metrics and logs it: one line per request (who, method, route,
   // status, prompt + completion tokens, ms).
   void Record(const httplib::Request& req, int status, int64_t prompt_tokens = 0,
@@ -66,6 +84,7 @@ class HttpServer {
   const Tokenizer& tokenizer_;
   const ChatTemplate* chat_template_;
   ApiLimits limits_;
+  FimTokens fim_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   int listen_socket_ = -1;  // the socket cpp-httplib listens on (seen as it sets its options)

@@ -5,65 +5,13 @@
 #include <random>
 
 #include "base/error.h"
+#include "server/request_fields.h"
 #include "tokenizer/utf8.h"
 
 namespace specd::server {
 namespace {
 
 using nlohmann::json;
-
-ApiError BadRequest(const std::string& message, const std::string& param = "") {
-  return ApiError(400, "invalid_request_error", message, param);
-}
-
-// An optional number in [lo, hi]; `fallback` when absent or null.
-double Number(const json& j, const std::string& key, double lo, double hi, double fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw BadRequest("'" + key + "' must be a number", key);
-  const double v = it->get<double>();
-  if (!(v >= lo && v <= hi)) {
-    throw BadRequest(
-        "'" + key + "' must be between " + Dump(lo) + " and " + Dump(hi) + ", got " + it->dump(),
-        key);
-  }
-  return v;
-}
-
-int64_t Integer(const json& j, const std::string& key, int64_t lo, int64_t hi, int64_t fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) throw BadRequest("'" + key + "' must be an integer", key);
-  const int64_t v =
-      it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX ? INT64_MAX : it->get<int64_t>();
-  if (v < lo || v > hi) {
-    throw BadRequest("'" + key + "' must be between " + std::to_string(lo) + " and " +
-                         std::to_string(hi) + ", got " + it->dump(),
-                     key);
-  }
-  return v;
-}
-
-bool Boolean(const json& j, const std::string& key, bool fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw BadRequest("'" + key + "' must be true or false", key);
-  return it->get<bool>();
-}
-
-std::vector<int32_t> TokenIds(const json& ids, const Tokenizer& tokenizer) {
-  std::vector<int32_t> out;
-  for (const auto& id : ids) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() >= tokenizer.n_vocab()) {
-      throw BadRequest("prompt token ids must be integers in [0, " +
-                           std::to_string(tokenizer.n_vocab()) + "), got " + id.dump(),
-                       "prompt");
-    }
-    out.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return out;
-}
 
 std::vector<int32_t> CompletionPrompt(const json& j, const Tokenizer& tokenizer) {
   const auto it = j.find("prompt");
@@ -133,24 +81,23 @@ std::vector<int32_t> ChatPrompt(const json& j, const Tokenizer& tokenizer,
   return EncodeChat(tokenizer, *chat_template, messages, /*parse_special_content=*/false);
 }
 
-std::vector<std::string> StopStrings(const json& j) {
-  const auto it = j.find("stop");
-  if (it == j.end() || it->is_null()) return {};
-  std::vector<std::string> stop;
-  if (it->is_string()) {
-    stop.push_back(it->get<std::string>());
-  } else if (it->is_array() && it->size() <= 4) {
-    for (const auto& s : *it) {
-      if (!s.is_string()) throw BadRequest("'stop' must be a string or up to 4 strings", "stop");
-      stop.push_back(s.get<std::string>());
-    }
-  } else {
-    throw BadRequest("'stop' must be a string or up to 4 strings", "stop");
+// OpenAI's `suffix` (the text after the insertion point): a string prompt and a non-empty
+// suffix become the model's fill-in-the-middle prompt, as llama-server builds it for /infill.
+std::vector<int32_t> WithSuffix(const json& j, const Tokenizer& tokenizer, const FimTokens& fim,
+                                const ApiLimits& limits, std::vector<int32_t> prompt) {
+  const auto it = j.find("suffix");
+  if (it == j.end() || it->is_null()) return prompt;
+  if (!it->is_string()) throw BadRequest("'suffix' must be a string", "suffix");
+  const std::string suffix = it->get<std::string>();
+  if (suffix.empty()) return prompt;
+  const json& p = j["prompt"];
+  const json& text = p.is_array() && p.size() == 1 ? p[0] : p;
+  if (!text.is_string()) throw BadRequest("'suffix' needs a string 'prompt'", "suffix");
+  if (!fim.usable()) {
+    throw BadRequest("'suffix' needs a model with fill-in-the-middle tokens", "suffix");
   }
-  for (const auto& s : stop) {
-    if (s.empty()) throw BadRequest("'stop' strings must not be empty", "stop");
-  }
-  return stop;
+  return FimPrompt(tokenizer, fim, text.get<std::string>(), suffix, {}, {},
+                   {std::min(2048, limits.n_ctx), limits.n_ctx, 0});
 }
 
 int Logprobs(const json& j, bool chat) {
@@ -187,7 +134,6 @@ void RefuseUnsupported(const json& j) {
   const std::pair<const char*, std::vector<json>> refused[] = {
       {"logit_bias", {json::object()}},
       {"echo", {false}},
-      {"suffix", {""}},
       {"best_of", {1}},
       {"response_format", {json{{"type", "text"}}}},
   };
@@ -199,29 +145,6 @@ void RefuseUnsupported(const json& j) {
 }
 
 }  // namespace
-
-int JsonNestingDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 namespace {}  // namespace
 
@@ -239,19 +162,9 @@ nlohmann::json ErrorBody(const ApiError& e) {
 
 CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                                          const Tokenizer& tokenizer,
-                                         const ChatTemplate* chat_template,
+                                         const ChatTemplate* chat_template, const FimTokens& fim,
                                          const ApiLimits& limits) {
-  // Checked before parsing: a value nested 200,000 deep parses, but its recursive destruction
-  // overflows the stack of the thread that handles the request (the whole server dies).
-  if (JsonNestingDepth(body) > limits.max_json_depth) {
-    throw BadRequest("the request body is nested deeper than " +
-                     std::to_string(limits.max_json_depth) + " levels");
-  }
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    throw BadRequest("the request body is not valid JSON (in UTF-8)");
-  }
-  if (!j.is_object()) throw BadRequest("the request body must be a JSON object");
+  const json j = ParseJsonObject(body, limits.max_json_depth);
   if (j.contains("model")) {
     if (!j["model"].is_string()) throw BadRequest("'model' must be a string", "model");
     const std::string model = j["model"].get<std::string>();
@@ -266,6 +179,7 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
   CompletionRequest r;
   r.chat = chat;
   r.prompt = chat ? ChatPrompt(j, tokenizer, chat_template) : CompletionPrompt(j, tokenizer);
+  if (!chat) r.prompt = WithSuffix(j, tokenizer, fim, limits, std::move(r.prompt));
   if (chat) r.stop_tokens = chat_template->stop_tokens();
   const int64_t room = limits.n_ctx - static_cast<int64_t>(r.prompt.size());
   const int64_t asked = Integer(
@@ -297,18 +211,23 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
     }
     r.include_usage = Boolean(j["stream_options"], "include_usage", false);
   }
-  r.stop = StopStrings(j);
+  r.stop = StopStrings(j, 4);
   r.logprobs = Logprobs(j, chat);
   r.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
   r.ignore_eos = Boolean(j, "ignore_eos", false);
   return r;
 }
 
-ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer), stop_(std::move(stop)) {}
+ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                       TextLimits limits)
+    : decoder_(tokenizer), stop_(std::move(stop)), limits_(limits) {}
 
 bool ChoiceText::Push(int32_t token) {
   if (stopped_) return true;
+  if (!generating_) {
+    generating_ = true;
+    since_first_token_.Reset();
+  }
   const size_t before = text_.size();
   text_ += decoder_.Push(token);
   for (const auto& s : stop_) {
@@ -318,9 +237,40 @@ bool ChoiceText::Push(int32_t token) {
     if (at != std::string::npos) {
       text_.resize(at);
       stopped_ = true;
+      stop_type_ = "word";
+      stopping_word_ = s;
     }
   }
+  if (!stopped_) ApplyLineLimits(before);
   return stopped_;
+}
+
+// llama-server's two editor limits, in its order: a line that starts less indented than
+// n_indent is cut (after its indentation) and ends the text; after a new line, once generating
+// has taken t_max_predict_ms, the text ends at that new line.
+void ChoiceText::ApplyLineLimits(size_t before) {
+  if (has_new_line_ && limits_.n_indent > 0) {
+    if (last_line_start_ > 0) {
+      size_t pos = last_line_start_;
+      int indent = 0;
+      while (pos < text_.size() && (text_[pos] == ' ' || text_[pos] == '\t')) ++indent, ++pos;
+      if (pos < text_.size() && indent < limits_.n_indent) {
+        text_.erase(pos);
+        stopped_ = true;
+        stop_type_ = "limit";
+        return;
+      }
+    }
+    const size_t newline = text_.find('\n', last_line_start_);
+    if (newline != std::string::npos) last_line_start_ = newline + 1;
+  }
+  if (text_.find('\n', before) != std::string::npos) {
+    has_new_line_ = true;
+    if (limits_.t_max_predict_ms > 0 && since_first_token_.ElapsedMs() > limits_.t_max_predict_ms) {
+      stopped_ = true;
+      stop_type_ = "limit";
+    }
+  }
 }
 
 std::string ChoiceText::TakeDelta(bool final) {

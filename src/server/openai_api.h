@@ -10,7 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/timer.h"
 #include "decode/step.h"
+#include "server/fim_prompt.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,9 +46,11 @@ struct ApiLimits {
   int max_json_depth = 64;                 // arrays and objects nested deeper are refused
 };
 
-// The deepest nesting of arrays and objects in JSON text (brackets inside strings not counted);
-// well defined for any bytes, valid JSON or not.
-int JsonNestingDepth(std::string_view text);
+// Editor limits of llama-server's /infill and /completion (0: off).
+struct TextLimits {
+  int n_indent = 0;              // a new line indented less than this ends the text
+  double t_max_predict_ms = 0;   // after this long generating, the next new line ends it
+};
 
 struct CompletionRequest {
   bool chat = false;
@@ -61,32 +65,48 @@ struct CompletionRequest {
   double time_budget_ms = 0.0;       // specd's extension: unfinished choices end at this time
   std::vector<int32_t> stop_tokens;  // chat: the template's end-of-turn tokens
   bool ignore_eos = false;           // llama-server's field: EOS does not end a choice
+  TextLimits text_limits;            // llama-server's n_indent and t_max_predict_ms
 };
 
 // Parses and checks a body; throws ApiError. `chat` selects /v1/chat/completions.
+// A non-empty `suffix` makes the prompt the model's FIM prompt (`fim`; a 400 without).
 CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                                          const Tokenizer& tokenizer,
-                                         const ChatTemplate* chat_template,
+                                         const ChatTemplate* chat_template, const FimTokens& fim,
                                          const ApiLimits& limits);
 
 // One choice's text as tokens arrive: UTF-8 whole characters only, cut before the first stop
-// string, and (for streaming) text that might still become a stop string held back.
+// string (or by a TextLimits rule), and (for streaming) text that might still become a stop
+// string held back.
 class ChoiceText {
  public:
-  ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop);
-  // Adds a token; returns true when a stop string appeared (the text now ends before it).
+  ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop, TextLimits limits = {});
+  // Adds a token; returns true when the text has ended (a stop string appeared, the text now
+  // ends before it; or a TextLimits rule ended it).
   bool Push(int32_t token);
   // Text not yet taken that is safe to send; all of it when `final`.
   std::string TakeDelta(bool final);
   const std::string& text() const { return text_; }
   bool stopped() const { return stopped_; }
+  // Why it stopped: "word" (a stop string, stopping_word()) or "limit" (TextLimits); "" if not.
+  const std::string& stop_type() const { return stop_type_; }
+  const std::string& stopping_word() const { return stopping_word_; }
+  bool has_new_line() const { return has_new_line_; }
 
  private:
+  void ApplyLineLimits(size_t before);
+
   StreamingDecoder decoder_;
   std::vector<std::string> stop_;
+  TextLimits limits_;
   std::string text_;
   size_t sent_ = 0;
   bool stopped_ = false;
+  std::string stop_type_, stopping_word_;
+  bool generating_ = false;
+  Timer since_first_token_;
+  bool has_new_line_ = false;
+  size_t last_line_start_ = 0;  // after the last new line the indentation rule has seen
 };
 
 // A finished (or, streaming, progressing) choice.

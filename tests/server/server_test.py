@@ -269,6 +269,189 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(after.get(key, 0) - before.get(key, 0), n, key)
 
 
+def post_json(server, path, body, headers=None):
+    status, hdrs, data = server.raw("POST", path, json.dumps(body),
+                                    dict({"Content-Type": "application/json"}, **(headers or {})))
+    return status, hdrs, data
+
+
+def stream_events(server, path, body):
+    """The JSON objects of a server-sent event stream."""
+    status, _, data = post_json(server, path, body)
+    assert status == 200, data[:300]
+    return [json.loads(line[6:]) for line in data.decode().splitlines()
+            if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+class LlamaApiTest(unittest.TestCase):
+    """llama-server's own routes, with its field names and response shapes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--parallel", "2")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0, "the server did not exit cleanly"
+
+    def completion(self, **body):
+        status, _, data = post_json(self.server, "/completion", body)
+        self.assertEqual(status, 200, data[:300])
+        return json.loads(data)
+
+    def test_completion_equals_generate_and_has_llama_fields(self):
+        got = self.completion(prompt=PROMPTS[0], n_predict=24, temperature=0)
+        want = generate_json("-p", PROMPTS[0], "-n", "24", "--temp", "0")
+        self.assertEqual(got["content"], want["text"])
+        for key in ("stop", "stop_type", "stopping_word", "tokens_predicted", "tokens_evaluated",
+                    "generation_settings", "timings", "model", "has_new_line", "prompt"):
+            self.assertIn(key, got)
+        self.assertTrue(got["stop"])
+        self.assertEqual(got["tokens_predicted"], want["n_tokens"])
+        self.assertEqual(got["timings"]["predicted_n"], got["tokens_predicted"])
+        self.assertEqual(got["generation_settings"]["n_predict"], 24)
+        self.assertIn(got["stop_type"], ("limit", "eos"))
+
+    def test_streamed_completion_equals_whole(self):
+        whole = self.completion(prompt=PROMPTS[1], n_predict=20, temperature=0)
+        events = stream_events(self.server, "/completion",
+                               {"prompt": PROMPTS[1], "n_predict": 20, "temperature": 0,
+                                "stream": True})
+        self.assertTrue(events[-1]["stop"])
+        self.assertTrue(all(not e["stop"] for e in events[:-1]))
+        self.assertEqual("".join(e["content"] for e in events), whole["content"])
+        self.assertEqual(events[-1]["tokens_predicted"], whole["tokens_predicted"])
+        self.assertIn("timings", events[-1])
+
+    def test_response_fields_probs_and_stop_words(self):
+        got = self.completion(prompt=PROMPTS[0], n_predict=8, temperature=0,
+                              response_fields=["content", "timings/prompt_n", "missing"])
+        self.assertEqual(set(got), {"content", "timings/prompt_n"})
+        got = self.completion(prompt=PROMPTS[0], n_predict=6, temperature=0, n_probs=3)
+        probs = got["completion_probabilities"]
+        self.assertEqual(len(probs), got["tokens_predicted"])
+        self.assertTrue(all(len(p["top_logprobs"]) == 3 for p in probs))
+        free = self.completion(prompt=PROMPTS[0], n_predict=24, temperature=0)["content"]
+        word = free.strip()[:2]
+        got = self.completion(prompt=PROMPTS[0], n_predict=24, temperature=0, stop=[word])
+        self.assertEqual(got["stop_type"], "word")
+        self.assertEqual(got["stopping_word"], word)
+        self.assertEqual(got["content"], free[:free.find(word)])
+
+    def test_editor_limits(self):
+        # n_indent: no line after the first is less indented than asked (llama-server's rule).
+        got = self.completion(prompt="def main():\n    x = 1\n", n_predict=120, temperature=0,
+                              n_indent=4)
+        for line in got["content"].split("\n")[1:-1]:
+            self.assertGreaterEqual(len(line) - len(line.lstrip(" \t")), 4, got["content"])
+        # t_max_predict_ms: after the time, generation ends at the next new line.
+        got = self.completion(prompt="import os\n", n_predict=200, temperature=0,
+                              t_max_predict_ms=1)
+        self.assertEqual(got["stop_type"], "limit", got)
+        self.assertIn("\n", got["content"])
+        self.assertLess(got["tokens_predicted"], 200)
+
+    def test_tokenize_detokenize_props(self):
+        _, _, data = post_json(self.server, "/tokenize", {"content": "def f(x): return x"})
+        tokens = json.loads(data)["tokens"]
+        self.assertTrue(tokens and all(isinstance(t, int) for t in tokens))
+        _, _, data = post_json(self.server, "/detokenize", {"tokens": tokens})
+        self.assertEqual(json.loads(data)["content"], "def f(x): return x")
+        _, _, data = post_json(self.server, "/tokenize",
+                               {"content": "héllo", "with_pieces": True})
+        pieces = json.loads(data)["tokens"]
+        self.assertTrue(all("id" in p and "piece" in p for p in pieces))
+        status, _, data = self.server.raw("GET", "/props")
+        props = json.loads(data)
+        self.assertEqual(status, 200)
+        self.assertEqual(props["total_slots"], 2)
+        self.assertGreater(props["default_generation_settings"]["n_ctx"], 0)
+        self.assertEqual(post_json(self.server, "/detokenize", {"tokens": [-1]})[0], 400)
+        self.assertEqual(post_json(self.server, "/completion", {"prompt": "a", "grammar": "x"})[0],
+                         400)
+
+    def test_cors(self):
+        status, headers, _ = self.server.raw("OPTIONS", "/completion", None, {
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type"})
+        self.assertEqual(status, 204)
+        self.assertEqual(headers.get("Access-Control-Allow-Origin"), "*")
+        self.assertIn("POST", headers.get("Access-Control-Allow-Methods", ""))
+        _, headers, _ = self.server.raw("GET", "/health", None, {"Origin": "http://x.test"})
+        self.assertEqual(headers.get("Access-Control-Allow-Origin"), "*")
+
+    def test_infill_needs_fim_tokens_or_works(self):
+        status, _, data = post_json(self.server, "/infill", {
+            "input_prefix": "def add(a, b):\n    ", "input_suffix": "\n", "n_predict": 8,
+            "temperature": 0})
+        if status == 400:  # SmolLM2 and the 16.5M pair have no FIM tokens
+            self.assertIn("fill-in-the-middle", json.loads(data)["error"]["message"])
+        else:
+            self.assertEqual(status, 200, data[:300])
+
+
+QWEN = os.path.join(ROOT, "pretrained", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+
+
+@unittest.skipUnless(os.path.exists(QWEN), "needs Qwen2.5-Coder (scripts/get-models.sh)")
+class InfillTest(unittest.TestCase):
+    """/infill on a FIM model: llama-server's prompt, llama.vim's requests, OpenAI's suffix."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("-m", QWEN, "--spec-type", "none", "--parallel", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0, "the server did not exit cleanly"
+
+    def infill(self, **body):
+        status, _, data = post_json(self.server, "/infill", body)
+        self.assertEqual(status, 200, data[:300])
+        return json.loads(data)
+
+    def test_fim_prompt_is_llama_servers(self):
+        got = self.infill(input_prefix="def add(a, b):\n    ", input_suffix="\n\nprint(add(1, 2))\n",
+                          input_extra=[{"filename": "util.py", "text": "X = 1\n"}],
+                          prompt="", n_predict=16, temperature=0)
+        self.assertEqual(got["prompt"],
+                         "<|repo_name|>myproject\n<|file_sep|>util.py\nX = 1\n"
+                         "<|file_sep|>filename\n<|fim_prefix|>def add(a, b):\n    "
+                         "<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>")
+        self.assertIn("return", got["content"])
+        # The same prompt sent to /completion as text (special tokens parsed) gives the same.
+        again = post_json(self.server, "/completion",
+                          {"prompt": got["prompt"], "n_predict": 16, "temperature": 0})
+        self.assertEqual(json.loads(again[2])["content"], got["content"])
+
+    def test_openai_suffix_is_the_same_fim(self):
+        prefix, suffix = "def mul(a, b):\n    ", "\n\nprint(mul(2, 3))\n"
+        fim = self.infill(input_prefix=prefix, input_suffix=suffix, n_predict=12, temperature=0)
+        status, _, data = post_json(self.server, "/v1/completions", {
+            "prompt": prefix, "suffix": suffix, "max_tokens": 12, "temperature": 0})
+        self.assertEqual(status, 200, data[:300])
+        self.assertEqual(json.loads(data)["choices"][0]["text"], fim["content"])
+
+    def test_llama_vim_requests(self):
+        # Bodies as llama.vim sends them: a ring-buffer warm-up (n_predict 0) and a completion.
+        warm = self.infill(input_prefix="", input_suffix="",
+                           input_extra=[{"text": "import os\n", "time": 1, "filename": "a.py"}],
+                           prompt="", n_predict=0, temperature=0.0, stream=False,
+                           samplers=["temperature"], cache_prompt=True, t_max_prompt_ms=1,
+                           t_max_predict_ms=1)
+        self.assertEqual(warm["content"], "")
+        got = self.infill(input_prefix="import os\n\ndef list_py(path):\n    ",
+                          input_suffix="\n", input_extra=[], prompt="", n_predict=64,
+                          stop=[], n_indent=4, top_k=40, top_p=0.90, stream=False,
+                          samplers=["top_k", "top_p", "infill"], cache_prompt=True,
+                          t_max_prompt_ms=500, t_max_predict_ms=1000,
+                          response_fields=["content", "timings/prompt_n", "timings/prompt_ms",
+                                           "timings/predicted_n", "timings/predicted_ms",
+                                           "truncated", "tokens_cached"])
+        self.assertIn("content", got)
+        self.assertIn("timings/predicted_n", got)
+
+
 class LimitsTest(unittest.TestCase):
     def test_api_key(self):
         server = Server("--api-key", "sesame", "--parallel", "1")

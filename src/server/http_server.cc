@@ -212,6 +212,12 @@ void HttpServer::ConfigureCors() {
 void HttpServer::Routes() {
   ConfigureTransport();
   ConfigureCors();
+  GetRoutes();
+  PostRoutes();
+  MethodGuards();
+}
+
+void HttpServer::GetRoutes() {
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {
       res.status = 503;
@@ -220,49 +226,6 @@ void HttpServer::Routes() {
     }
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
-  // POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
-  // 8 KiB sent as application/x-www-form-urlencoded (curl -d's default) with a 413. The API key
-  // is checked after the body is read: a body left unread would be parsed as the next request.
-  using BodyHandler =
-      std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
-  const auto keyed_post = [this](BodyHandler f) {
-    return [this, f](const httplib::Request& req, httplib::Response& res,
-                     const httplib::ContentReader& reader) {
-      std::string body;
-      const size_t max_bytes = options_.max_body_bytes;
-      bool too_large = false;
-      // cpp-httplib itself refuses a Content-Length over max_bytes (the reader fails then).
-      const bool read = reader([&](const char* data, size_t n) {
-        too_large = too_large || body.size() + n > max_bytes;
-        if (!too_large) body.append(data, n);
-        return true;  // read on to the end, so the connection stays in step
-      });
-      if (!read && !too_large && req.get_header_value<uint64_t>("Content-Length") <= max_bytes) {
-        ReplyError(res, ApiError(400, "invalid_request_error", "the request body was cut short"));
-        Record(req, 400);
-        return;
-      }
-      if (too_large || !read) {
-        ReplyError(res, ApiError(413, "invalid_request_error",
-                                 "the request body is larger than " + std::to_string(max_bytes) +
-                                     " bytes"));
-        Record(req, 413);
-        return;
-      }
-      if (RefusedKey(req, &res)) return;
-      f(req, body, res);
-    };
-  };
-  // A known route asked with another method: 405 naming the allowed one.
-  const auto wrong_method = [this](const char* allowed) {
-    return [this, allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      ReplyError(res,
-                 ApiError(405, "invalid_request_error",
-                          req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
-      Record(req, 405);
-    };
-  };
   // Scrapers read /metrics without the API key, as from llama-server and vLLM.
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
@@ -277,29 +240,27 @@ void HttpServer::Routes() {
                                                                     {"owned_by", "specd"}}})}};
     res.set_content(Dump(models), "application/json");
   });
-  http_->Post("/v1/completions",
-              keyed_post([this](const httplib::Request& req, const std::string& body,
-                                httplib::Response& res) {
-                HandleCompletion(req, body, Api::kOpenAi, &res);
-              }));
-  http_->Post("/v1/chat/completions",
-              keyed_post([this](const httplib::Request& req, const std::string& body,
-                                httplib::Response& res) {
-                HandleCompletion(req, body, Api::kOpenAiChat, &res);
-              }));
-  const auto llama_route = [this, &keyed_post](Api api) {
-    return keyed_post([this, api](const httplib::Request& req, const std::string& body,
-                                  httplib::Response& res) { HandleCompletion(req, body, api, &res); });
+  http_->Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
+    if (RefusedKey(req, &res)) return;
+    res.set_content(Dump(PropsResponse(options_.props, limits_)), "application/json");
+    Record(req, 200);
+  });
+}
+
+void HttpServer::PostRoutes() {
+  const auto completion = [this](Api api) {
+    return [this, api](const httplib::Request& req, const std::string& body,
+                       httplib::Response& res) { HandleCompletion(req, body, api, &res); };
   };
-  for (const char* path : {"/completion", "/completions"}) {
-    http_->Post(path, llama_route(Api::kLlamaCompletion));
-  }
-  http_->Post("/infill", llama_route(Api::kLlamaInfill));
+  PostWithBody("/v1/completions", completion(Api::kOpenAi));
+  PostWithBody("/v1/chat/completions", completion(Api::kOpenAiChat));
+  PostWithBody("/completion", completion(Api::kLlamaCompletion));
+  PostWithBody("/completions", completion(Api::kLlamaCompletion));
+  PostWithBody("/infill", completion(Api::kLlamaInfill));
   // The answer of a small function of the body, as JSON (tokenize, detokenize).
-  const auto json_route = [this, &keyed_post](
-                              std::function<nlohmann::json(const std::string&)> answer) {
-    return keyed_post([this, answer](const httplib::Request& req, const std::string& body,
-                                     httplib::Response& res) {
+  const auto json_route = [this](std::function<nlohmann::json(const std::string&)> answer) {
+    return BodyHandler([this, answer](const httplib::Request& req, const std::string& body,
+                                      httplib::Response& res) {
       try {
         res.set_content(Dump(answer(body)), "application/json");
         Record(req, 200);
@@ -309,19 +270,27 @@ void HttpServer::Routes() {
       }
     });
   };
-  http_->Post("/tokenize", json_route([this](const std::string& body) {
-                return TokenizeResponse(body, tokenizer_, limits_);
-              }));
-  http_->Post("/detokenize", json_route([this](const std::string& body) {
-                return DetokenizeResponse(body, tokenizer_, limits_);
-              }));
-  http_->Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
-    if (RefusedKey(req, &res)) return;
-    res.set_content(Dump(PropsResponse(options_.props, limits_)), "application/json");
-    Record(req, 200);
-  });
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/completion",
-                           "/completions", "/infill", "/tokenize", "/detokenize"}) {
+  PostWithBody("/tokenize", json_route([this](const std::string& body) {
+                 return TokenizeResponse(body, tokenizer_, limits_);
+               }));
+  PostWithBody("/detokenize", json_route([this](const std::string& body) {
+                 return DetokenizeResponse(body, tokenizer_, limits_);
+               }));
+}
+
+// A known route asked with another method: 405 naming the allowed one.
+void HttpServer::MethodGuards() {
+  const auto wrong_method = [this](const char* allowed) {
+    return [this, allowed](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", allowed);
+      ReplyError(res,
+                 ApiError(405, "invalid_request_error",
+                          req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
+      Record(req, 405);
+    };
+  };
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/completion", "/completions",
+                           "/infill", "/tokenize", "/detokenize"}) {
     http_->Get(path, wrong_method("POST"));
     http_->Put(path, wrong_method("POST"));
     http_->Delete(path, wrong_method("POST"));
@@ -331,6 +300,38 @@ void HttpServer::Routes() {
     http_->Put(path, wrong_method("GET"));
     http_->Delete(path, wrong_method("GET"));
   }
+}
+
+// POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
+// 8 KiB sent as application/x-www-form-urlencoded (curl -d's default) with a 413. The API key is
+// checked after the body is read: a body left unread would be parsed as the next request.
+void HttpServer::PostWithBody(const char* path, BodyHandler f) {
+  http_->Post(path, [this, f](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+    std::string body;
+    const size_t max_bytes = options_.max_body_bytes;
+    bool too_large = false;
+    // cpp-httplib itself refuses a Content-Length over max_bytes (the reader fails then).
+    const bool read = reader([&](const char* data, size_t n) {
+      too_large = too_large || body.size() + n > max_bytes;
+      if (!too_large) body.append(data, n);
+      return true;  // read on to the end, so the connection stays in step
+    });
+    if (!read && !too_large && req.get_header_value<uint64_t>("Content-Length") <= max_bytes) {
+      ReplyError(res, ApiError(400, "invalid_request_error", "the request body was cut short"));
+      Record(req, 400);
+      return;
+    }
+    if (too_large || !read) {
+      ReplyError(
+          res, ApiError(413, "invalid_request_error",
+                        "the request body is larger than " + std::to_string(max_bytes) + " bytes"));
+      Record(req, 413);
+      return;
+    }
+    if (RefusedKey(req, &res)) return;
+    f(req, body, res);
+  });
 }
 
 bool HttpServer::RefusedKey(const httplib::Request& req, httplib::Response* res) {
@@ -502,8 +503,7 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
           text += d.text;
           if ((!d.text.empty() || !d.tokens.empty()) &&
               !send(LlamaStreamChunk(d.text, d.tokens, d.logprobs, r.n_probs,
-                                     collector->completion_tokens(), prompt_tokens,
-                                     tokenizer_))) {
+                                     collector->completion_tokens(), prompt_tokens, tokenizer_))) {
             job->CancelAll("cancelled");  // the client went away: free its slot now
             return false;
           }
@@ -544,8 +544,8 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, collector, info, include_usage, prompt_tokens,
-       request_line = RequestLine(req)](size_t, httplib::DataSink& sink) {
+      [this, job, collector, info, include_usage, prompt_tokens, request_line = RequestLine(req)](
+          size_t, httplib::DataSink& sink) {
         const auto send = [&](const nlohmann::json& chunk) {
           const std::string line = "data: " + Dump(chunk) + "\n\n";
           return sink.write(line.data(), line.size());

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,13 @@ class HttpServer {
 
  private:
   void Routes();
+  void GetRoutes();   // /health, /metrics, /v1/models, /props
+  void PostRoutes();  // completions of both APIs, /tokenize, /detokenize
+  void MethodGuards();
+  using BodyHandler =
+      std::function<void(const httplib::Request&, const std::string&, httplib::Response&)>;
+  // A POST route whose body is read whole (at most max_body_bytes) and whose key is checked.
+  void PostWithBody(const char* path, BodyHandler handler);
   // Threads, socket options, timeouts, and the error, exception and log handlers.
   void ConfigureTransport();
   enum class Api { kOpenAi, kOpenAiChat, kLlamaCompletion, kLlamaInfill };

@@ -2,6 +2,8 @@
 // shipped binary. Each subcommand registers its flags here and runs its bench/ function.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -21,197 +23,269 @@
 namespace specd::bench {
 namespace {
 
-int Run(int argc, char** argv) {
-  using cli::AddDraftFlags;
-  using cli::AddLoraFlags;
-  using cli::AddTraceStepsFlag;
-  using cli::AddWeightFlags;
-  using cli::ChooseModels;
-  using cli::RunReportingErrors;
-  CLI::App app{"specd bench: benchmarks of specd's kernels, forward pass and decoding"};
-  app.name("specd bench");
-  app.require_subcommand(1);
+using cli::AddDraftFlags;
+using cli::AddLoraFlags;
+using cli::AddTraceStepsFlag;
+using cli::AddWeightFlags;
+using cli::ChooseModels;
+
+// A benchmark subcommand: its flags registered, and what runs once they are parsed.
+struct Bench {
+  CLI::App* command;
+  std::function<void()> run;
+};
+
+const std::vector<std::string> kWritableTypes = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
+                                                 "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"};
+
+Bench ForwardBench(CLI::App& app) {
+  auto fwd = std::make_shared<ForwardBenchOptions>();
+  auto fwd_types =
+      std::make_shared<std::vector<std::string>>(std::vector<std::string>{"bf16", "q8_0", "q4_0"});
   std::string shape_names;
   for (const auto& s : KnownShapes()) shape_names += (shape_names.empty() ? "" : ", ") + s.name;
-  const std::vector<std::string> writable_types = {"f32",  "f16",  "bf16", "q8_0", "q4_0",
-                                                   "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"};
-  ForwardBenchOptions fwd;
-  std::vector<std::string> fwd_types = {"bf16", "q8_0", "q4_0"};
   auto* bench_forward = app.add_subcommand("forward", "decode speed vs roofline, M-row cost");
-  bench_forward->add_option("--shape", fwd.shape, "model shape: " + shape_names);
+  bench_forward->add_option("--shape", fwd->shape, "model shape: " + shape_names);
   bench_forward
-      ->add_option("-m,--model", fwd.model_path, "a model file instead of a synthetic shape")
+      ->add_option("-m,--model", fwd->model_path, "a model file instead of a synthetic shape")
       ->check(CLI::ExistingFile);
-  bench_forward->add_option("--types", fwd_types, "weight types")
+  bench_forward->add_option("--types", *fwd_types, "weight types")
       ->delimiter(',')
-      ->check(CLI::IsMember(writable_types));
-  bench_forward->add_option("--threads", fwd.threads, "thread counts")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 256));
-  bench_forward->add_option("--rows", fwd.rows, "row counts M")
+      ->check(CLI::IsMember(kWritableTypes));
+  bench_forward->add_option("--threads", fwd->threads, "thread counts")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
-  bench_forward->add_option("--decode", fwd.n_decode, "timed decode steps")
+  bench_forward->add_option("--rows", fwd->rows, "row counts M")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  bench_forward->add_option("--decode", fwd->n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
-  bench_forward->add_option("--reps", fwd.n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
+  bench_forward->add_option("--reps", fwd->n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
   bench_forward
-      ->add_option("--context", fwd.context,
+      ->add_option("--context", fwd->context,
                    "positions already in the cache before the M rows (default 16)")
       ->check(CLI::Range(1, 32768));
   bench_forward
       ->add_option_function<std::string>(
-          "--cache-type", [&fwd](const std::string& t) { fwd.cache_type = *DTypeFromName(t); },
+          "--cache-type", [fwd](const std::string& t) { fwd->cache_type = *DTypeFromName(t); },
           "KV cache type (f16, the default as in generate, or f32)")
       ->check(CLI::IsMember({"f32", "f16"}));
-  bench_forward->add_flag("--profile", fwd.profile, "time each op of the M-row forwards");
-  bench_forward->add_option("--model-dir", fwd.model_dir, "where synthetic models are kept");
-  bench_forward->add_option("--out", fwd.out_dir, "where results are written");
+  bench_forward->add_flag("--profile", fwd->profile, "time each op of the M-row forwards");
+  bench_forward->add_option("--model-dir", fwd->model_dir, "where synthetic models are kept");
+  bench_forward->add_option("--out", fwd->out_dir, "where results are written");
   bench_forward
-      ->add_option("--weights", fwd.weights,
+      ->add_option("--weights", fwd->weights,
                    "weight forms to run each model in: as-stored and / or i8 (converted at load)")
       ->delimiter(',')
       ->transform([](std::string form) { return form == "as-stored" ? std::string() : form; })
       ->check(CLI::IsMember({"", "i8"}));
   bench_forward
-      ->add_option("--int8-kernel", fwd.weight_flags.int8_kernel,
+      ->add_option("--int8-kernel", fwd->weight_flags.int8_kernel,
                    "matmul of i8 weights: auto, specd (VNNI), amx or onednn")
       ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
-  AddLoraFlags(bench_forward, &fwd.weight_flags);
+  AddLoraFlags(bench_forward, &fwd->weight_flags);
+  return {bench_forward, [fwd, fwd_types] {
+            fwd->types.clear();
+            for (const auto& t : (*fwd_types)) fwd->types.push_back(*DTypeFromName(t));
+            RunForwardBench(*fwd);
+            return 0;
+          }};
+}
 
-  AttentionBenchOptions ab;
+Bench AttentionBench(CLI::App& app) {
+  auto ab = std::make_shared<AttentionBenchOptions>();
   auto* bench_attention = app.add_subcommand(
       "attention", "BASS-PAD vs BASS-SPLIT vs per-row attention by context length");
-  bench_attention->add_option("--contexts", ab.contexts, "keys per sequence (about)")
+  bench_attention->add_option("--contexts", ab->contexts, "keys per sequence (about)")
       ->delimiter(',')
       ->check(CLI::Range(8, 1 << 17));
-  bench_attention->add_option("--batches", ab.batches, "sequences")
+  bench_attention->add_option("--batches", ab->batches, "sequences")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
-  bench_attention->add_option("--rows", ab.rows, "rows per sequence")->check(CLI::Range(1, 64));
-  bench_attention->add_option("--heads", ab.n_head, "query heads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--kv-heads", ab.n_head_kv, "KV heads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--head-dim", ab.head_dim, "head dimension (multiple of 16)")
+  bench_attention->add_option("--rows", ab->rows, "rows per sequence")->check(CLI::Range(1, 64));
+  bench_attention->add_option("--heads", ab->n_head, "query heads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--kv-heads", ab->n_head_kv, "KV heads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--head-dim", ab->head_dim, "head dimension (multiple of 16)")
       ->check(CLI::Range(16, 512));
-  bench_attention->add_option("-t,--threads", ab.threads, "threads")->check(CLI::Range(1, 256));
-  bench_attention->add_option("--reps", ab.reps, "runs per setting")->check(CLI::Range(1, 1000));
-  bench_attention->add_option("--out", ab.out_dir, "where results are written");
+  bench_attention->add_option("-t,--threads", ab->threads, "threads")->check(CLI::Range(1, 256));
+  bench_attention->add_option("--reps", ab->reps, "runs per setting")->check(CLI::Range(1, 1000));
+  bench_attention->add_option("--out", ab->out_dir, "where results are written");
+  return {bench_attention, [ab] {
+            SPECD_CHECK(ab->n_head % ab->n_head_kv == 0 && ab->head_dim % 16 == 0,
+                        "bench attention: heads must be a multiple of KV heads, head-dim of 16");
+            RunAttentionBench(*ab);
+            return 0;
+          }};
+}
 
-  MatmulBenchOptions mm;
+Bench MatmulBench(CLI::App& app) {
+  auto mm = std::make_shared<MatmulBenchOptions>();
+  auto mm_types = std::make_shared<std::vector<std::string>>();
   auto* bench_matmul = app.add_subcommand("matmul", "specd's matmul kernels vs oneDNN");
-  bench_matmul->add_option("-n,--rows", mm.rows_n, "weight rows (outputs)")
+  bench_matmul->add_option("-n,--rows", mm->rows_n, "weight rows (outputs)")
       ->check(CLI::Range(16, 1 << 20));
-  bench_matmul->add_option("-k,--cols", mm.cols_k, "weight columns (inputs), a multiple of 32")
+  bench_matmul->add_option("-k,--cols", mm->cols_k, "weight columns (inputs), a multiple of 32")
       ->check(CLI::Range(32, 1 << 16));
-  bench_matmul->add_option("-t,--threads", mm.threads, "threads")->check(CLI::Range(1, 256));
-  bench_matmul->add_option("-M,--m", mm.m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
+  bench_matmul->add_option("-t,--threads", mm->threads, "threads")->check(CLI::Range(1, 256));
+  bench_matmul->add_option("-M,--m", mm->m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
   bench_matmul
-      ->add_option("--copies", mm.copies,
+      ->add_option("--copies", mm->copies,
                    "distinct copies of the weights used in turn (e.g. 30: streamed from memory "
                    "like a forward's layers; oneDNN rows use one)")
       ->check(CLI::Range(1, 1024));
-  std::vector<std::string> mm_types;
   bench_matmul
-      ->add_option("--types", mm_types,
+      ->add_option("--types", *mm_types,
                    "weight types of specd's rows (default bf16,q8_0,q4_0); given, only those rows")
       ->delimiter(',')
       ->check(CLI::IsMember({"bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"}));
+  return {bench_matmul, [mm, mm_types] {
+            SPECD_CHECK(mm->cols_k % 32 == 0, "--cols must be a multiple of 32");
+            if (!(*mm_types).empty()) {
+              mm->types.clear();
+              for (const std::string& t : (*mm_types)) mm->types.push_back(*DTypeFromName(t));
+              mm->skip_int8_and_onednn = true;
+            }
+            RunMatmulBench(*mm);
+            return 0;
+          }};
+}
 
-  SpecBenchOptions sb;
+Bench SpecBench(CLI::App& app) {
+  auto sb = std::make_shared<SpecBenchOptions>();
+  auto sdsat_bench = std::make_shared<SdsatBenchOptions>();
+  auto bench_strategy = std::make_shared<std::string>("spec");
   auto* bench_spec = app.add_subcommand("spec", "plain vs speculative decoding by batch size");
-  bench_spec->add_option("-m,--model", sb.target, "target (default: the shipped one)");
-  bench_spec->add_option("--model-draft", sb.draft, "draft (default: the shipped one; also -md)");
-  bench_spec->add_option("--batches", sb.batches, "batch sizes")
+  bench_spec->add_option("-m,--model", sb->target, "target (default: the shipped one)");
+  bench_spec->add_option("--model-draft", sb->draft, "draft (default: the shipped one; also -md)");
+  bench_spec->add_option("--batches", sb->batches, "batch sizes")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  bench_spec->add_option("--draft-lengths", sb.draft_lengths, "fixed draft lengths to try")
+  bench_spec->add_option("--draft-lengths", sb->draft_lengths, "fixed draft lengths to try")
       ->delimiter(',')
       ->check(CLI::Range(1, 32));
-  bench_spec->add_option("-n,--n-predict", sb.n_predict, "new tokens per sequence")
+  bench_spec->add_option("-n,--n-predict", sb->n_predict, "new tokens per sequence")
       ->check(CLI::Range(1, 4096));
-  bench_spec->add_option("-t,--threads", sb.threads, "threads")->check(CLI::Range(1, 256));
-  AddDraftFlags(bench_spec, &sb.draft_flags);
-  AddTraceStepsFlag(bench_spec, &sb.trace_steps);
-  AddWeightFlags(bench_spec, &sb.weight_flags);
-  bench_spec->add_option("--reps", sb.reps, "runs per configuration")->check(CLI::Range(1, 100));
-  bench_spec->add_option("--out", sb.out_dir, "where results are written");
-  bench_spec->add_option("--prompt-set", sb.prompt_set, "code (Python) or chat prompts")
+  bench_spec->add_option("-t,--threads", sb->threads, "threads")->check(CLI::Range(1, 256));
+  AddDraftFlags(bench_spec, &sb->draft_flags);
+  AddTraceStepsFlag(bench_spec, &sb->trace_steps);
+  AddWeightFlags(bench_spec, &sb->weight_flags);
+  bench_spec->add_option("--reps", sb->reps, "runs per configuration")->check(CLI::Range(1, 100));
+  bench_spec->add_option("--out", sb->out_dir, "where results are written");
+  bench_spec->add_option("--prompt-set", sb->prompt_set, "code (Python) or chat prompts")
       ->check(CLI::IsMember({"code", "chat"}));
   bench_spec
-      ->add_option("--prompt-groups", sb.prompt_groups,
+      ->add_option("--prompt-groups", sb->prompt_groups,
                    "groups of B prompts run at batch B (0: all prompts at every batch size)")
       ->check(CLI::Range(0, 4096));
   bench_spec
-      ->add_option("--spec-type", sb.spec_type,
+      ->add_option("--spec-type", sb->spec_type,
                    "proposer of the speculative runs: draft, ngram or draft+ngram")
       ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
-  std::string bench_strategy = "spec";
-  SdsatBenchOptions sdsat_bench;
   bench_spec
-      ->add_option("--strategy", bench_strategy,
+      ->add_option("--strategy", *bench_strategy,
                    "spec (a proposer against plain) or sdsat (the target drafting for itself)")
       ->check(CLI::IsMember({"spec", "sdsat"}));
-  bench_spec->add_option("--adaptive-ks", sdsat_bench.ks, "sdsat: adaptive tokens per step")
+  bench_spec->add_option("--adaptive-ks", sdsat_bench->ks, "sdsat: adaptive tokens per step")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
   bench_spec
-      ->add_option("--sdsat-trees", sdsat_bench.tree_nodes,
+      ->add_option("--sdsat-trees", sdsat_bench->tree_nodes,
                    "sdsat: also token trees of these many nodes (two-step loop)")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
-  bench_spec->add_option("--sdsat-tree-width", sdsat_bench.tree_width, "sdsat: tree width")
+  bench_spec->add_option("--sdsat-tree-width", sdsat_bench->tree_width, "sdsat: tree width")
       ->check(CLI::Range(1, 64));
   bench_spec
-      ->add_option("--adaptive-token", sdsat_bench.adaptive_token,
+      ->add_option("--adaptive-token", sdsat_bench->adaptive_token,
                    "sdsat: the adaptive token (default: the one the model records)")
       ->check(CLI::NonNegativeNumber);
-  bench_spec->add_option("--temps", sb.temperatures, "temperatures of the sampled settings")
+  bench_spec->add_option("--temps", sb->temperatures, "temperatures of the sampled settings")
       ->delimiter(',')
       ->check(CLI::Range(0.01, 10.0));
-  bench_spec->add_option("--spec-sampling", sb.spec_sampling, "rejection and / or coupled")
+  bench_spec->add_option("--spec-sampling", sb->spec_sampling, "rejection and / or coupled")
       ->delimiter(',')
       ->check(CLI::IsMember({"coupled", "rejection"}));
   bench_spec
       ->add_option_function<std::string>(
-          "--cache-type", [&sb](const std::string& t) { sb.cache_type = *DTypeFromName(t); },
+          "--cache-type", [sb](const std::string& t) { sb->cache_type = *DTypeFromName(t); },
           "KV cache type of both models (f32, f16)")
       ->check(CLI::IsMember({"f32", "f16"}));
+  return {bench_spec, [sb, sdsat_bench, bench_strategy, bench_spec] {
+            ChooseModels(&sb->target, &sb->draft, (*bench_strategy) != "sdsat");
+            const bool sdsat_flags =
+                bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
+                    bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
+                0;
+            SPECD_CHECK(
+                (*bench_strategy) == "sdsat" || !sdsat_flags,
+                "--adaptive-ks, --adaptive-token, --sdsat-trees and --sdsat-tree-width go with "
+                "--strategy sdsat");
+            if ((*bench_strategy) == "sdsat") {
+              SPECD_CHECK(sb->draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
+                              bench_spec->count("--spec-type") == 0,
+                          "bench spec --strategy sdsat drafts with the target itself: drop -md, "
+                          "--draft-lengths and --spec-type");
+              RunSdsatBench(*sb, *sdsat_bench);
+            }
+            RunSpecBench(*sb);
+            return 0;
+          }};
+}
 
-  EasySpecBenchOptions eb;
+Bench EasySpecBench(CLI::App& app) {
+  auto eb = std::make_shared<EasySpecBenchOptions>();
   auto* bench_easyspec = app.add_subcommand(
       "easyspec", "layer-parallel (fuzzy) and tree drafting: forward times, drift, end to end");
-  bench_easyspec->add_option("-m,--model", eb.target, "target (default: generate's)");
-  bench_easyspec->add_option("--model-draft", eb.draft, "draft (default: generate's; also -md)");
-  bench_easyspec->add_option("--lp", eb.lp_sizes, "layer-parallel sizes")
+  bench_easyspec->add_option("-m,--model", eb->target, "target (default: generate's)");
+  bench_easyspec->add_option("--model-draft", eb->draft, "draft (default: generate's; also -md)");
+  bench_easyspec->add_option("--lp", eb->lp_sizes, "layer-parallel sizes")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  bench_easyspec->add_option("--draft-lp-groups", eb.lp_groups, "packed, aligned or ranges");
-  bench_easyspec->add_option("--draft-lengths", eb.draft_lengths, "exact chain lengths")
+  bench_easyspec->add_option("--draft-lp-groups", eb->lp_groups, "packed, aligned or ranges");
+  bench_easyspec->add_option("--draft-lengths", eb->draft_lengths, "exact chain lengths")
       ->delimiter(',')
       ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("--draft-max", eb.draft_max, "fuzzy chain length")
+  bench_easyspec->add_option("--draft-max", eb->draft_max, "fuzzy chain length")
       ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("--tree-widths", eb.tree_widths, "token tree widths")
+  bench_easyspec->add_option("--tree-widths", eb->tree_widths, "token tree widths")
       ->delimiter(',')
       ->check(CLI::Range(2, 16));
-  bench_easyspec->add_option("--tree-nodes", eb.tree_nodes, "nodes per tree")
+  bench_easyspec->add_option("--tree-nodes", eb->tree_nodes, "nodes per tree")
       ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("-n,--n-predict", eb.n_predict, "new tokens per prompt")
+  bench_easyspec->add_option("-n,--n-predict", eb->n_predict, "new tokens per prompt")
       ->check(CLI::Range(1, 4096));
-  bench_easyspec->add_option("--prompts", eb.n_prompts, "prompts (of 16)")
+  bench_easyspec->add_option("--prompts", eb->n_prompts, "prompts (of 16)")
       ->check(CLI::Range(2, 16));
-  bench_easyspec->add_option("--prompt-set", eb.prompt_set, "code or chat")
+  bench_easyspec->add_option("--prompt-set", eb->prompt_set, "code or chat")
       ->check(CLI::IsMember({"code", "chat"}));
-  bench_easyspec->add_option("-t,--threads", eb.threads, "threads")->check(CLI::Range(1, 256));
-  bench_easyspec->add_option("--reps", eb.reps, "round-robin runs")->check(CLI::Range(1, 100));
-  bench_easyspec->add_option("--out", eb.out_dir, "where results are written");
+  bench_easyspec->add_option("-t,--threads", eb->threads, "threads")->check(CLI::Range(1, 256));
+  bench_easyspec->add_option("--reps", eb->reps, "round-robin runs")->check(CLI::Range(1, 100));
+  bench_easyspec->add_option("--out", eb->out_dir, "where results are written");
+  return {bench_easyspec, [eb] {
+            ChooseModels(&eb->target, &eb->draft, true);
+            RunEasySpecBench(*eb);
+            return 0;
+          }};
+}
 
-  TokenizeBenchOptions tb;
+Bench TokenizeBench(CLI::App& app) {
+  auto tb = std::make_shared<TokenizeBenchOptions>();
   auto* bench_tokenize = app.add_subcommand("tokenize", "encoding throughput on a text file");
-  bench_tokenize->add_option("-m,--model", tb.models, "models or vocabularies (GGUF)")->required();
-  bench_tokenize->add_option("-f,--file", tb.file, "text file")->required();
-  bench_tokenize->add_option("--repeats", tb.repeats, "runs per tokenizer (best kept)")
+  bench_tokenize->add_option("-m,--model", tb->models, "models or vocabularies (GGUF)")->required();
+  bench_tokenize->add_option("-f,--file", tb->file, "text file")->required();
+  bench_tokenize->add_option("--repeats", tb->repeats, "runs per tokenizer (best kept)")
       ->check(CLI::Range(1, 100));
+  return {bench_tokenize, [tb] { RunTokenizeBench(*tb); }};
+}
 
+}  // namespace
+
+int Run(int argc, char** argv) {
+  CLI::App app{"specd bench: benchmarks of specd's kernels, forward pass and decoding"};
+  app.name("specd bench");
+  app.require_subcommand(1);
+  const std::vector<Bench> benches = {ForwardBench(app), AttentionBench(app), MatmulBench(app),
+                                      SpecBench(app),    EasySpecBench(app),  TokenizeBench(app)};
   std::vector<std::string> args;
   if (!cli::ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
   try {
@@ -221,63 +295,14 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "error: %s (see specd bench --help)\n", e.what());
     return 1;
   }
-  return RunReportingErrors([&]() -> int {
-    if (*bench_tokenize) {
-      RunTokenizeBench(tb);
-      return 0;
-    }
-    if (*bench_spec) {
-      ChooseModels(&sb.target, &sb.draft, bench_strategy != "sdsat");
-      const bool sdsat_flags =
-          bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
-              bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
-          0;
-      SPECD_CHECK(bench_strategy == "sdsat" || !sdsat_flags,
-                  "--adaptive-ks, --adaptive-token, --sdsat-trees and --sdsat-tree-width go with "
-                  "--strategy sdsat");
-      if (bench_strategy == "sdsat") {
-        SPECD_CHECK(sb.draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
-                        bench_spec->count("--spec-type") == 0,
-                    "bench spec --strategy sdsat drafts with the target itself: drop -md, "
-                    "--draft-lengths and --spec-type");
-        RunSdsatBench(sb, sdsat_bench);
-        return 0;
-      }
-      RunSpecBench(sb);
-      return 0;
-    }
-    if (*bench_easyspec) {
-      ChooseModels(&eb.target, &eb.draft, true);
-      RunEasySpecBench(eb);
-      return 0;
-    }
-    if (*bench_attention) {
-      SPECD_CHECK(ab.n_head % ab.n_head_kv == 0 && ab.head_dim % 16 == 0,
-                  "bench attention: heads must be a multiple of KV heads, head-dim of 16");
-      RunAttentionBench(ab);
-      return 0;
-    }
-    if (*bench_matmul) {
-      SPECD_CHECK(mm.cols_k % 32 == 0, "--cols must be a multiple of 32");
-      if (!mm_types.empty()) {
-        mm.types.clear();
-        for (const std::string& t : mm_types) mm.types.push_back(*DTypeFromName(t));
-        mm.skip_int8_and_onednn = true;
-      }
-      RunMatmulBench(mm);
-      return 0;
-    }
-    if (*bench_forward) {
-      fwd.types.clear();
-      for (const auto& t : fwd_types) fwd.types.push_back(*DTypeFromName(t));
-      RunForwardBench(fwd);
-      return 0;
+  return cli::RunReportingErrors([&]() -> int {
+    for (const Bench& bench : benches) {
+      if (*bench.command) bench.run();
     }
     return 0;
   });
 }
 
-}  // namespace
 }  // namespace specd::bench
 
 int main(int argc, char** argv) { return specd::bench::Run(argc, argv); }

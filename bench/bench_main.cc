@@ -226,9 +226,9 @@ Bench SpecBench(CLI::App& app) {
                           "bench spec --strategy sdsat drafts with the target itself: drop -md, "
                           "--draft-lengths and --spec-type");
               RunSdsatBench(*sb, *sdsat_bench);
+              return;
             }
             RunSpecBench(*sb);
-            return 0;
           }};
 }
 

@@ -88,7 +88,6 @@ Bench ForwardBench(CLI::App& app) {
             fwd->types.clear();
             for (const auto& t : (*fwd_types)) fwd->types.push_back(*DTypeFromName(t));
             RunForwardBench(*fwd);
-            return 0;
           }};
 }
 
@@ -114,7 +113,6 @@ Bench AttentionBench(CLI::App& app) {
             SPECD_CHECK(ab->n_head % ab->n_head_kv == 0 && ab->head_dim % 16 == 0,
                         "bench attention: heads must be a multiple of KV heads, head-dim of 16");
             RunAttentionBench(*ab);
-            return 0;
           }};
 }
 
@@ -146,7 +144,6 @@ Bench MatmulBench(CLI::App& app) {
               mm->skip_int8_and_onednn = true;
             }
             RunMatmulBench(*mm);
-            return 0;
           }};
 }
 
@@ -264,7 +261,6 @@ Bench EasySpecBench(CLI::App& app) {
   return {bench_easyspec, [eb] {
             ChooseModels(&eb->target, &eb->draft, true);
             RunEasySpecBench(*eb);
-            return 0;
           }};
 }
 

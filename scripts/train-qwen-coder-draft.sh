@@ -8,7 +8,7 @@
 # The draft: 6 layers, d=256, 4 heads, FFN 768, context 512, the target's tokenizer (151,936
 # tokens); an FR-Spec head over the 16384 tokens most frequent in its training text; the input
 # embedding exported in q4_0 (one row read per token), everything else in q8_0. Trained from
-# random weights on 1.0M tokens Qwen2.5-Coder wrote itself in specd's engine, 64 sequences at a
+# random weights on 657K tokens (1280 sequences of 513) Qwen2.5-Coder wrote itself in specd's engine, 64 sequences at a
 # time (half greedy, half sampled at t = 1 / top-p 0.95; half continuing 32 tokens of a Python
 # standard-library file, half answering a chat prompt of scripts/make-chat-prompts.py), with its
 # 16 most likely next tokens at every position as soft targets (weight 0.8), recorded while it
@@ -27,8 +27,8 @@ mkdir -p "$dir"
   --kv-heads 4 --ffn 768 --ctx 512 --batch 8 --teacher-text-share 0.8 --checkpoint-every 50 \
   --eval-every 300 --corpus /usr/lib/python3.11 --tokenizer "$target" --teacher "$target" \
   --name specd-qwen-coder-draft --type q8_0 --embedding-type q4_0 \
-  --teacher-chat "$dir/chat-train.jsonl" --teacher-text 1000000 --teacher-batch 64 \
-  --teacher-top-k 16 --soft-weight 0.8 --steps 1500 --lr 2e-3 --warmup 150 \
+  --teacher-chat "$dir/chat-train.jsonl" --teacher-text 656640 --teacher-batch 64 \
+  --teacher-top-k 16 --soft-weight 0.8 --steps 1200 --lr 2e-3 --warmup 120 \
   --checkpoint "$dir" -o models/specd-qwen-coder-draft.gguf
 # Acceptance on held-out chat prompts (the trainer itself reports it on held-out code).
 "$build/specd" train measure --teacher "$target" --draft models/specd-qwen-coder-draft.gguf \

@@ -270,7 +270,7 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
                     "CPU has bf16 instructions)");
   }
   struct MeasureState {
-    std::string target, draft, corpus, chat;
+    std::string target, draft, corpus, chat, prompts;
     int max_prompts = 1000000;
     int draft_length = 4;
     int prompts_per_file = 8;
@@ -286,6 +286,11 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
   measure
       ->add_option("--chat", measure_state->chat,
                    "JSONL of user messages: measure on the target's answers to them instead")
+      ->check(CLI::ExistingFile);
+  measure
+      ->add_option("--prompts", measure_state->prompts,
+                   "JSONL of completion prompts ({\"prompt\": ...}, e.g. function signatures "
+                   "with docstrings): measure on the target's continuations of them instead")
       ->check(CLI::ExistingFile);
   measure->add_option("--max-prompts", measure_state->max_prompts, "use at most this many")
       ->check(CLI::Range(1, 1000000));
@@ -325,9 +330,11 @@ std::function<int()> AddTrainCommands(CLI::App& app) {
   return [=]() -> int {
     if (*measure) {
       const MeasureState& m = *measure_state;
-      SPECD_CHECK(m.corpus.empty() != m.chat.empty(), "give --corpus or --chat");
-      if (!m.chat.empty()) {
-        auto prompts = ChatPrompts(m.target, m.chat, 256);
+      SPECD_CHECK(m.corpus.empty() + m.chat.empty() + m.prompts.empty() == 2,
+                  "give one of --corpus, --chat or --prompts");
+      if (!m.chat.empty() || !m.prompts.empty()) {
+        auto prompts = m.chat.empty() ? CompletionPrompts(m.target, m.prompts, 1024)
+                                      : ChatPrompts(m.target, m.chat, 256);
         if (static_cast<int>(prompts.size()) > m.max_prompts) prompts.resize(m.max_prompts);
         report_draft(MeasureDraftOnPrompts(m.target, m.draft, prompts, m.threads, m.draft_length),
                      m.draft_length);

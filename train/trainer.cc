@@ -355,6 +355,21 @@ std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
   return prompts;
 }
 
+std::vector<std::vector<int32_t>> CompletionPrompts(const std::string& target_gguf,
+                                                    const std::string& jsonl_path,
+                                                    int64_t max_tokens) {
+  auto gguf = GgufFile::Open(target_gguf);
+  const auto tokenizer = Tokenizer::FromGguf(*gguf);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const PromptLine& line :
+       ParsePromptLines(ReadFileBytes(jsonl_path), jsonl_path, /*allow_tokens=*/false)) {
+    auto ids = tokenizer->Encode(line.text, /*add_special=*/true, /*parse_special=*/false);
+    if (static_cast<int64_t>(ids.size()) <= max_tokens) prompts.push_back(std::move(ids));
+  }
+  SPECD_CHECK(!prompts.empty(), jsonl_path, " has no prompt of at most ", max_tokens, " tokens");
+  return prompts;
+}
+
 uint64_t SequencesFingerprint(const std::vector<std::vector<int32_t>>& sequences) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& seq : sequences) {

@@ -145,6 +145,11 @@ DraftReport MeasureDraft(const std::string& target_gguf, const std::string& draf
                          const std::vector<std::string>& held_out_files, int threads,
                          int draft_length = 4, int prompts_per_file = 8);
 // The same on given prompts (token ids), n_new greedy tokens each.
+// Completion prompts of a JSONL file ({"prompt": ...}), tokenized as `generate -p` does; those
+// longer than max_tokens are left out.
+std::vector<std::vector<int32_t>> CompletionPrompts(const std::string& target_gguf,
+                                                    const std::string& jsonl_path,
+                                                    int64_t max_tokens);
 DraftReport MeasureDraftOnPrompts(const std::string& target_gguf, const std::string& draft_gguf,
                                   const std::vector<std::vector<int32_t>>& prompts, int threads,
                                   int draft_length = 4, int n_new = 96);

@@ -627,3 +627,34 @@ TEST(Cli, BenchForwardTimesRowsAfterAContext) {
 
 }  // namespace
 }  // namespace specd
+
+namespace specd {
+namespace {
+
+// llama.cpp users' spellings: -n -1 runs to the end of the context, -no-cnv is taken, an
+// unknown single-dash word is named rather than read as -n with a value, and `specd` alone
+// prints its usage.
+TEST(Cli, LlamaCppSpellingsOfANewUser) {
+  const std::string model = SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf";
+  CliRun r = RunSpecd("generate -m " + model +
+                      " -p 'def f' -n -1 -c 64 --temp 0 --ignore-eos --json --strategy ar");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const CliRun ids = RunSpecd("tokenize -m " + model + " -p 'def f' --ids-only");
+  const auto prompt = nlohmann::json::parse(ids.out).size();
+  EXPECT_EQ(testing::FirstJsonLine(r)["n_tokens"].get<size_t>(), 64 - prompt) << r.out;
+  r = RunSpecd("generate -m " + model + " -p x -n 2 -no-cnv --strategy ar");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = RunSpecd("generate -m " + model + " -p x -n 2 -no-cnv -cnv");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("contradict"), std::string::npos) << r.out;
+  r = RunSpecd("generate -m " + model + " -p x -no-display-prompt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("unknown option -no-display-prompt"), std::string::npos) << r.out;
+  r = RunSpecd("");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("Usage"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generate"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace specd

@@ -85,13 +85,15 @@ int RunInteractiveChat(const GenerateOptions& options) {
     if (line.empty()) continue;
     messages.push_back({"user", line});
     const std::vector<int32_t> prompt = EncodeChat(*tokenizer, chat, messages, o.special);
-    SPECD_CHECK(static_cast<int64_t>(prompt.size()) + o.n_predict <= n_ctx, "turn ", turn + 1,
-                ": the conversation (", prompt.size(), " tokens) and -n ", o.n_predict,
+    // -n -1: as much as the context leaves.
+    const int n_answer = o.n_predict < 0 ? n_ctx - static_cast<int>(prompt.size()) : o.n_predict;
+    SPECD_CHECK(n_answer >= 1 && static_cast<int64_t>(prompt.size()) + n_answer <= n_ctx, "turn ",
+                turn + 1, ": the conversation (", prompt.size(), " tokens) and -n ", o.n_predict,
                 " new tokens do not fit the context of ", n_ctx, " (raise -c)");
     conv.Feed(prompt);
     StreamingDecoder stream(*tokenizer);
     std::vector<int32_t> answer;
-    while (static_cast<int>(answer.size()) < o.n_predict) {
+    while (static_cast<int>(answer.size()) < n_answer) {
       const RngKey key{sampling.seed, 0, conv.cached.size(), RngPurpose::kSample};
       const int32_t token = SampleToken(conv.logits, sampling, key);
       const auto& stops = chat.stop_tokens();

@@ -120,17 +120,19 @@ bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* 
       {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
       {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
-      {"-mu", "--model-url"},     {"-np", "--parallel"}};
+      {"-mu", "--model-url"},     {"-np", "--parallel"},    {"-no-cnv", "--no-conversation"}};
   std::string unknown_short;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string arg = argv[i];
     if (const auto it = llama_cpp_spellings.find(arg); it != llama_cpp_spellings.end()) {
       reversed_args->push_back(it->second);
     } else {
-      // -xyz (letters only; -1.5 and -- stay as they are).
-      const bool several_letters =
-          arg.size() > 2 && arg[0] == '-' && arg[1] != '-' &&
-          std::all_of(arg.begin() + 1, arg.end(), [](char c) { return std::isalpha(c) != 0; });
+      // -xyz or -xy-z (a letter, then letters and dashes; -1.5 and -- stay as they are).
+      const bool several_letters = arg.size() > 2 && arg[0] == '-' &&
+                                   std::isalpha(static_cast<unsigned char>(arg[1])) &&
+                                   std::all_of(arg.begin() + 1, arg.end(), [](char c) {
+                                     return std::isalpha(static_cast<unsigned char>(c)) || c == '-';
+                                   });
       if (several_letters) unknown_short = arg;
       reversed_args->push_back(arg);
     }

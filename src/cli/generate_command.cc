@@ -197,6 +197,12 @@ int RunGenerate(const GenerateOptions& options) {
   const int n_ctx = o.ctx > 0 ? o.ctx
                               : static_cast<int>(std::min<int64_t>(
                                     config.n_ctx_train, std::max<int64_t>(4096, wanted)));
+  // -n -1: until EOS or the context is full (llama.cpp's meaning), for the longest prompt.
+  if (o.n_predict < 0) {
+    request.n_predict = n_ctx - static_cast<int>(longest_prompt);
+    SPECD_CHECK(request.n_predict >= 1, "the prompt (", longest_prompt,
+                " tokens) fills the context of ", n_ctx, " positions (raise -c)");
+  }
   // Every prompt must leave room for -n new tokens: said before anything is printed, naming
   // the --prompts line.
   for (size_t i = 0; i < std::max<size_t>(1, request.prompts.size()); ++i) {

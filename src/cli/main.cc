@@ -94,8 +94,13 @@ int main(int argc, char** argv) {
   generate->add_option("-p,--prompt", gen.prompt, "prompt text");
   generate->add_option("-f,--file", gen.prompt_file, "file holding the prompt text");
   generate->add_option("--tokens", gen.tokens, "prompt as comma-separated token ids");
-  generate->add_option("-n,--n-predict", gen.n_predict, "new tokens per sequence")
-      ->check(CLI::Range(0, 1 << 20));
+  generate
+      ->add_option("-n,--n-predict", gen.n_predict,
+                   "new tokens per sequence (-1: until EOS or the context is full, as llama.cpp)")
+      ->check(CLI::Range(-1, 1 << 20));
+  bool no_conversation = false;
+  generate->add_flag("--no-conversation", no_conversation,
+                     "llama.cpp's -no-cnv: the prompt is text, not a chat turn (the default here)");
   generate->add_option("--temp", gen.temperature, "temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0));
   generate->add_option("--top-k", gen.top_k, "keep the k most likely tokens (0: all)")
@@ -315,6 +320,10 @@ int main(int argc, char** argv) {
                      "(runs specd-bench)")
       ->allow_extras();
 
+  if (argc == 1) {  // as llama.cpp's tools: the usage, not an error about a missing command
+    std::fputs(app.help().c_str(), stdout);
+    return 1;
+  }
   std::vector<std::string> args;
   if (!ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
   // A mistyped command is named, with the nearest real one.
@@ -349,6 +358,8 @@ int main(int argc, char** argv) {
                   "-m was given an empty path (omit -m for the shipped model)");
       SPECD_CHECK(generate->count("--prompt") == 0 || !gen.prompt.empty(),
                   "the prompt (-p) is empty");
+      SPECD_CHECK(!(no_conversation && gen.chat),
+                  "-no-cnv and --chat / -cnv contradict each other");
       for (const std::string& note : ignored_flags) {
         std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
       }

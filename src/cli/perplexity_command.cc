@@ -9,10 +9,10 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "engine/model_options.h"
 #include "base/file_util.h"
 #include "base/timer.h"
 #include "cli/commands.h"
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"

@@ -53,7 +53,8 @@ bool IsI8Companion(const GgufFile& f, const GgufTensorInfo& t) {
     const std::string_view name = t.name;
     const size_t n = std::string_view(suffix).size();
     if (name.size() <= n || name.substr(name.size() - n) != suffix) continue;
-    const GgufTensorInfo* w = f.FindTensor(std::string(name.substr(0, name.size() - n)) + ".weight");
+    const GgufTensorInfo* w =
+        f.FindTensor(std::string(name.substr(0, name.size() - n)) + ".weight");
     if (w != nullptr && w->type == DType::kI8) return true;
   }
   return false;
@@ -109,8 +110,8 @@ std::vector<uint8_t> Convert(const GgufFile& f, const GgufTensorInfo& t, DType t
 // an i8 output.weight of their own).
 DType TypeFor(const GgufTensorInfo& t, DType want) {
   if (t.shape.size() < 2) return DType::kF32;
-  if (want == DType::kI8) return t.name == "token_embd.weight" ? TypeForRow(DType::kQ8_0, t.shape[0])
-                                                              : DType::kI8;
+  if (want == DType::kI8)
+    return t.name == "token_embd.weight" ? TypeForRow(DType::kQ8_0, t.shape[0]) : DType::kI8;
   return TypeForRow(want, t.shape[0]);
 }
 
@@ -148,7 +149,8 @@ int RunQuantize(const QuantizeOptions& o) {
       bytes_out += w.rows * w.cols + (w.rows + (w.col_scales ? w.cols : 0)) * 4;
       out.AddTensor(name, DType::kI8, {w.cols, w.rows},
                     std::vector<uint8_t>(values, values + w.rows * w.cols));
-      out.AddTensor(I8ScaleTensorName(name), DType::kF32, {w.rows}, FloatBytes(w.row_scales, w.rows));
+      out.AddTensor(I8ScaleTensorName(name), DType::kF32, {w.rows},
+                    FloatBytes(w.row_scales, w.rows));
       if (w.col_scales != nullptr) {
         out.AddTensor(I8SmoothTensorName(name), DType::kF32, {w.cols},
                       FloatBytes(w.col_scales, w.cols));

@@ -162,37 +162,43 @@ TEST(Pretrained, DefaultIsTheFlagshipPairAndAModelAloneTakesItsShippedDraft) {
   EXPECT_NE(r.out.find("draft " + draft), std::string::npos) << r.out;
 }
 
+// Speculative output equals plain output token for token: each of `runs` (flags added to
+// `base`, which sets no temperature) alone, and `batch` greedily together as one batch of
+// sequences (BASS).
+void ExpectSpeculativeEqualsPlain(const std::string& base, const std::vector<std::string>& runs,
+                                  const std::vector<std::string>& batch, const std::string& tag) {
+  for (const std::string& run : runs) {
+    const CliRun spec = RunSpecd(base + run);
+    const CliRun plain = RunSpecd(base + run + " --strategy ar");
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    EXPECT_EQ(JsonTokens(spec.out), JsonTokens(plain.out)) << run;
+  }
+  const std::string prompts = testing::TempDir() + "/" + tag + "-prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    for (const std::string& p : batch) out << nlohmann::json{{"prompt", p}}.dump() << "\n";
+  }
+  const CliRun spec = RunSpecd(base + " --temp 0 --prompts " + prompts);
+  const CliRun plain = RunSpecd(base + " --temp 0 --prompts " + prompts + " --strategy ar");
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  const auto spec_tokens = JsonTokens(spec.out);
+  EXPECT_EQ(spec_tokens.size(), batch.size());
+  EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
+}
+
 TEST(Pretrained, SmolLM2WithItsShippedDraftIsGreedyLossless) {
   REQUIRE_MODEL(kSmol);
   const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
   // Greedy speculative output is plain greedy output, token for token: a code prompt and a chat
   // prompt at batch 1, and eight prompts at batch 8.
-  const std::string base =
-      "generate -m " + kDir + kSmol + " -md " + draft + " -n 64 --temp 0 --json";
-  for (const std::string& prompt :
-       {std::string(" -p 'import os\n\ndef walk(root):'"),
-        std::string(" --chat -p 'Write a Python function that reverses a string.'")}) {
-    const CliRun spec = RunSpecd(base + prompt);
-    const CliRun plain = RunSpecd(base + prompt + " --strategy ar");
-    ASSERT_EQ(spec.exit_code, 0) << spec.out;
-    ASSERT_EQ(plain.exit_code, 0) << plain.out;
-    EXPECT_EQ(JsonTokens(spec.out), JsonTokens(plain.out)) << prompt;
-  }
-  const std::string prompts = testing::TempDir() + "/smol-prompts.jsonl";
-  {
-    std::ofstream out(prompts);
-    for (const char* p : {"def add(a, b):", "class Queue:", "import sys",
-                          "for i in range(10):", "The capital of France is", "Once upon a time",
-                          "def main():", "# Sort a list"}) {
-      out << nlohmann::json{{"prompt", p}}.dump() << "\n";
-    }
-  }
-  const CliRun spec = RunSpecd(base + " --prompts " + prompts);
-  const CliRun plain = RunSpecd(base + " --prompts " + prompts + " --strategy ar");
-  ASSERT_EQ(spec.exit_code, 0) << spec.out;
-  const auto spec_tokens = JsonTokens(spec.out);
-  EXPECT_EQ(spec_tokens.size(), 8u);
-  EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
+  ExpectSpeculativeEqualsPlain(
+      "generate -m " + kDir + kSmol + " -md " + draft + " -n 64 --json",
+      {" --temp 0 -p 'import os\n\ndef walk(root):'",
+       " --temp 0 --chat -p 'Write a Python function that reverses a string.'"},
+      {"def add(a, b):", "class Queue:", "import sys", "for i in range(10):",
+       "The capital of France is", "Once upon a time", "def main():", "# Sort a list"},
+      "smol");
 }
 
 // The merge gates on the flagship pair: Qwen2.5-Coder with its shipped draft gives plain
@@ -201,33 +207,15 @@ TEST(Pretrained, SmolLM2WithItsShippedDraftIsGreedyLossless) {
 TEST(Pretrained, QwenCoderWithItsDraftIsLossless) {
   REQUIRE_MODEL(kQwenCoder);
   if (!std::filesystem::exists(kQwenDraft)) GTEST_SKIP() << kQwenDraft << " is absent";
-  const std::string base =
-      "generate -m " + kDir + kQwenCoder + " -md " + kQwenDraft + " -n 32 --json";
-  for (const std::string& run :
-       {std::string(" --temp 0 -p 'def is_prime(n):'"),
-        std::string(" --temp 0 --chat -p 'Write a Python function that reverses a string.'"),
-        std::string(" --temp 0.7 --seed 11 -p 'import json\n\ndef load(path):' -e")}) {
-    const CliRun spec = RunSpecd(base + run);
-    const CliRun plain = RunSpecd(base + run + " --strategy ar");
-    ASSERT_EQ(spec.exit_code, 0) << spec.out;
-    ASSERT_EQ(plain.exit_code, 0) << plain.out;
-    EXPECT_EQ(JsonTokens(spec.out), JsonTokens(plain.out)) << run;
-  }
-  const std::string prompts = testing::TempDir() + "/qwen-prompts.jsonl";
-  {
-    std::ofstream out(prompts);
-    for (const char* p : {"def add(a, b):", "class Queue:", "import sys",
-                          "for i in range(10):", "def fizzbuzz(n):", "# Sort a list", "def main():",
-                          "from typing import List\n\ndef mean(xs: List[float]) -> float:"}) {
-      out << nlohmann::json{{"prompt", p}}.dump() << "\n";
-    }
-  }
-  const CliRun spec = RunSpecd(base + " --temp 0 --prompts " + prompts);
-  const CliRun plain = RunSpecd(base + " --temp 0 --prompts " + prompts + " --strategy ar");
-  ASSERT_EQ(spec.exit_code, 0) << spec.out;
-  const auto spec_tokens = JsonTokens(spec.out);
-  EXPECT_EQ(spec_tokens.size(), 8u);
-  EXPECT_EQ(spec_tokens, JsonTokens(plain.out));
+  ExpectSpeculativeEqualsPlain(
+      "generate -m " + kDir + kQwenCoder + " -md " + kQwenDraft + " -n 32 --json",
+      {" --temp 0 -p 'def is_prime(n):'",
+       " --temp 0 --chat -p 'Write a Python function that reverses a string.'",
+       " --temp 0.7 --seed 11 -p 'import json\n\ndef load(path):' -e"},
+      {"def add(a, b):", "class Queue:", "import sys",
+       "for i in range(10):", "def fizzbuzz(n):", "# Sort a list",
+       "def main():", "from typing import List\n\ndef mean(xs: List[float]) -> float:"},
+      "qwen");
 }
 
 TEST(Pretrained, ChatTemplatesRenderExactly) {

@@ -69,17 +69,42 @@ std::string ModelId(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// The HTTP side's settings: address, key, limits, CORS, and what /props reports.
+server::HttpOptions HttpOptionsFor(const ServeOptions& o, const Model& model, bool speculative) {
+  server::HttpOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.api_key = o.api_key;
+  h.max_body_bytes = o.max_body_bytes;
+  h.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
+  h.cors_origins = o.cors_origins;
+  h.props.model_path = o.model;
+  h.props.total_slots = o.parallel;
+  h.props.speculative = speculative;
+  if (const GgufValue* t = model.gguf().Find("tokenizer.chat_template")) {
+    h.props.chat_template = t->AsString("tokenizer.chat_template");
+  }
+  return h;
+}
+
+// `-m MODEL` alone, or a default model without a draft: served without speculation, said so.
+void DropDraftSpeculationWithoutDraft(ServeOptions* o) {
+  if (o->spec_type != "draft" || !o->draft_model.empty() || o->spec_type_given) return;
+  std::fprintf(stderr,
+               "specd: %s has no shipped draft: serving without speculation "
+               "(-md DRAFT.gguf or --spec-type ngram to speculate)\n",
+               o->model.c_str());
+  o->spec_type = "none";
+}
+
+}  // namespace
+
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;
   ChooseModels(&o.model, &o.draft_model, o.spec_type != "none" && o.spec_type != "ngram");
-  if (o.spec_type == "draft" && o.draft_model.empty() && !o.spec_type_given) {
-    // `-m MODEL` alone: a model without a shipped draft is served without speculation.
-    std::fprintf(stderr,
-                 "specd: %s has no shipped draft: serving without speculation "
-                 "(-md DRAFT.gguf or --spec-type ngram to speculate)\n",
-                 o.model.c_str());
-    o.spec_type = "none";
-  }
+  DropDraftSpeculationWithoutDraft(&o);
   const bool use_draft = o.spec_type == "draft" || o.spec_type == "draft+ngram";
   const bool use_ngram = o.spec_type == "ngram" || o.spec_type == "draft+ngram";
   SPECD_CHECK(!use_draft || !o.draft_model.empty(), "--spec-type ", o.spec_type,
@@ -150,19 +175,7 @@ int RunServe(const ServeOptions& options) {
   limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
   limits.n_ctx = n_ctx;
   limits.max_n = o.parallel;
-  server::HttpOptions http_options;
-  http_options.host = o.host;
-  http_options.port = o.port;
-  http_options.api_key = o.api_key;
-  http_options.max_body_bytes = o.max_body_bytes;
-  http_options.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
-  http_options.cors_origins = o.cors_origins;
-  http_options.props.model_path = o.model;
-  http_options.props.total_slots = o.parallel;
-  http_options.props.speculative = speculative;
-  if (const GgufValue* t = model->gguf().Find("tokenizer.chat_template")) {
-    http_options.props.chat_template = t->AsString("tokenizer.chat_template");
-  }
+  const server::HttpOptions http_options = HttpOptionsFor(o, *model, speculative);
   server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
   http.Bind();
   signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {

@@ -28,7 +28,7 @@ mkdir -p "$dir"
   --eval-every 300 --corpus /usr/lib/python3.11 --tokenizer "$target" --teacher "$target" \
   --name specd-qwen-coder-draft --type q8_0 --embedding-type q4_0 \
   --teacher-chat "$dir/chat-train.jsonl" --teacher-text 656640 --teacher-batch 64 \
-  --teacher-top-k 16 --soft-weight 0.8 --steps 1200 --lr 2e-3 --warmup 120 \
+  --teacher-top-k 16 --soft-weight 0.8 --steps 900 --lr 2e-3 --warmup 120 \
   --checkpoint "$dir" -o models/specd-qwen-coder-draft.gguf
 # Acceptance on held-out chat prompts (the trainer itself reports it on held-out code).
 "$build/specd" train measure --teacher "$target" --draft models/specd-qwen-coder-draft.gguf \

@@ -9,8 +9,9 @@
 # tokens); an FR-Spec head over the 16384 tokens most frequent in its training text; the input
 # embedding exported in q4_0 (one row read per token), everything else in q8_0. Trained from
 # random weights, 900 steps, on 657K tokens (1280 sequences of 513) Qwen2.5-Coder wrote itself
-# in specd's engine, 64 sequences at a time (half greedy, half sampled at t = 1 / top-p 0.95; half continuing 32 tokens of a Python
-# standard-library file, half answering a chat prompt of scripts/make-chat-prompts.py), with its
+# in specd's engine, 64 sequences at a time (half greedy, half sampled at t = 1 / top-p 0.95;
+# half continuing 32 tokens of a Python standard-library file, half answering a chat prompt of
+# scripts/make-chat-prompts.py), with its
 # 16 most likely next tokens at every position as soft targets (weight 0.8), recorded while it
 # writes; 20% of the steps on the standard library's source.
 set -euo pipefail

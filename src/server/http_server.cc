@@ -441,6 +441,12 @@ std::map<int, ChoiceOutput> TakeDeltas(ChoiceCollector& collector,
   return deltas;
 }
 
+// One server-sent event: "data: JSON" and a blank line; false when the client is gone.
+bool SendEvent(httplib::DataSink& sink, const nlohmann::json& chunk) {
+  const std::string line = "data: " + Dump(chunk) + "\n\n";
+  return sink.write(line.data(), line.size());
+}
+
 // llama-server's stop_type of a finished choice.
 std::string LlamaStopType(const ChoiceText& text, const std::string& finish_reason) {
   if (!text.stop_type().empty()) return text.stop_type();
@@ -482,15 +488,11 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, job, collector, r, prompt_tokens, request_line = RequestLine(req)](
-          size_t, httplib::DataSink& sink) {
-        const auto send = [&](const nlohmann::json& chunk) {
-          const std::string line = "data: " + Dump(chunk) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
+  Stream(
+      res, job,
+      [this, job, collector, r, prompt_tokens,
+       request_line = RequestLine(req)](httplib::DataSink& sink) {
+        const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
         std::vector<ChoiceEvent> events;
         std::string text;  // everything sent, for the final response
         while (job->Wait(&events, 50)) {
@@ -515,9 +517,6 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
         Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
                collector->elapsed_ms());
         return true;
-      },
-      [job](bool success) {
-        if (!success) job->CancelAll("cancelled");
       });
 }
 
@@ -541,44 +540,48 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
     return;
   }
   const bool include_usage = r.include_usage;
+  Stream(res, job,
+         [this, job, collector, info, include_usage, prompt_tokens,
+          request_line = RequestLine(req)](httplib::DataSink& sink) {
+           const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
+           std::vector<bool> first(collector->outputs().size(), true);
+           std::vector<ChoiceEvent> events;
+           while (job->Wait(&events, 50)) {
+             auto deltas = TakeDeltas(*collector, events);
+             events.clear();
+             for (auto& [c, d] : deltas) {
+               const bool finished = collector->done(c);
+               d.text = collector->text(c).TakeDelta(finished);
+               if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
+               if (d.text.empty() && d.tokens.empty() && !finished) continue;
+               if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
+                 job->CancelAll("cancelled");  // the client went away: free its slots now
+                 return false;
+               }
+               first[c] = false;
+             }
+             if (!sink.is_writable()) {
+               job->CancelAll("cancelled");
+               return false;
+             }
+           }
+           if (include_usage) send(UsageChunk(info, prompt_tokens, collector->completion_tokens()));
+           const std::string done = "data: [DONE]\n\n";
+           sink.write(done.data(), done.size());
+           sink.done();
+           Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
+                  collector->elapsed_ms());
+           return true;
+         });
+}
+
+void HttpServer::Stream(httplib::Response& res, std::shared_ptr<Job> job,
+                        std::function<bool(httplib::DataSink&)> produce) {
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, job, collector, info, include_usage, prompt_tokens, request_line = RequestLine(req)](
-          size_t, httplib::DataSink& sink) {
-        const auto send = [&](const nlohmann::json& chunk) {
-          const std::string line = "data: " + Dump(chunk) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
-        std::vector<bool> first(collector->outputs().size(), true);
-        std::vector<ChoiceEvent> events;
-        while (job->Wait(&events, 50)) {
-          auto deltas = TakeDeltas(*collector, events);
-          events.clear();
-          for (auto& [c, d] : deltas) {
-            const bool finished = collector->done(c);
-            d.text = collector->text(c).TakeDelta(finished);
-            if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
-            if (d.text.empty() && d.tokens.empty() && !finished) continue;
-            if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
-              job->CancelAll("cancelled");  // the client went away: free its slots now
-              return false;
-            }
-            first[c] = false;
-          }
-          if (!sink.is_writable()) {
-            job->CancelAll("cancelled");
-            return false;
-          }
-        }
-        if (include_usage) send(UsageChunk(info, prompt_tokens, collector->completion_tokens()));
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
-        Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
-               collector->elapsed_ms());
-        return true;
-      },
+      [produce = std::move(produce)](size_t, httplib::DataSink& sink) { return produce(sink); },
+      // A stream that ended early (the client went away) frees its slots.
       [job](bool success) {
         if (!success) job->CancelAll("cancelled");
       });

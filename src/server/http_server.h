@@ -19,6 +19,7 @@ namespace httplib {
 class Server;
 struct Request;
 struct Response;
+class DataSink;
 }  // namespace httplib
 
 namespace specd::server {
@@ -75,6 +76,9 @@ class HttpServer {
                    std::shared_ptr<Job> job, httplib::Response& res);
   void ServeLlama(const httplib::Request& req, const LlamaRequest& r, std::shared_ptr<Job> job,
                   httplib::Response& res);
+  // A server-sent-event response: `produce` writes the events (false: the client went away).
+  void Stream(httplib::Response& res, std::shared_ptr<Job> job,
+              std::function<bool(httplib::DataSink&)> produce);
   // Access-Control-Allow-Origin on every response and the OPTIONS preflight (cors_origins).
   void ConfigureCors();
   // Counts a response in the metrics and logs it: one line per request (who, method, route,

@@ -62,6 +62,72 @@ double CyclingMatmulMs(const KernelContext& ctx, const float* x, int m,
       min_ms);
 }
 
+// Prints one table row: a kernel's GMAC/s at each M (and GB/s of weights when weight_bytes > 0).
+using RowPrinter =
+    std::function<void(const char*, const std::function<double(int)>&, int64_t weight_bytes)>;
+
+// The i8 rows (BASS's INT8 on each of specd's kernels and on oneDNN through specd's wrapper) and
+// oneDNN's own bf16 and s8 products, for the same [n, k] weights w and activations x.
+void I8AndOneDnnRows(const MatmulBenchOptions& o, ThreadPool* pool_ptr, const CpuFeatures& cpu,
+                     const std::vector<float>& w, const std::vector<float>& x,
+                     std::vector<float>& y, const RowPrinter& row) {
+  ThreadPool& pool = *pool_ptr;
+  const int n = o.rows_n, k = o.cols_k;
+  // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
+  // oneDNN through specd's wrapper (activation quantization and float steps included).
+  std::vector<int8_t> i8(static_cast<size_t>(n) * k);
+  std::vector<float> i8_scales(n);
+  for (int r = 0; r < n; ++r) {
+    i8_scales[r] = QuantizeRowI8(w.data() + static_cast<size_t>(r) * k,
+                                 i8.data() + static_cast<size_t>(r) * k, k);
+  }
+  WeightView i8_view{DType::kI8, i8.data(), n, k};
+  i8_view.row_scales = i8_scales.data();
+  // Packed copies for specd's kernels; oneDNN's own layout for the first only.
+  std::vector<PackedInt8Weights> i8_packed(o.copies);
+  std::vector<WeightView> i8_views(o.copies, i8_view);
+  if (cpu.packed_kernels()) {
+    for (int c = 0; c < o.copies; ++c) {
+      i8_packed[c] = PackInt8(i8_view, &pool);
+      i8_views[c].packed = &i8_packed[c];
+    }
+    // oneDNN's int8 product is exact only with VNNI (see --int8-kernel).
+    if (cpu.avx512) i8_packed[0].onednn = MakeOneDnnInt8Weights({&i8_view});
+  }
+  struct I8Kernel {
+    const char* name;
+    Int8Backend backend;
+    bool available;
+  };
+  for (const I8Kernel& kernel :
+       {I8Kernel{"specd i8 (VNNI)", Int8Backend::kSpecd, cpu.avx512},
+        I8Kernel{"specd i8 (AVX2)", Int8Backend::kSpecd, cpu.avx2 && !cpu.avx512},
+        I8Kernel{"specd i8 (AMX)", Int8Backend::kAmx, cpu.amx_int8},
+        I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
+    if (!kernel.available) continue;
+    const KernelContext i8_ctx{&pool, cpu, kernel.backend};
+    const std::vector<WeightView> used =
+        kernel.backend == Int8Backend::kOneDnn ? std::vector<WeightView>{i8_views[0]} : i8_views;
+    row(
+        kernel.name,
+        [&](int m) { return CyclingMatmulMs(i8_ctx, x.data(), m, used, y.data(), o.min_ms); }, 0);
+  }
+  row(
+      "oneDNN bf16 x bf16",
+      [&](int m) {
+        return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k,
+                        o.min_ms);
+      },
+      0);
+  row(
+      "oneDNN s8 x s8 (no block scales)",
+      [&](int m) {
+        return OneDnnMs(dnnl::memory::data_type::s8, dnnl::memory::data_type::s8, m, n, k,
+                        o.min_ms);
+      },
+      0);
+}
+
 }  // namespace
 
 void RunMatmulBench(const MatmulBenchOptions& o) {
@@ -86,8 +152,8 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   // A kernel that this CPU does not have (oneDNN refuses bf16 without AVX-512) gets a row that
   // says so instead of ending the benchmark.
   // weight_bytes > 0: each cell also shows the rate the weights were read at, in GB/s.
-  auto row = [&](const char* name, const std::function<double(int)>& ms_for,
-                 int64_t weight_bytes = 0) {
+  const RowPrinter row = [&](const char* name, const std::function<double(int)>& ms_for,
+                             int64_t weight_bytes) {
     std::printf("| %s |", name);
     for (int m : o.m) {
       try {
@@ -128,51 +194,7 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
         weight_bytes);
   }
   if (o.skip_int8_and_onednn) return;
-  // i8 (BASS's INT8): one int8 matrix with row scales, on each of specd's kernels and on
-  // oneDNN through specd's wrapper (activation quantization and float steps included).
-  std::vector<int8_t> i8(static_cast<size_t>(n) * k);
-  std::vector<float> i8_scales(n);
-  for (int r = 0; r < n; ++r) {
-    i8_scales[r] = QuantizeRowI8(w.data() + static_cast<size_t>(r) * k,
-                                 i8.data() + static_cast<size_t>(r) * k, k);
-  }
-  WeightView i8_view{DType::kI8, i8.data(), n, k};
-  i8_view.row_scales = i8_scales.data();
-  // Packed copies for specd's kernels; oneDNN's own layout for the first only.
-  std::vector<PackedInt8Weights> i8_packed(o.copies);
-  std::vector<WeightView> i8_views(o.copies, i8_view);
-  if (cpu.packed_kernels()) {
-    for (int c = 0; c < o.copies; ++c) {
-      i8_packed[c] = PackInt8(i8_view, &pool);
-      i8_views[c].packed = &i8_packed[c];
-    }
-    // oneDNN's int8 product is exact only with VNNI (see --int8-kernel).
-    if (cpu.avx512) i8_packed[0].onednn = MakeOneDnnInt8Weights({&i8_view});
-  }
-  struct I8Kernel {
-    const char* name;
-    Int8Backend backend;
-    bool available;
-  };
-  for (const I8Kernel& kernel :
-       {I8Kernel{"specd i8 (VNNI)", Int8Backend::kSpecd, cpu.avx512},
-        I8Kernel{"specd i8 (AVX2)", Int8Backend::kSpecd, cpu.avx2 && !cpu.avx512},
-        I8Kernel{"specd i8 (AMX)", Int8Backend::kAmx, cpu.amx_int8},
-        I8Kernel{"oneDNN i8 via specd", Int8Backend::kOneDnn, cpu.avx512}}) {
-    if (!kernel.available) continue;
-    const KernelContext i8_ctx{&pool, cpu, kernel.backend};
-    const std::vector<WeightView> used =
-        kernel.backend == Int8Backend::kOneDnn ? std::vector<WeightView>{i8_views[0]} : i8_views;
-    row(kernel.name,
-        [&](int m) { return CyclingMatmulMs(i8_ctx, x.data(), m, used, y.data(), o.min_ms); });
-  }
-  row("oneDNN bf16 x bf16", [&](int m) {
-    return OneDnnMs(dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, m, n, k,
-                    o.min_ms);
-  });
-  row("oneDNN s8 x s8 (no block scales)", [&](int m) {
-    return OneDnnMs(dnnl::memory::data_type::s8, dnnl::memory::data_type::s8, m, n, k, o.min_ms);
-  });
+  I8AndOneDnnRows(o, &pool, cpu, w, x, y, row);
 }
 
 }  // namespace specd::bench

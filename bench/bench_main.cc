@@ -284,13 +284,7 @@ int Run(int argc, char** argv) {
                                       SpecBench(app),    EasySpecBench(app),  TokenizeBench(app)};
   std::vector<std::string> args;
   if (!cli::ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s (see specd bench --help)\n", e.what());
-    return 1;
-  }
+  if (const int code = cli::ParseArgs(app, args, "specd bench --help"); code >= 0) return code;
   return cli::RunReportingErrors([&]() -> int {
     for (const Bench& bench : benches) {
       if (*bench.command) bench.run();

@@ -112,6 +112,19 @@ int RunReportingErrors(const std::function<int()>& command) {
   return 1;
 }
 
+int ParseArgs(CLI::App& app, std::vector<std::string>& args, const char* help) {
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0 as CLI11 prints them; every other parse error is an
+    // "error: ..." line and exit code 1, as the rest of specd's errors.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (see %s)\n", e.what(), help);
+    return 1;
+  }
+  return -1;
+}
+
 bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args) {
   // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
   // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that

@@ -31,6 +31,10 @@ bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* 
 // errors are messages, never a crash or a stack trace).
 int RunReportingErrors(const std::function<int()>& command);
 
+// Parses reversed `args` into `app`. Returns -1 when parsed; otherwise the exit code to return:
+// 0 after --help / --version (CLI11 prints them), 1 after an "error: ... (see HELP)" line.
+int ParseArgs(CLI::App& app, std::vector<std::string>& args, const char* help);
+
 // Levenshtein distance, for suggesting the command a typo meant.
 size_t EditDistance(const std::string& a, const std::string& b);
 

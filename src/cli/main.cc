@@ -343,15 +343,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0 as CLI11 prints them; every other parse error is an
-    // "error: ..." line and exit code 1, as the rest of specd's errors.
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
-    return 1;
-  }
+  if (const int code = ParseArgs(app, args, "--help"); code >= 0) return code;
   return RunReportingErrors([&]() -> int {
     if (*generate) {
       SPECD_CHECK(generate->count("--model") == 0 || !gen.model.empty(),

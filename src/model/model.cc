@@ -1,12 +1,12 @@
 #include "model/model.h"
 
 #include <algorithm>
-#include <unordered_set>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -198,6 +198,18 @@ std::vector<int32_t> EndOfGenerationTokens(const GgufFile& f, int32_t eos, int64
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
+}
+
+// BOS and EOS inside the vocabulary, and the tokens that end generation.
+void CheckSpecialTokens(const GgufFile& f, ModelConfig* config) {
+  ModelConfig& c = *config;
+  auto check_token = [&](int32_t id, const char* what) {
+    SPECD_CHECK(id >= -1 && id < c.n_vocab, f.path(), ": ", what, " ", id,
+                " is outside the vocabulary of ", c.n_vocab);
+  };
+  check_token(c.bos_token, "BOS token");
+  check_token(c.eos_token, "EOS token");
+  c.end_of_generation = EndOfGenerationTokens(f, c.eos_token, c.n_vocab);
 }
 
 }  // namespace
@@ -400,13 +412,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
                 v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
   }
-  auto check_token = [&](int32_t id, const char* what) {
-    SPECD_CHECK(id >= -1 && id < c.n_vocab, f.path(), ": ", what, " ", id,
-                " is outside the vocabulary of ", c.n_vocab);
-  };
-  check_token(c.bos_token, "BOS token");
-  check_token(c.eos_token, "EOS token");
-  c.end_of_generation = EndOfGenerationTokens(f, c.eos_token, c.n_vocab);
+  CheckSpecialTokens(f, &c);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
     SPECD_CHECK(freqs->type == DType::kF32, f.path(), ": rope_freqs.weight must be f32");

@@ -14,16 +14,9 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "draft/combined_proposer.h"
-#include "draft/draft_model_proposer.h"
-#include "draft/eagle_proposer.h"
-#include "draft/ngram_proposer.h"
-#include "engine/engine.h"
-#include "engine/generate.h"
-#include "engine/model_options.h"
+#include "engine/engine_builder.h"
 #include "model/model.h"
 #include "server/http_server.h"
-#include "threading/thread_pool.h"
 #include "tokenizer/chat_template.h"
 
 namespace specd::cli {
@@ -99,97 +92,82 @@ void DropDraftSpeculationWithoutDraft(ServeOptions* o) {
   o->spec_type = "none";
 }
 
+// The engine the server runs: cost-aware drafts of coupled sampling, f16 caches, one slot per
+// parallel request.
+EngineConfig EngineConfigFor(const ServeOptions& o) {
+  EngineConfig c;
+  c.model_path = o.model;
+  c.weights = o.weight_flags;
+  c.threads = o.threads;
+  c.proposer = o.spec_type == "draft"         ? ProposerKind::kDraftModel
+               : o.spec_type == "ngram"       ? ProposerKind::kNgram
+               : o.spec_type == "draft+ngram" ? ProposerKind::kNgramOrDraft
+                                              : ProposerKind::kNone;
+  SPECD_CHECK(!UsesDraftModel(c.proposer) || !o.draft_model.empty(), "--spec-type ", o.spec_type,
+              " needs a draft model (-md DRAFT.gguf)");
+  if (UsesDraftModel(c.proposer)) c.draft_path = o.draft_model;
+  SPECD_CHECK(o.trace_steps.empty() || c.proposer != ProposerKind::kNone,
+              "--trace-steps traces speculative steps: this server decodes without a draft");
+  c.draft_flags = o.draft_flags;
+  c.ngram_min = o.ngram_min;
+  c.ngram_max = o.ngram_max;
+  c.speculation.cost_aware = o.draft_max <= 0;
+  c.speculation.draft_max = o.draft_max > 0 ? o.draft_max : 8;
+  c.speculation.spec_sampling = SpecSampling::kCoupled;
+  c.speculation.trace_steps_path = o.trace_steps;
+  c.n_slots = o.parallel;
+  c.n_ctx = o.ctx;
+  c.max_prefill_rows = o.max_prefill_rows;
+  return c;
+}
+
+// The server's chat template, or null (said on stderr) when the model has none.
+std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Tokenizer& tokenizer) {
+  try {
+    return std::make_unique<ChatTemplate>(ChatTemplate::FromGguf(model.gguf(), tokenizer));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "note: no chat template (%s): /v1/chat/completions answers 400\n",
+                 e.what());
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;
   ChooseModels(&o.model, &o.draft_model, o.spec_type != "none" && o.spec_type != "ngram");
   DropDraftSpeculationWithoutDraft(&o);
-  const bool use_draft = o.spec_type == "draft" || o.spec_type == "draft+ngram";
-  const bool use_ngram = o.spec_type == "ngram" || o.spec_type == "draft+ngram";
-  SPECD_CHECK(!use_draft || !o.draft_model.empty(), "--spec-type ", o.spec_type,
-              " needs a draft model (-md DRAFT.gguf)");
+  const EngineConfig config = EngineConfigFor(o);
   SignalStopper signals;  // before any thread starts, so that all inherit the mask
-  ThreadPool pool(o.threads);
-  const CpuFeatures cpu = CpuFeatures::Detect();
-  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
-  std::unique_ptr<Model> draft;
-  if (use_draft) {
-    draft = Model::Load(o.draft_model, &ctx,
-                        LoadOptionsForModel(o.weight_flags, o.draft_model, ModelRole::kDraft));
-    CheckDraftCompatible(*model, *draft);
-  }
-  const auto tokenizer = Tokenizer::FromGguf(model->gguf());
-  std::unique_ptr<ChatTemplate> chat;
-  try {
-    chat = std::make_unique<ChatTemplate>(ChatTemplate::FromGguf(model->gguf(), *tokenizer));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "note: no chat template (%s): /v1/chat/completions answers 400\n",
-                 e.what());
-  }
-  const ModelConfig& config = model->config();
-  const int n_ctx =
-      o.ctx > 0 ? o.ctx : static_cast<int>(std::min<int64_t>(config.n_ctx_train, 4096));
-  SpeculativeOptions spec;
-  spec.cost_aware = o.draft_max <= 0;
-  spec.draft_max = o.draft_max > 0 ? o.draft_max : 8;
-  spec.spec_sampling = SpecSampling::kCoupled;
-  const bool speculative = use_draft || use_ngram;
-  SPECD_CHECK(o.trace_steps.empty() || speculative,
-              "--trace-steps traces speculative steps: this server decodes without a draft");
-  spec.trace_steps_path = o.trace_steps;
-  auto kv =
-      model->NewKvCache({o.parallel, n_ctx + (speculative ? spec.draft_max + 1 : 0), DType::kF16});
-  std::unique_ptr<KvCache> draft_kv;
-  if (draft) draft_kv = draft->NewKvCache({o.parallel, n_ctx + spec.draft_max + 1, DType::kF16});
-  model->WarmUp(ctx);
-  if (draft) draft->WarmUp(ctx);
-  NgramProposer lookup(o.ngram_min, o.ngram_max, config.n_vocab);
-  std::unique_ptr<Proposer> draft_proposer;
-  const DraftModelOptions draft_options =
-      DraftOptionsFromFlags(o.draft_flags, draft.get(), use_ngram);
-  if (draft) {
-    draft_proposer =
-        MakeModelProposer(*model, *draft, *draft_kv, ctx, AttentionMode::kSplit, draft_options);
-  }
-  std::unique_ptr<CombinedProposer> both;
-  Proposer* proposer = nullptr;
-  if (use_draft && use_ngram) {
-    both = std::make_unique<CombinedProposer>(lookup, *draft_proposer);
-    proposer = both.get();
-  } else if (use_draft) {
-    proposer = draft_proposer.get();
-  } else if (use_ngram) {
-    proposer = &lookup;
-  }
-  const auto policy = speculative ? MakeDraftLengthPolicy(spec) : nullptr;
-  StepOptions step;
-  step.spec_sampling = SpecSampling::kCoupled;
-  step.max_prefill_rows = o.max_prefill_rows;
-  Engine engine(*model, *kv, ctx, step, proposer, policy.get());
+  const auto models = LoadModels(config);
+  SPECD_CHECK(models->tokenizer != nullptr, o.model,
+              " has no tokenizer metadata: the server needs one");
+  const Tokenizer& tokenizer = *models->tokenizer;
+  const std::unique_ptr<ChatTemplate> chat = ChatTemplateOrNull(*models->target, tokenizer);
+  const auto stack = BuildEngine(*models, config);
+  const bool speculative = stack->speculative();
 
   server::Metrics metrics;
-  server::Scheduler scheduler(engine, o.parallel, o.max_queue, &metrics);
+  server::Scheduler scheduler(stack->engine(), o.parallel, o.max_queue, &metrics);
   server::ApiLimits limits;
   limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
-  limits.n_ctx = n_ctx;
+  limits.n_ctx = stack->n_ctx();
   limits.max_n = o.parallel;
-  const server::HttpOptions http_options = HttpOptionsFor(o, *model, speculative);
-  server::HttpServer http(http_options, scheduler, metrics, *tokenizer, chat.get(), limits);
+  const server::HttpOptions http_options = HttpOptionsFor(o, *models->target, speculative);
+  server::HttpServer http(http_options, scheduler, metrics, tokenizer, chat.get(), limits);
   http.Bind();
   signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {
     std::fprintf(stderr, "specd serve: draining (at most %.0f s)\n", timeout_ms / 1000);
     http.Drain(timeout_ms);
   });
+  const ModelConfig& mc = models->target->config();
+  const std::string speculation =
+      speculative ? o.spec_type + ", " + DescribeDraftLength(stack->speculation()) : "off";
   std::fprintf(stderr, "model: %s (%s, vocab %lld)%s%s; %d slots x %d positions; speculation: %s\n",
-               o.model.c_str(), config.arch.c_str(), static_cast<long long>(config.n_vocab),
-               draft ? ", draft " : "", draft ? o.draft_model.c_str() : "", o.parallel, n_ctx,
-               speculative ? (o.spec_type +
-                              (spec.cost_aware ? ", cost-aware length 0.." : ", fixed length ") +
-                              std::to_string(spec.draft_max))
-                                 .c_str()
-                           : "off");
+               o.model.c_str(), mc.arch.c_str(), static_cast<long long>(mc.n_vocab),
+               models->draft ? ", draft " : "", models->draft ? o.draft_model.c_str() : "",
+               o.parallel, stack->n_ctx(), speculation.c_str());
   std::fprintf(stderr, "listening on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
                limits.model_id.c_str());
   std::fflush(stderr);

@@ -111,6 +111,8 @@ class Proposer {
   }
   // The target's output rows for the rider tokens of `seq`, [n, n_vocab] (penalty-free logits).
   virtual void TakeRiderRows(int seq, std::span<const float> rows) { (void)seq, (void)rows; }
+  // The most rider tokens it asks for in a step (KV room beyond the longest draft).
+  virtual int max_rider_tokens() const { return 0; }
   // Whether the proposer drafts from the target's features (EAGLE): the engine then hands it the
   // final normed hidden state of every row the target reads, through TakeTargetFeatures.
   virtual bool WantsTargetFeatures() const { return false; }

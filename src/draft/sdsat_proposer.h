@@ -64,6 +64,7 @@ class SdsatProposer : public Proposer {
   void Append(int seq, std::span<const int32_t> tokens) override;
   void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) override;
   void TakeRiderRows(int seq, std::span<const float> rows) override;
+  int max_rider_tokens() const override { return options_.n_adaptive; }
 
  private:
   struct State {

@@ -1,0 +1,173 @@
+#include "engine/engine_builder.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "draft/combined_proposer.h"
+#include "draft/eagle_proposer.h"
+#include "draft/ngram_proposer.h"
+#include "engine/model_options.h"
+
+namespace specd {
+
+const char* ProposerKindName(ProposerKind kind) {
+  switch (kind) {
+    case ProposerKind::kNone:
+      return "none";
+    case ProposerKind::kDraftModel:
+      return "draft";
+    case ProposerKind::kNgram:
+      return "ngram";
+    case ProposerKind::kNgramOrDraft:
+      return "draft+ngram";
+    case ProposerKind::kSdsat:
+      return "sdsat";
+  }
+  return "?";
+}
+
+bool UsesDraftModel(ProposerKind kind) {
+  return kind == ProposerKind::kDraftModel || kind == ProposerKind::kNgramOrDraft;
+}
+
+LoadedModels::LoadedModels(const EngineConfig& config) : pool(config.threads) {
+  ctx.pool = &pool;
+  ctx.cpu = CpuFeatures::Detect();
+  ctx.int8_backend = Int8BackendFromFlags(config.weights, ctx.cpu);
+}
+
+std::unique_ptr<LoadedModels> LoadModels(const EngineConfig& config) {
+  auto m = std::make_unique<LoadedModels>(config);
+  m->target = Model::Load(config.model_path, &m->ctx,
+                          LoadOptionsForModel(config.weights, config.model_path));
+  if (UsesDraftModel(config.proposer)) {
+    SPECD_CHECK(!config.draft_path.empty(), "speculation with a draft model needs its file");
+    m->draft =
+        Model::Load(config.draft_path, &m->ctx,
+                    LoadOptionsForModel(config.weights, config.draft_path, ModelRole::kDraft));
+    CheckDraftCompatible(*m->target, *m->draft);
+  }
+  if (m->target->gguf().Find("tokenizer.ggml.model") != nullptr) {
+    m->tokenizer = Tokenizer::FromGguf(m->target->gguf());
+    SPECD_CHECK(m->tokenizer->n_vocab() == m->target->config().n_vocab, config.model_path,
+                ": the tokenizer has ", m->tokenizer->n_vocab(), " tokens but the model ",
+                m->target->config().n_vocab);
+  }
+  // Cold first forwards would be timed by the cost-aware draft length (and by the user).
+  m->target->WarmUp(m->ctx);
+  if (m->draft != nullptr) m->draft->WarmUp(m->ctx);
+  return m;
+}
+
+int ContextFor(const EngineConfig& config, const Model& model, int64_t wanted) {
+  if (config.n_ctx > 0) return config.n_ctx;
+  constexpr int64_t kDefaultCtx = 4096;
+  return static_cast<int>(
+      std::min<int64_t>(model.config().n_ctx_train, std::max(kDefaultCtx, wanted)));
+}
+
+EngineStack::~EngineStack() = default;
+
+namespace {
+
+// The proposer `config` asks for: prompt lookup, a model proposer (a draft model, an EAGLE head or
+// SDSAT's), or both combined.
+void MakeProposers(LoadedModels& models, const EngineConfig& config, KvCache* draft_kv,
+                   const DraftModelOptions& draft_options, std::unique_ptr<Proposer>* lookup,
+                   std::unique_ptr<Proposer>* model_proposer, std::unique_ptr<Proposer>* combined) {
+  const Model& target = *models.target;
+  switch (config.proposer) {
+    case ProposerKind::kNone:
+      return;
+    case ProposerKind::kSdsat: {
+      SdsatOptions sdsat =
+          SdsatOptionsForModel(target, config.sdsat.n_adaptive, config.sdsat.adaptive_token);
+      sdsat.merge = config.sdsat.merge;
+      sdsat.tree_nodes = config.sdsat.tree_nodes;
+      sdsat.tree_width = config.sdsat.tree_width;
+      *model_proposer = std::make_unique<SdsatProposer>(sdsat);
+      return;
+    }
+    case ProposerKind::kNgram:
+    case ProposerKind::kDraftModel:
+    case ProposerKind::kNgramOrDraft:
+      break;
+  }
+  if (config.proposer != ProposerKind::kDraftModel) {
+    *lookup = std::make_unique<NgramProposer>(config.ngram_min, config.ngram_max,
+                                              target.config().n_vocab);
+  }
+  if (UsesDraftModel(config.proposer)) {
+    *model_proposer = MakeModelProposer(target, *models.draft, *draft_kv, models.ctx,
+                                        config.attention, draft_options);
+  }
+  if (*lookup && *model_proposer) {
+    *combined = std::make_unique<CombinedProposer>(**lookup, **model_proposer);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfig& config) {
+  std::unique_ptr<EngineStack> s(new EngineStack());
+  Model& target = *models.target;
+  s->n_ctx_ = ContextFor(config, target);
+  s->speculation_ = config.speculation;
+  const bool speculative = config.proposer != ProposerKind::kNone;
+  if (speculative) {
+    s->speculation_.draft = DraftOptionsFromFlags(config.draft_flags, models.draft.get(),
+                                                  config.proposer == ProposerKind::kNgramOrDraft);
+    s->policy_ = MakeDraftLengthPolicy(s->speculation_);
+  }
+  const int longest_draft = speculative ? s->policy_->max_length() : 0;
+  if (models.draft != nullptr) {
+    s->draft_kv_ =
+        models.draft->NewKvCache({config.n_slots, s->n_ctx_ + longest_draft + 1, config.kv_type});
+  }
+  MakeProposers(models, config, s->draft_kv_.get(), s->speculation_.draft, &s->lookup_,
+                &s->model_proposer_, &s->combined_);
+  Proposer* proposer = s->combined_ ? s->combined_.get()
+                       : s->lookup_ ? s->lookup_.get()
+                                    : s->model_proposer_.get();
+  // Room past the context for a step's drafts, the proposer's rider rows and the bonus token.
+  const int room = speculative ? longest_draft + proposer->max_rider_tokens() + 1 : 0;
+  s->kv_ = target.NewKvCache({config.n_slots, s->n_ctx_ + room, config.kv_type});
+  StepOptions step;
+  step.attention = config.attention;
+  step.spec_sampling = config.speculation.spec_sampling;
+  step.max_prefill_rows = config.max_prefill_rows;
+  s->engine_ =
+      std::make_unique<Engine>(target, *s->kv_, models.ctx, step, proposer, s->policy_.get());
+  return s;
+}
+
+std::string DescribeProposer(const EngineConfig& config) {
+  switch (config.proposer) {
+    case ProposerKind::kNone:
+      return "none";
+    case ProposerKind::kDraftModel:
+      return config.draft_path;
+    case ProposerKind::kNgram:
+      return "n-gram lookup";
+    case ProposerKind::kNgramOrDraft:
+      return "n-gram lookup, then " + config.draft_path;
+    case ProposerKind::kSdsat: {
+      const SdsatOptions& o = config.sdsat;
+      std::string label =
+          StrCat("the target's adaptive tokens (", o.merge ? "merged" : "two-step", " loop");
+      if (o.tree_nodes > 0) {
+        label += StrCat(", trees of ", o.tree_nodes, " nodes, width ", o.tree_width);
+      }
+      return label + ")";
+    }
+  }
+  return "?";
+}
+
+std::string DescribeDraftLength(const SpeculativeOptions& o) {
+  if (o.cost_aware) return StrCat("cost-aware 0..", o.draft_max);
+  if (o.adaptive) return StrCat("BASS Algorithm 1 from ", o.draft_max);
+  return StrCat("fixed ", o.draft_max);
+}
+
+}  // namespace specd

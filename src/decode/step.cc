@@ -218,171 +218,199 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
   return accepted;
 }
 
-StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
-                             const std::function<double()>& now_ms) {
-  Timer step_timer;
-  StepReport report;
-  const int64_t n_vocab = target_.config().n_vocab;
-  // Who needs what: prompt rows (within the step's budget), decoding rows, or nothing yet
-  // (completions waiting for a shared prompt).
-  struct Chunk {
+// One step's plan, built once and read by every stage: who takes part, what was drafted, and
+// where each sequence's rows sit in the target's batch (vLLM's cu_num_tokens).
+struct StepDecoder::Plan {
+  struct Chunk {  // prompt rows [begin, end) of a sequence that is reading its prompt
     Sequence* s;
     int begin, end;
   };
+  // A decoding sequence's rows: its last token, then its drafts (a chain or a tree), then rider
+  // rows; batch_row indexes the batch (and the features), out_row the logits.
+  struct Rows {
+    int base = 0;  // its KV length before the step (the last token's position)
+    int64_t batch_row = 0, out_row = 0;
+    int n_drafts = 0, n_riders = 0;
+  };
   std::vector<Chunk> prefill;
-  std::vector<Sequence*> decode, followers;
+  std::vector<Sequence*> decode;             // sequences with a token to verify
+  std::vector<Sequence*> followers;          // completions waiting for a shared prompt
+  int k = 0;                                 // the draft length the policy gave
+  std::vector<Proposal> proposals;           // [decode]
+  std::vector<std::vector<int32_t>> riders;  // [decode] rider tokens after the drafts
+  std::vector<Rows> rows;                    // [decode]
+  Batch batch;
+  ProposerTimings timings;
+  double t_draft_ms = 0.0, t_target_ms = 0.0;
+};
+
+void StepDecoder::PlanSequences(const std::vector<Sequence*>& live, Plan* plan) const {
   int budget = options_.max_prefill_rows;
   for (Sequence* s : live) {
     if (s->finished()) continue;
     if (s->shared_with >= 0) {
-      followers.push_back(s);
+      plan->followers.push_back(s);
     } else if (s->prefilling()) {
       if (budget <= 0) continue;
       const int size = static_cast<int>(s->request.prompt.size());
       const int end = std::min(size, s->n_read + budget);
       budget -= end - s->n_read;
-      prefill.push_back({s, s->n_read, end});
+      plan->prefill.push_back({s, s->n_read, end});
     } else {
-      decode.push_back(s);
+      plan->decode.push_back(s);
     }
   }
-  if (prefill.empty() && decode.empty()) return report;
+}
 
-  // Propose.
-  StepObservation observe;
-  ProposerTimings timings;
-  int k = 0;
-  if (policy_ != nullptr && !decode.empty()) {
-    int remaining = 0;
-    for (Sequence* s : decode) {
-      remaining = std::max(remaining, s->request.n_predict - static_cast<int>(s->tokens.size()));
-    }
-    k = policy_->Next(static_cast<int>(decode.size()), remaining);
+void StepDecoder::Propose(Plan* plan) {
+  const auto& decode = plan->decode;
+  plan->proposals.assign(decode.size(), {});
+  if (policy_ == nullptr || decode.empty()) return;
+  int remaining = 0;
+  for (Sequence* s : decode) {
+    remaining = std::max(remaining, s->request.n_predict - static_cast<int>(s->tokens.size()));
   }
-  std::vector<Proposal> proposals(decode.size());
+  plan->k = policy_->Next(static_cast<int>(decode.size()), remaining);
+  if (plan->k <= 0) return;
   Timer draft_timer;
-  if (k > 0) {
-    std::vector<SamplingParams> sampling(decode.size());  // outlives the Propose call
-    std::vector<DraftInput> inputs(decode.size());
-    for (size_t j = 0; j < decode.size(); ++j) {
-      Sequence& s = *decode[j];
-      sampling[j] = EffectiveSampling(s, options_.spec_sampling);
-      const int remaining = s.request.n_predict - static_cast<int>(s.tokens.size());
-      inputs[j] = {s.id,
-                   std::min(k, std::max(remaining - 1, 0)),
-                   kv_.Length(s.slot) + 1,
-                   &sampling[j],
-                   s.request.rng_sequence,
-                   options_.spec_sampling};
-    }
-    proposer_->Propose(inputs, &proposals, &timings);
-  }
-  const double t_draft_ms = draft_timer.ElapsedMs();
-
-  // Score: one target forward over every row.
-  Batch batch;
-  for (const Chunk& c : prefill) {
-    const int size = static_cast<int>(c.s->request.prompt.size());
-    for (int i = c.begin; i < c.end; ++i) {
-      batch.Add(c.s->request.prompt[i], i, c.s->slot, i + 1 == size);
-    }
-  }
-  std::vector<int> bases(decode.size());
-  std::vector<std::vector<int32_t>> riders(decode.size());  // rider tokens after the drafts
+  std::vector<SamplingParams> sampling(decode.size());  // outlives the Propose call
+  std::vector<DraftInput> inputs(decode.size());
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
-    bases[j] = kv_.Length(s.slot);
-    const Proposal& prop = proposals[j];
-    const int root_row = static_cast<int>(batch.size());
-    batch.Add(s.last, bases[j], s.slot, true);
-    if (!prop.is_tree()) {
-      const int n_drafts = static_cast<int>(prop.tokens.size());
-      for (int i = 0; i < n_drafts; ++i) {
-        batch.Add(prop.tokens[i], bases[j] + 1 + i, s.slot, true);
-      }
-      if (k > 0) {
-        const int room = kv_.n_ctx() - (bases[j] + 1 + n_drafts);
-        proposer_->RiderTokens(s.id, std::max(room, 0), &riders[j]);
-        SPECD_CHECK(static_cast<int>(riders[j].size()) <= std::max(room, 0),
-                    "a proposer asked for more rider rows than the KV slot has room for");
-        for (size_t i = 0; i < riders[j].size(); ++i) {
-          batch.Add(riders[j][i], bases[j] + 1 + n_drafts + static_cast<int>(i), s.slot, true);
-        }
-      }
-      continue;
-    }
+    sampling[j] = EffectiveSampling(s, options_.spec_sampling);
+    const int left = s.request.n_predict - static_cast<int>(s.tokens.size());
+    inputs[j] = {s.id,
+                 std::min(plan->k, std::max(left - 1, 0)),
+                 kv_.Length(s.slot) + 1,
+                 &sampling[j],
+                 s.request.rng_sequence,
+                 options_.spec_sampling};
+  }
+  proposer_->Propose(inputs, &plan->proposals, &plan->timings);
+  plan->t_draft_ms = draft_timer.ElapsedMs();
+}
+
+// Adds decoding sequence j's rows: its last token, its chain of drafts and the proposer's rider
+// rows after them, or its token tree.
+void StepDecoder::AddDecodeRows(size_t j, Plan* plan) {
+  Sequence& s = *plan->decode[j];
+  const Proposal& prop = plan->proposals[j];
+  Plan::Rows& r = plan->rows[j];
+  Batch& batch = plan->batch;
+  r.base = kv_.Length(s.slot);
+  r.batch_row = static_cast<int64_t>(batch.size());
+  r.n_drafts = static_cast<int>(prop.tokens.size());
+  const int root_row = static_cast<int>(batch.size());
+  batch.Add(s.last, r.base, s.slot, true);
+  if (prop.is_tree()) {
     const TokenTree tree{prop.tokens, prop.parents};
     tree.Validate();
     for (int i = 0; i < tree.size(); ++i) {
       const int parent = tree.parents[i];
-      batch.AddNode(tree.tokens[i], bases[j] + tree.Depth(i), s.slot, true,
+      batch.AddNode(tree.tokens[i], r.base + tree.Depth(i), s.slot, true,
                     parent < 0 ? root_row : root_row + 1 + parent);
     }
+    return;
   }
-  Timer verify_timer;
+  for (int i = 0; i < r.n_drafts; ++i) batch.Add(prop.tokens[i], r.base + 1 + i, s.slot, true);
+  if (plan->k <= 0) return;
+  std::vector<int32_t>& riders = plan->riders[j];
+  const int room = std::max(kv_.n_ctx() - (r.base + 1 + r.n_drafts), 0);
+  proposer_->RiderTokens(s.id, room, &riders);
+  SPECD_CHECK(static_cast<int>(riders.size()) <= room,
+              "a proposer asked for more rider rows than the KV slot has room for");
+  r.n_riders = static_cast<int>(riders.size());
+  for (int i = 0; i < r.n_riders; ++i) {
+    batch.Add(riders[i], r.base + 1 + r.n_drafts + i, s.slot, true);
+  }
+}
+
+// The batch: prompt chunks first (only a prompt's last row has an output), then each decoding
+// sequence's rows (all with outputs).
+void StepDecoder::PlanRows(Plan* plan) {
+  int64_t out_row = 0;
+  for (const Plan::Chunk& c : plan->prefill) {
+    const int size = static_cast<int>(c.s->request.prompt.size());
+    for (int i = c.begin; i < c.end; ++i) {
+      plan->batch.Add(c.s->request.prompt[i], i, c.s->slot, i + 1 == size);
+    }
+    out_row += c.end == size ? 1 : 0;
+  }
+  plan->riders.assign(plan->decode.size(), {});
+  plan->rows.assign(plan->decode.size(), {});
+  for (size_t j = 0; j < plan->decode.size(); ++j) {
+    AddDecodeRows(j, plan);
+    plan->rows[j].out_row = out_row;
+    out_row += 1 + plan->rows[j].n_drafts + plan->rows[j].n_riders;
+  }
+}
+
+// One target forward over every row; the features go to a proposer that reads them.
+void StepDecoder::Score(Plan* plan) {
+  Timer target_timer;
   ForwardExtras extras;
   const bool features = proposer_ != nullptr && proposer_->WantsTargetFeatures();
   if (features) extras.hidden = &hidden_;
-  target_.Forward(ctx_, batch, kv_, options_.attention, &logits_, extras);
-  const double t_target_ms = verify_timer.ElapsedMs();
+  target_.Forward(ctx_, plan->batch, kv_, options_.attention, &logits_, extras);
+  plan->t_target_ms = target_timer.ElapsedMs();
   if (features) {
-    // Batch order: prompt chunks, then each decoding sequence's last token, drafts and riders.
-    // A tree's nodes are not a chain: only its root row (the last token) is handed out.
     const int64_t d = target_.config().n_embd;
     int64_t row = 0;
-    auto hand_out = [&](int seq, int64_t position, int64_t n_given, int64_t n_rows) {
-      proposer_->TakeTargetFeatures(seq, position,
-                                    std::span<const float>(hidden_.data() + row * d, n_given * d));
-      row += n_rows;
-    };
-    for (const Chunk& c : prefill) hand_out(c.s->id, c.begin, c.end - c.begin, c.end - c.begin);
-    for (size_t j = 0; j < decode.size(); ++j) {
-      const int64_t n_drafts = static_cast<int64_t>(proposals[j].tokens.size());
-      const int64_t n_rows = 1 + n_drafts + static_cast<int64_t>(riders[j].size());
-      hand_out(decode[j]->id, bases[j], proposals[j].is_tree() ? 1 : 1 + n_drafts, n_rows);
+    for (const Plan::Chunk& c : plan->prefill) {
+      const int64_t n = c.end - c.begin;
+      proposer_->TakeTargetFeatures(c.s->id, c.begin, {hidden_.data() + row * d, size_t(n * d)});
+      row += n;
+    }
+    // A tree's nodes are not a chain: only its root row (the last token) is handed out.
+    for (size_t j = 0; j < plan->decode.size(); ++j) {
+      const Plan::Rows& r = plan->rows[j];
+      const int64_t n = plan->proposals[j].is_tree() ? 1 : 1 + r.n_drafts;
+      proposer_->TakeTargetFeatures(plan->decode[j]->id, r.base,
+                                    {hidden_.data() + r.batch_row * d, size_t(n * d)});
     }
   }
-  if (!prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&timings);
+  if (!plan->prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&plan->timings);
+}
 
-  // The repetition penalty, row by row with each row's own history, so that every token below
-  // (plain or verified) is drawn from the penalized distribution.
-  {
-    const int64_t n_vocab_rows = target_.config().n_vocab;
-    int64_t row = 0;
-    for (const Chunk& c : prefill) {
-      if (c.end < static_cast<int>(c.s->request.prompt.size())) continue;
-      PenalizeRow(*c.s, {}, logits_.data() + row++ * n_vocab_rows);
-    }
-    for (size_t j = 0; j < decode.size(); ++j) {
-      const Proposal& prop = proposals[j];
-      const int k = static_cast<int>(prop.tokens.size());
-      std::vector<int32_t> path;
-      for (int r = 0; r <= k; ++r) {
-        path.clear();
-        if (!prop.is_tree()) {
-          path.assign(prop.tokens.begin(), prop.tokens.begin() + r);
-        } else if (r > 0) {
-          for (int node = r - 1; node >= 0; node = prop.parents[node])
-            path.push_back(prop.tokens[node]);
-          std::reverse(path.begin(), path.end());
-        }
-        PenalizeRow(*decode[j], path, logits_.data() + (row + r) * n_vocab_rows);
+// The repetition penalty, row by row with each row's own history, so that every token below
+// (plain or verified) is drawn from the penalized distribution.
+void StepDecoder::PenalizeRows(const Plan& plan) {
+  const int64_t n_vocab = target_.config().n_vocab;
+  int64_t row = 0;
+  for (const Plan::Chunk& c : plan.prefill) {
+    if (c.end < static_cast<int>(c.s->request.prompt.size())) continue;
+    PenalizeRow(*c.s, {}, logits_.data() + row++ * n_vocab);
+  }
+  std::vector<int32_t> path;
+  for (size_t j = 0; j < plan.decode.size(); ++j) {
+    const Proposal& prop = plan.proposals[j];
+    const int64_t first = plan.rows[j].out_row;
+    for (int r = 0; r <= plan.rows[j].n_drafts; ++r) {
+      path.clear();
+      if (!prop.is_tree()) {
+        path.assign(prop.tokens.begin(), prop.tokens.begin() + r);
+      } else if (r > 0) {
+        for (int node = r - 1; node >= 0; node = prop.parents[node])
+          path.push_back(prop.tokens[node]);
+        std::reverse(path.begin(), path.end());
       }
-      row += k + 1 + static_cast<int64_t>(riders[j].size());
+      PenalizeRow(*plan.decode[j], path, logits_.data() + (first + r) * n_vocab);
     }
   }
+}
 
-  // Verify and commit, in row order.
-  const double now = now_ms();
+// Sequences whose prompt is now read get their first token; completions of the same prompt
+// fork its KV (and the proposer's) first.
+void StepDecoder::CommitPrefills(const Plan& plan, double now, StepReport* report) {
+  const int64_t n_vocab = target_.config().n_vocab;
   int64_t out_row = 0;
-  for (const Chunk& c : prefill) {
+  for (const Plan::Chunk& c : plan.prefill) {
     Sequence& s = *c.s;
     s.n_read = c.end;
     if (s.prefilling()) continue;
     const std::span<const float> row(logits_.data() + out_row++ * n_vocab, n_vocab);
-    // Completions of this prompt fork its KV (and the proposer's) before its first token.
     std::vector<Sequence*> forked;
-    for (Sequence* f : followers) {
+    for (Sequence* f : plan.followers) {
       if (f->shared_with != s.id) continue;
       kv_.Fork(s.slot, f->slot, s.n_read);
       f->n_read = s.n_read;
@@ -390,52 +418,82 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
       if (proposer_ != nullptr) proposer_->ForkSequence(s.id, f->id);
       forked.push_back(f);
     }
-    FirstToken(s, row, now, &report);
-    if (s.finished()) report.finished.push_back(s.id);
+    FirstToken(s, row, now, report);
+    if (s.finished()) report->finished.push_back(s.id);
     for (Sequence* f : forked) {
-      FirstToken(*f, row, now, &report);
-      if (f->finished()) report.finished.push_back(f->id);
+      FirstToken(*f, row, now, report);
+      if (f->finished()) report->finished.push_back(f->id);
     }
   }
-  for (size_t j = 0; j < decode.size(); ++j) {
-    Sequence& s = *decode[j];
-    const int drafted = static_cast<int>(proposals[j].tokens.size());
-    const int n_riders = static_cast<int>(riders[j].size());
-    if (n_riders > 0) {
-      proposer_->TakeRiderRows(
-          s.id, std::span<const float>(logits_.data() + (out_row + drafted + 1) * n_vocab,
-                                       n_riders * n_vocab));
+}
+
+// Verifies every decoding sequence's drafts and commits what it keeps; (drafted, accepted) of
+// each go to `verified`.
+void StepDecoder::VerifyDecodes(const Plan& plan, double now, StepReport* report,
+                                std::vector<std::pair<int, int>>* verified) {
+  const int64_t n_vocab = target_.config().n_vocab;
+  for (size_t j = 0; j < plan.decode.size(); ++j) {
+    Sequence& s = *plan.decode[j];
+    const Plan::Rows& r = plan.rows[j];
+    if (r.n_riders > 0) {
+      proposer_->TakeRiderRows(s.id, {logits_.data() + (r.out_row + r.n_drafts + 1) * n_vocab,
+                                      static_cast<size_t>(r.n_riders * n_vocab)});
     }
+    // Rider KV entries go with Verify's truncation.
     const int accepted =
-        Verify(s, proposals[j], logits_.data() + out_row * n_vocab, bases[j], now, &report);
-    out_row += drafted + 1 + n_riders;  // rider KV entries go with Verify's truncation
-    observe.verified.emplace_back(drafted, accepted);
-    if (drafted > 0) ++stats_.n_drafts;
-    if (s.finished()) report.finished.push_back(s.id);
+        Verify(s, plan.proposals[j], logits_.data() + r.out_row * n_vocab, r.base, now, report);
+    verified->emplace_back(r.n_drafts, accepted);
+    if (r.n_drafts > 0) ++stats_.n_drafts;
+    if (s.finished()) report->finished.push_back(s.id);
   }
-  if (!decode.empty()) {
+}
+
+// The step's counters, and what the draft-length policy learns from it.
+void StepDecoder::Observe(const Plan& plan, const StepReport& report, double t_verify_ms,
+                          double step_ms, std::vector<std::pair<int, int>> verified) {
+  if (!plan.decode.empty()) {
     ++stats_.n_steps;
-    stats_.n_verified += static_cast<int64_t>(decode.size());
-    if (k == 0) ++stats_.n_plain_steps;
-    stats_.t_draft_ms += t_draft_ms;
-    stats_.t_verify_ms += verify_timer.ElapsedMs();
+    stats_.n_verified += static_cast<int64_t>(plan.decode.size());
+    if (plan.k == 0) ++stats_.n_plain_steps;
+    stats_.t_draft_ms += plan.t_draft_ms;
+    stats_.t_verify_ms += t_verify_ms;
   }
-  if (policy_ != nullptr) {
-    observe.n_sequences = static_cast<int>(decode.size());
-    observe.k = k;
-    observe.draft_forwards = timings.forwards;
-    observe.target_rows = static_cast<int>(batch.size());
-    observe.target_ms = t_target_ms;
-    for (const Chunk& c : prefill) observe.prefill_target_rows += c.end - c.begin;
-    observe.prefill_draft_rows = timings.prefill_rows;
-    observe.prefill_draft_ms = timings.prefill_ms;
-    observe.step_ms = step_timer.ElapsedMs();
-    observe.forward_ms = t_target_ms + timings.prefill_ms;
-    for (const auto& [rows, ms] : timings.forwards) observe.forward_ms += ms;
-    observe.tokens = static_cast<int>(report.tokens.size());
-    observe.catch_up = timings.caught_up;
-    policy_->Observe(observe);
-  }
+  if (policy_ == nullptr) return;
+  StepObservation o;
+  o.n_sequences = static_cast<int>(plan.decode.size());
+  o.k = plan.k;
+  o.verified = std::move(verified);
+  o.draft_forwards = plan.timings.forwards;
+  o.target_rows = static_cast<int>(plan.batch.size());
+  o.target_ms = plan.t_target_ms;
+  for (const Plan::Chunk& c : plan.prefill) o.prefill_target_rows += c.end - c.begin;
+  o.prefill_draft_rows = plan.timings.prefill_rows;
+  o.prefill_draft_ms = plan.timings.prefill_ms;
+  o.step_ms = step_ms;
+  o.forward_ms = plan.t_target_ms + plan.timings.prefill_ms;
+  for (const auto& [rows, ms] : plan.timings.forwards) o.forward_ms += ms;
+  o.tokens = static_cast<int>(report.tokens.size());
+  o.catch_up = plan.timings.caught_up;
+  policy_->Observe(o);
+}
+
+StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
+                             const std::function<double()>& now_ms) {
+  Timer step_timer;
+  StepReport report;
+  Plan plan;
+  PlanSequences(live, &plan);
+  if (plan.prefill.empty() && plan.decode.empty()) return report;
+  Propose(&plan);
+  PlanRows(&plan);
+  Timer verify_timer;
+  Score(&plan);
+  PenalizeRows(plan);
+  const double now = now_ms();
+  CommitPrefills(plan, now, &report);
+  std::vector<std::pair<int, int>> verified;
+  VerifyDecodes(plan, now, &report, &verified);
+  Observe(plan, report, verify_timer.ElapsedMs(), step_timer.ElapsedMs(), std::move(verified));
   return report;
 }
 

@@ -122,6 +122,19 @@ class StepDecoder {
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
+  struct Plan;
+  // The stages of Step, in order.
+  void PlanSequences(const std::vector<Sequence*>& live, Plan* plan) const;
+  void Propose(Plan* plan);
+  void PlanRows(Plan* plan);
+  void AddDecodeRows(size_t j, Plan* plan);
+  void Score(Plan* plan);
+  void PenalizeRows(const Plan& plan);
+  void CommitPrefills(const Plan& plan, double now, StepReport* report);
+  void VerifyDecodes(const Plan& plan, double now, StepReport* report,
+                     std::vector<std::pair<int, int>>* verified);
+  void Observe(const Plan& plan, const StepReport& report, double t_verify_ms, double step_ms,
+               std::vector<std::pair<int, int>> verified);
   // Samples the first token of a sequence whose prompt was just read.
   void FirstToken(Sequence& s, std::span<const float> row, double now, StepReport* report);
   // Verifies one decoding sequence's rows; returns the accepted draft count.

@@ -26,6 +26,7 @@ namespace {
 using cli::AddDraftFlags;
 using cli::AddLoraFlags;
 using cli::AddTraceStepsFlag;
+using cli::AddThreadsFlag;
 using cli::AddWeightFlags;
 using cli::ChooseModels;
 
@@ -106,7 +107,7 @@ Bench AttentionBench(CLI::App& app) {
   bench_attention->add_option("--kv-heads", ab->n_head_kv, "KV heads")->check(CLI::Range(1, 256));
   bench_attention->add_option("--head-dim", ab->head_dim, "head dimension (multiple of 16)")
       ->check(CLI::Range(16, 512));
-  bench_attention->add_option("-t,--threads", ab->threads, "threads")->check(CLI::Range(1, 256));
+  AddThreadsFlag(bench_attention, &ab->threads);
   bench_attention->add_option("--reps", ab->reps, "runs per setting")->check(CLI::Range(1, 1000));
   bench_attention->add_option("--out", ab->out_dir, "where results are written");
   return {bench_attention, [ab] {
@@ -124,7 +125,7 @@ Bench MatmulBench(CLI::App& app) {
       ->check(CLI::Range(16, 1 << 20));
   bench_matmul->add_option("-k,--cols", mm->cols_k, "weight columns (inputs), a multiple of 32")
       ->check(CLI::Range(32, 1 << 16));
-  bench_matmul->add_option("-t,--threads", mm->threads, "threads")->check(CLI::Range(1, 256));
+  AddThreadsFlag(bench_matmul, &mm->threads);
   bench_matmul->add_option("-M,--m", mm->m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
   bench_matmul
       ->add_option("--copies", mm->copies,
@@ -162,7 +163,7 @@ Bench SpecBench(CLI::App& app) {
       ->check(CLI::Range(1, 32));
   bench_spec->add_option("-n,--n-predict", sb->n_predict, "new tokens per sequence")
       ->check(CLI::Range(1, 4096));
-  bench_spec->add_option("-t,--threads", sb->threads, "threads")->check(CLI::Range(1, 256));
+  AddThreadsFlag(bench_spec, &sb->threads);
   AddDraftFlags(bench_spec, &sb->draft_flags);
   AddTraceStepsFlag(bench_spec, &sb->trace_steps);
   AddWeightFlags(bench_spec, &sb->weight_flags);
@@ -255,7 +256,7 @@ Bench EasySpecBench(CLI::App& app) {
       ->check(CLI::Range(2, 16));
   bench_easyspec->add_option("--prompt-set", eb->prompt_set, "code or chat")
       ->check(CLI::IsMember({"code", "chat"}));
-  bench_easyspec->add_option("-t,--threads", eb->threads, "threads")->check(CLI::Range(1, 256));
+  AddThreadsFlag(bench_easyspec, &eb->threads);
   bench_easyspec->add_option("--reps", eb->reps, "round-robin runs")->check(CLI::Range(1, 100));
   bench_easyspec->add_option("--out", eb->out_dir, "where results are written");
   return {bench_easyspec, [eb] {

@@ -179,6 +179,9 @@ def stream_request(server, problem, b, args, seed):
     else:
         body["prompt"] = problem["prompt"]
         body["logprobs"] = 0
+        # The server stops at the first four (OpenAI's limit) as a harness's client would; the
+        # program is cut at all of them afterwards.
+        body["stop"] = STOP_STRINGS[:4]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=3600)
     start = time.perf_counter()
     conn.request("POST", "/v1/chat/completions" if chat else "/v1/completions", json.dumps(body),

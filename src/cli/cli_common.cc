@@ -93,6 +93,10 @@ void AddDraftFlags(CLI::App* app, DraftFlags* flags) {
                   "at most --draft-max nodes");
 }
 
+void AddThreadsFlag(CLI::App* app, int* threads) {
+  app->add_option("-t,--threads", *threads, "threads")->check(CLI::Range(1, 256));
+}
+
 void AddTraceStepsFlag(CLI::App* app, std::string* path) {
   app->add_option("--trace-steps", *path,
                   "append every speculative step to FILE as a JSON line: the draft length "

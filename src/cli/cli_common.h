@@ -21,6 +21,8 @@ void AddLoraFlags(CLI::App* app, WeightFlags* flags);
 // EasySpec's drafting flags: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree.
 void AddDraftFlags(CLI::App* app, DraftFlags* flags);
 void AddTraceStepsFlag(CLI::App* app, std::string* path);
+// -t / --threads N (1..256).
+void AddThreadsFlag(CLI::App* app, int* threads);
 
 // argv[1..] in CLI11's order (reversed), llama.cpp's multi-letter short options (-md, -cnv,
 // -ngl ...) spelled out; false (having said why on stderr) for an unknown one such as -xyz,

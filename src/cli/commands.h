@@ -1,13 +1,30 @@
 // The subcommands of the `specd` binary; main.cc parses flags and dispatches here.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "draft/draft_model_proposer.h"
 
 namespace specd::cli {
+
+// A subcommand of `specd`: its flags registered on the app by its own Add*Command (in its own
+// file), and what runs it once they are parsed (checks that need to know which flags were given,
+// then the command itself).
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+Command AddGenerateCommand(CLI::App& app);  // generate_flags.cc
+Command AddTokenizeCommand(CLI::App& app);
+Command AddSynthCommand(CLI::App& app);  // model_file_commands.cc
+Command AddInfoCommand(CLI::App& app);   // model_file_commands.cc
+Command AddPerplexityCommand(CLI::App& app);
+Command AddQuantizeCommand(CLI::App& app);
+Command AddServeCommand(CLI::App& app);
 
 struct GenerateOptions {
   std::string model;

@@ -481,43 +481,4 @@ int RunGenerate(const GenerateOptions& options) {
   return 0;
 }
 
-int RunInfo(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  std::cout << "GGUF version " << file->version() << ", " << file->metadata().size()
-            << " metadata keys, " << file->tensors().size() << " tensors\n";
-  for (const auto& [key, value] : file->metadata()) {
-    std::cout << "  " << key << " (" << GgufTypeName(value.type) << ")";
-    if (const auto* s = std::get_if<std::string>(&value.value)) {
-      std::cout << " = " << (s->size() > 200 ? s->substr(0, 200) + "..." : *s);
-    }
-    if (const auto* u = std::get_if<uint64_t>(&value.value)) std::cout << " = " << *u;
-    if (const auto* i = std::get_if<int64_t>(&value.value)) std::cout << " = " << *i;
-    if (const auto* f = std::get_if<double>(&value.value)) std::cout << " = " << *f;
-    if (const auto* b = std::get_if<bool>(&value.value))
-      std::cout << " = " << (*b ? "true" : "false");
-    if (const auto* a = std::get_if<GgufArray>(&value.value)) {
-      std::cout << " = [" << a->items.size() << " x " << GgufTypeName(a->element_type) << "]";
-    }
-    std::cout << "\n";
-  }
-  if (file->Find("tokenizer.ggml.model") != nullptr) {
-    const auto tokenizer = Tokenizer::FromGguf(*file);
-    std::cout << "tokenizer: " << (tokenizer->kind() == TokenizerKind::kSpm ? "SPM" : "BPE") << ", "
-              << tokenizer->n_vocab() << " tokens"
-              << (tokenizer->pre_tokenizer().empty() ? "" : ", pre " + tokenizer->pre_tokenizer())
-              << "\n";
-  }
-  if (file->FindTensor("token_embd.weight") == nullptr) {
-    std::cout << "no weights (a vocabulary-only file)\n";
-    return 0;
-  }
-  auto model = Model::FromGguf(std::move(file));
-  const ModelConfig& c = model->config();
-  std::cout << "model: " << c.arch << ", " << model->NumParameters() << " parameters, vocab "
-            << c.n_vocab << ", d=" << c.n_embd << ", " << c.n_layer << " layers, " << c.n_head
-            << " heads / " << c.n_head_kv << " KV heads, FFN " << c.n_ff << ", "
-            << model->WeightBytesPerToken() / 1048576.0 << " MiB read per token\n";
-  return 0;
-}
-
 }  // namespace specd::cli

@@ -2,15 +2,18 @@
 // tokenized whole (BOS as the model asks), cut into non-overlapping chunks of n_ctx tokens whose
 // first token is replaced by BOS when the model adds one, and in each chunk only the predictions
 // of the second half are scored: PPL = exp(mean negative log-likelihood).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "base/file_util.h"
 #include "base/timer.h"
+#include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "engine/model_options.h"
 #include "model/model.h"
@@ -105,6 +108,24 @@ int RunPerplexity(const PerplexityOptions& o) {
                 static_cast<long long>(count), seconds);
   }
   return 0;
+}
+
+Command AddPerplexityCommand(CLI::App& app) {
+  auto options = std::make_shared<PerplexityOptions>();
+  PerplexityOptions* o = options.get();
+  CLI::App* p =
+      app.add_subcommand("perplexity", "perplexity of a model on a text (as llama-perplexity)");
+  p->add_option("-m,--model", o->model, "model (GGUF)")->required();
+  p->add_option("-f,--file", o->text_file, "text file")->required();
+  p->add_option("-c,--ctx", o->ctx, "tokens per chunk (the second half is scored)")
+      ->check(CLI::Range(16, 1 << 20));
+  p->add_option("--chunks", o->max_chunks, "score at most this many chunks (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  AddThreadsFlag(p, &o->threads);
+  p->add_flag("--json", o->json, "print the result as one JSON object");
+  AddWeightFlags(p, &o->weight_flags);
+
+  return {p, [options] { return RunPerplexity(*options); }};
 }
 
 }  // namespace specd::cli

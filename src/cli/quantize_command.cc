@@ -2,12 +2,14 @@
 // T; vectors (norms, biases) stay f32. A K-quant needs rows of 256 values: rows that are not get
 // llama-quantize's fallback type (q4_K -> q5_0, q6_K -> q8_0), and 32-value types fall back to
 // f16 for rows not a multiple of 32. Metadata is copied, with general.file_type set for T.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 
 #include "base/error.h"
+#include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "engine/model_options.h"
 #include "gguf/gguf.h"
@@ -184,6 +186,28 @@ int RunQuantize(const QuantizeOptions& o) {
                o.output.c_str(), in->tensors().size(), o.type.c_str(),
                static_cast<long long>(n_fallback), bytes_in / 1e6, bytes_out / 1e6);
   return 0;
+}
+
+Command AddQuantizeCommand(CLI::App& app) {
+  auto options = std::make_shared<QuantizeOptions>();
+  QuantizeOptions* o = options.get();
+  CLI::App* q =
+      app.add_subcommand("quantize", "convert a model's matrices to another type (llama-quantize)");
+  q->add_option("input", o->input, "input GGUF")->required();
+  q->add_option("output", o->output, "output GGUF")->required();
+  q->add_option("--type", o->type,
+                "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16, f32 or i8 (specd only)")
+      ->required()
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
+                             "i8", "f16", "bf16", "f32"}));
+  AddThreadsFlag(q, &o->threads);
+  q->add_option("--smooth-alpha", o->smooth_alpha,
+                "i8: SmoothQuant migration strength (0 = none; default 0.5)")
+      ->check(CLI::Range(0.0, 1.0));
+  q->add_option("--calibration", o->calibration_file,
+                "i8: calibration text (default: a built-in mix of prose, code and chat)")
+      ->check(CLI::ExistingFile);
+  return {q, [options] { return RunQuantize(*options); }};
 }
 
 }  // namespace specd::cli

@@ -3,6 +3,7 @@
 // policy from measured acceptance and forward costs at the current batch size.
 #include <pthread.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "engine/engine_builder.h"
 #include "model/model.h"
@@ -174,6 +176,48 @@ int RunServe(const ServeOptions& options) {
   http.Serve();
   std::fprintf(stderr, "stopped\n");
   return 0;
+}
+
+Command AddServeCommand(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  ServeOptions* o = options.get();
+  CLI::App* s = app.add_subcommand(
+      "serve", "an OpenAI-compatible HTTP server with continuous batching and speculation");
+  s->add_option("-m,--model", o->model, "target model (GGUF; default: generate's)");
+  s->add_option("--model-draft", o->draft_model, "draft model (also -md)");
+  s->add_option("--spec-type", o->spec_type,
+                "proposer: draft (the default), ngram, draft+ngram, none (no speculation)")
+      ->check(CLI::IsMember({"none", "draft", "ngram", "draft+ngram"}));
+  s->add_option("--draft-max", o->draft_max,
+                "fixed draft length (default: cost-aware, 0..8 per step from measured costs)")
+      ->check(CLI::Range(1, 32));
+  s->add_option("--host", o->host, "address to listen on");
+  s->add_option("--port", o->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  s->add_option("--parallel", o->parallel, "sequences decoded at once (KV slots)")
+      ->check(CLI::Range(1, 256));
+  s->add_option("--max-queue", o->max_queue, "requests waiting beyond those (then 503)")
+      ->check(CLI::Range(0, 100000));
+  s->add_option("-c,--ctx-size", o->ctx, "positions per slot (0: the model's, <= 4096)")
+      ->check(CLI::Range(0, 1 << 20));
+  s->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY'");
+  s->add_option("-a,--alias", o->alias, "model id (default: the file name)");
+  s->add_option("--max-body-bytes", o->max_body_bytes, "largest request body")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  s->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                "seconds that requests in flight get to finish on SIGTERM / SIGINT (new ones "
+                "get 503 meanwhile); those still running then end")
+      ->check(CLI::Range(0.0, 86400.0));
+  s->add_option("--cors-origins", o->cors_origins,
+                "origins browsers may call from: * (the default, as llama-server), a list "
+                "separated by commas, or '' (no CORS headers)");
+  AddDraftFlags(s, &o->draft_flags);
+  AddTraceStepsFlag(s, &o->trace_steps);
+  AddThreadsFlag(s, &o->threads);
+  AddWeightFlags(s, &o->weight_flags);
+  return {s, [s, options] {
+            options->spec_type_given = s->count("--spec-type") > 0;
+            return RunServe(*options);
+          }};
 }
 
 }  // namespace specd::cli

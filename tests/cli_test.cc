@@ -478,6 +478,7 @@ TEST(Cli, EasySpecFlagsKeepGreedyOutputAndRejectMisuse) {
       {spec + " --draft-tree 1", "a width of 1 is a chain"},
       {spec + " --draft-tree 2,x", "WIDTH[,DEPTH]"},
       {"generate" + common + " --spec-type ngram --draft-lp 2", "need a draft model"},
+      {"generate" + common + " --strategy ar --draft-lp 2", "need a draft model"},
       {spec + " --spec-type draft+ngram --draft-tree 2", "--spec-type draft only"},
   };
   for (const auto& c : cases) {

@@ -439,6 +439,59 @@ TEST(Engine, TokenTreesKeepGreedyAndCoupledOutputAndSampleByRejection) {
 namespace specd {
 namespace {
 
+// llama.cpp's cache_prompt: a request that starts with an earlier one's prompt and output reads
+// only the rest, and gives exactly what it gives read from nothing (greedy and sampled, plain and
+// speculative); the least recently used cached prefix gives its slot up when slots run out.
+TEST(Engine, CachedPromptPrefixesAreReusedAndChangeNothing) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
+  for (const float temperature : {0.0f, 0.8f}) {
+    for (const bool speculative : {false, true}) {
+      SpecEngine e(p, std::make_unique<FixedDraftLength>(3), /*slots=*/2);
+      auto plain_kv = p.target->NewKvCache({2, 256});
+      Engine plain(*p.target, *plain_kv, p.ctx, SpecEngine::Options());
+      Engine& engine = speculative ? e.engine : plain;
+      SequenceRequest first = Request(Prompt(20, 1), 12, temperature, 5);
+      first.cache_prompt = true;
+      const int a = engine.Add(first);
+      while (engine.HasWork()) engine.Step();
+      EXPECT_EQ(engine.n_cached_prefixes(), 1);
+      // The editor's next request: the same text, what the model wrote, and more typed.
+      SequenceRequest next = first;
+      next.prompt.insert(next.prompt.end(), engine.sequence(a).tokens.begin(),
+                         engine.sequence(a).tokens.end());
+      for (int32_t t : Prompt(4, 9)) next.prompt.push_back(t);
+      const int b = engine.Add(next);
+      const int reused = engine.sequence(b).n_cached;
+      // The cache holds the prompt and every generated token but the last (never read back).
+      EXPECT_EQ(reused, 20 + 12 - 1);
+      while (engine.HasWork()) engine.Step();
+      SequenceRequest fresh = next;
+      fresh.cache_prompt = false;
+      EXPECT_EQ(engine.sequence(b).tokens, Alone(p, fresh))
+          << "temperature " << temperature << (speculative ? ", speculative" : ", plain");
+      EXPECT_EQ(engine.n_cached_prefixes(), 1);  // b's (it took a's)
+      // Two slots: another prompt takes the free one; a third, when both hold cached prefixes,
+      // the least recently used one's (b's).
+      for (int salt : {3, 4}) {
+        SequenceRequest other = Request(Prompt(6, salt), 4, temperature, 1);
+        other.cache_prompt = true;
+        const int c = engine.Add(other);
+        EXPECT_EQ(engine.sequence(c).n_cached, 0);
+        EXPECT_EQ(engine.n_cached_prefixes(), 1);
+        while (engine.HasWork()) engine.Step();
+        EXPECT_EQ(engine.n_cached_prefixes(), 2);
+        other.cache_prompt = false;
+        EXPECT_EQ(engine.sequence(c).tokens, Alone(p, other));
+      }
+      // b's prefix is gone: its continuation reads everything again.
+      SequenceRequest again = next;
+      const int d = engine.Add(again);
+      EXPECT_EQ(engine.sequence(d).n_cached, 0);
+      while (engine.HasWork()) engine.Step();
+    }
+  }
+}
+
 TEST(Ngram, LookupProposesWhatFollowedTheLatestRepeat) {
   // ... 7 8 9 | 1 2 3 4 | 7 8 9 -> the latest earlier "7 8 9" was followed by 1 2 3 4.
   const std::vector<int32_t> h = {5, 7, 8, 9, 1, 2, 3, 4, 7, 8, 9};

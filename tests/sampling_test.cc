@@ -19,6 +19,19 @@ std::set<int32_t> KeptSet(const std::vector<float>& logits, SamplingParams p) {
   return s;
 }
 
+// Lower layers name options by field; each edge renders them (the CLI as flags).
+TEST(Errors, FieldNamesAreRenderedByTheEdgeAndOtherBracesStay) {
+  const auto flag = [](std::string_view f) { return "--" + std::string(f); };
+  EXPECT_EQ(RenderFieldNames("{top_k} must be >= 0, got {x} {} {Top} {a-b} {", flag),
+            "--top_k must be >= 0, got --x {} {Top} {a-b} {");
+  try {
+    ValidateSamplingParams({.top_k = -1});
+    ADD_FAILURE() << "top_k -1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(RenderFieldNames(e.what(), flag).rfind("--top_k must be >= 0", 0), 0u) << e.what();
+  }
+}
+
 TEST(Sampling, TopKKeepsExactlyTheKMostLikelyWithTiesToLowerIds) {
   const std::vector<float> logits = {1.0f, 5.0f, 3.0f, 5.0f, 2.0f, 3.0f};
   SamplingParams p{1.0f, 3, 1.0f, 0};
@@ -295,7 +308,8 @@ TEST(Rng, PhiloxBlocksInBulkAreTheBlocksOneByOne) {
       for (int64_t b = 0; b < n; ++b) {
         const auto block = Philox4x32(key, first + static_cast<uint32_t>(b));
         for (int w = 0; w < 4; ++w) {
-          ASSERT_EQ(words[4 * b + w], block[w]) << "first " << first << " n " << n << " block " << b;
+          ASSERT_EQ(words[4 * b + w], block[w])
+              << "first " << first << " n " << n << " block " << b;
         }
       }
     }

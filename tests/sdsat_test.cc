@@ -262,7 +262,7 @@ TEST(Sdsat, ModelWithoutAdaptiveTokenIsRefusedByName) {
     SdsatOptionsForModel(*p.target, 5, -1);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--adaptive-token"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("{adaptive_token}"), std::string::npos) << e.what();
   }
   EXPECT_THROW(SdsatOptionsForModel(*p.target, 5, p.target->config().n_vocab), Error);
   EXPECT_THROW(SdsatOptionsForModel(*p.target, 0, 3), Error);

@@ -4,9 +4,11 @@
 // invariants that cannot be broken by input use the same mechanism so that they never crash.
 #pragma once
 
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace specd {
@@ -22,6 +24,13 @@ std::string StrCat(Parts&&... parts) {
   (out << ... << std::forward<Parts>(parts));
   return out.str();
 }
+
+// Messages from the layers below the edges name options by field, in braces: "{top_k} must be
+// >= 0". No lower layer speaks in command-line flags: each edge renders the names its own way
+// (the CLI as its flags, the server as JSON fields). Replaces every {name} (lower-case letters,
+// digits and '_') with name_of(name); other text, other braces included, stays.
+std::string RenderFieldNames(std::string_view message,
+                             const std::function<std::string(std::string_view)>& name_of);
 
 template <typename... Parts>
 [[noreturn]] void Fail(Parts&&... parts) {

@@ -103,11 +103,41 @@ void AddTraceStepsFlag(CLI::App* app, std::string* path) {
                   "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
 }
 
+std::string FlagForField(std::string_view field) {
+  static const std::map<std::string_view, const char*> kFlags = {
+      {"adaptive_k", "--adaptive-k"},
+      {"adaptive_token", "--adaptive-token"},
+      {"draft_lp", "--draft-lp"},
+      {"draft_lp_groups", "--draft-lp-groups"},
+      {"draft_max", "--draft-max"},
+      {"draft_tree", "--draft-tree"},
+      {"int8_kernel", "--int8-kernel"},
+      {"lora", "--lora"},
+      {"min_p", "--min-p"},
+      {"n_ctx", "-c"},
+      {"n_predict", "-n"},
+      {"n_sequences", "--batch"},
+      {"no_calibration", "--no-calibration"},
+      {"repeat_last_n", "--repeat-last-n"},
+      {"repeat_penalty", "--repeat-penalty"},
+      {"sdsat_loop", "--sdsat-loop"},
+      {"sdsat_tree", "--sdsat-tree"},
+      {"smooth_alpha", "--smooth-alpha"},
+      {"spec_type", "--spec-type"},
+      {"temperature", "--temp"},
+      {"top_k", "--top-k"},
+      {"top_p", "--top-p"},
+      {"weights", "--weights"},
+  };
+  const auto it = kFlags.find(field);
+  return it != kFlags.end() ? it->second : std::string(field);
+}
+
 int RunReportingErrors(const std::function<int()>& command) {
   try {
     return command();
   } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", RenderFieldNames(e.what(), FlagForField).c_str());
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory\n");
   } catch (const std::exception& e) {

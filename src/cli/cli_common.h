@@ -29,8 +29,12 @@ void AddThreadsFlag(CLI::App* app, int* threads);
 // which CLI11 would read as -x yz.
 bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args);
 
+// The flag that sets an option field named in a lower layer's message ({top_k} -> --top-k; the
+// field itself when no flag sets it).
+std::string FlagForField(std::string_view field);
+
 // Runs `command`, turning what it throws into an "error: ..." line and exit code 1 (specd's
-// errors are messages, never a crash or a stack trace).
+// errors are messages, never a crash or a stack trace), field names rendered as flags.
 int RunReportingErrors(const std::function<int()>& command);
 
 // Parses reversed `args` into `app`. Returns -1 when parsed; otherwise the exit code to return:

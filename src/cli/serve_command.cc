@@ -216,7 +216,15 @@ Command AddServeCommand(CLI::App& app) {
   AddWeightFlags(s, &o->weight_flags);
   return {s, [s, options] {
             options->spec_type_given = s->count("--spec-type") > 0;
-            return RunServe(*options);
+            try {
+              return RunServe(*options);
+            } catch (const Error& e) {
+              // The server's sequences at once are --parallel, not generate's --batch.
+              throw Error(RenderFieldNames(e.what(), [](std::string_view field) {
+                return field == "n_sequences" ? std::string("--parallel")
+                                              : "{" + std::string(field) + "}";
+              }));
+            }
           }};
 }
 

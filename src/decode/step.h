@@ -45,6 +45,11 @@ struct SequenceRequest {
   // reports completions by it). A full pass over the vocabulary per token: the server, which
   // never reads it, turns it off.
   bool sum_logprob = true;
+  // llama.cpp's cache_prompt: start from the KV of the finished sequence that shares the longest
+  // prefix with this prompt (the tokens it read and wrote), and keep this sequence's KV for later
+  // requests when it finishes. Lossless: the kernels are batch-invariant, so reused KV entries
+  // are the ones a fresh read would write.
+  bool cache_prompt = false;
 };
 
 // A generated token's log-probability under the raw model, with the most likely alternatives.
@@ -59,6 +64,7 @@ struct Sequence {
   SequenceRequest request;
   int slot = -1;                // target KV slot
   int n_read = 0;               // prompt tokens in the KV cache
+  int n_cached = 0;             // of which reused from an earlier sequence (cache_prompt)
   int shared_with = -1;         // reads no prompt: forks this sequence's once it is read
   int32_t last = -1;            // the committed token that is the next input
   std::vector<int32_t> tokens;  // generated (a stopping EOS / stop token excluded)

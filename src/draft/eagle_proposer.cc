@@ -239,7 +239,7 @@ std::unique_ptr<Proposer> MakeModelProposer(const Model& target, Model& draft, K
     return std::make_unique<DraftModelProposer>(draft, draft_kv, ctx, attention, options);
   }
   SPECD_CHECK(options.fuzzy.empty() && options.tree_width <= 1,
-              "--draft-lp, --draft-lp-groups and --draft-tree need a draft model; ",
+              "{draft_lp}, {draft_lp_groups} and {draft_tree} need a draft model; ",
               draft.config().name, " is an EAGLE head (one layer, chains only)");
   return std::make_unique<EagleProposer>(target, draft, draft_kv, ctx, attention);
 }

@@ -15,13 +15,13 @@ SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t to
                          ? static_cast<int32_t>(recorded->AsInt("specd.sdsat.adaptive_token"))
                          : -1;
   SPECD_CHECK(o.adaptive_token >= 0, model.gguf().path(),
-              " was not fine-tuned for SDSAT (no specd.sdsat.adaptive_token in it or its --lora "
+              " was not fine-tuned for SDSAT (no specd.sdsat.adaptive_token in it or its {lora} "
               "adapter): pass "
-              "--adaptive-token ID (any token works, losslessly, but only a fine-tuned model "
+              "{adaptive_token} ID (any token works, losslessly, but only a fine-tuned model "
               "drafts well with it)");
-  SPECD_CHECK(o.adaptive_token < model.config().n_vocab, "--adaptive-token ", o.adaptive_token,
+  SPECD_CHECK(o.adaptive_token < model.config().n_vocab, "{adaptive_token} ", o.adaptive_token,
               " is outside the vocabulary of ", model.config().n_vocab, " tokens");
-  SPECD_CHECK(n_adaptive >= 1 && n_adaptive <= 64, "--adaptive-k must be in 1..64, got ",
+  SPECD_CHECK(n_adaptive >= 1 && n_adaptive <= 64, "{adaptive_k} must be in 1..64, got ",
               n_adaptive);
   return o;
 }
@@ -29,13 +29,13 @@ SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t to
 SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_flag) {
   if (tree_flag.empty()) return options;
   const auto parsed = ParseNumberPair(tree_flag, 256, 64);
-  SPECD_CHECK(parsed.has_value(), "--sdsat-tree '", tree_flag,
+  SPECD_CHECK(parsed.has_value(), "{sdsat_tree} '", tree_flag,
               "': expected NODES[,WIDTH] with NODES in 1..256 and WIDTH in 1..64");
   options.tree_nodes = parsed->first;
   if (parsed->second > 0) options.tree_width = parsed->second;
   SPECD_CHECK(!options.merge,
-              "--sdsat-tree drafts trees in the two-step loop: drop "
-              "--sdsat-loop merged");
+              "{sdsat_tree} drafts trees in the two-step loop: drop "
+              "{sdsat_loop} merged");
   return options;
 }
 

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace specd {
@@ -14,11 +16,45 @@ Engine::Engine(Model& target, KvCache& kv, const KernelContext& ctx, const StepO
 
 Engine::~Engine() {
   for (auto& [id, s] : sequences_) Release(s);
+  for (const CachedPrefix& c : cached_) kv_.Release(c.slot);
+}
+
+int Engine::AcquireSlot() {
+  int in_use = 0;
+  for (int slot = 0; slot < kv_.n_slots(); ++slot) in_use += kv_.InUse(slot) ? 1 : 0;
+  if (in_use == kv_.n_slots() && !cached_.empty()) {
+    const auto oldest =
+        std::min_element(cached_.begin(), cached_.end(),
+                         [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+    kv_.Release(oldest->slot);
+    cached_.erase(oldest);
+  }
+  return kv_.Acquire();
+}
+
+bool Engine::ReuseCachedPrefix(Sequence& s) {
+  // EAGLE heads need the target's features of every prompt row, which reused rows do not give.
+  if (proposer_ != nullptr && proposer_->WantsTargetFeatures()) return false;
+  const std::vector<int32_t>& prompt = s.request.prompt;
+  auto best = cached_.end();
+  size_t best_length = 0;
+  for (auto it = cached_.begin(); it != cached_.end(); ++it) {
+    const size_t limit = std::min(it->tokens.size(), prompt.size() - 1);
+    size_t n = 0;
+    while (n < limit && it->tokens[n] == prompt[n]) ++n;
+    if (n > best_length) best = it, best_length = n;
+  }
+  if (best == cached_.end()) return false;
+  s.slot = best->slot;
+  kv_.Truncate(s.slot, static_cast<int>(best_length));
+  s.n_read = s.n_cached = static_cast<int>(best_length);
+  cached_.erase(best);
+  return true;
 }
 
 int Engine::Add(const SequenceRequest& request) {
   SPECD_CHECK(!request.prompt.empty(), "the prompt is empty");
-  SPECD_CHECK(request.n_predict >= 0, "-n must be >= 0");
+  SPECD_CHECK(request.n_predict >= 0, "{n_predict} must be >= 0");
   ValidateSamplingParams(request.sampling);
   for (int32_t t : request.prompt) {
     SPECD_CHECK(t >= 0 && t < target_.config().n_vocab, "prompt token ", t,
@@ -29,12 +65,12 @@ int Engine::Add(const SequenceRequest& request) {
   const int64_t room = static_cast<int64_t>(request.prompt.size()) + request.n_predict;
   SPECD_CHECK(room <= kv_.n_ctx(), "the prompt (", request.prompt.size(), " tokens) plus ",
               request.n_predict, " new tokens exceed the context of ", kv_.n_ctx(),
-              " tokens (raise -c or lower -n)");
+              " tokens (raise {n_ctx} or lower {n_predict})");
   Sequence s;
   s.id = next_id_;
   s.request = request;
   s.t_added_ms = clock_.ElapsedMs();
-  s.slot = kv_.Acquire();
+  if (!request.cache_prompt || !ReuseCachedPrefix(s)) s.slot = AcquireSlot();
   if (proposer_ != nullptr) {
     try {
       proposer_->AddSequence(s.id, request.prompt);
@@ -67,7 +103,7 @@ std::vector<int> Engine::AddCompletions(const SequenceRequest& request, int n) {
         s.request = r;
         s.shared_with = ids[0];
         s.t_added_ms = clock_.ElapsedMs();
-        s.slot = kv_.Acquire();
+        s.slot = AcquireSlot();
         ++next_id_;
         if (r.n_predict == 0) {
           s.finish_reason = "length";
@@ -89,7 +125,19 @@ std::vector<int> Engine::AddCompletions(const SequenceRequest& request, int n) {
 
 void Engine::Release(Sequence& s) {
   if (s.slot >= 0) {
-    kv_.Release(s.slot);
+    if (s.request.cache_prompt && s.shared_with < 0) {
+      // The KV holds the prompt and the generated tokens but the last (never read back).
+      CachedPrefix c{s.slot, s.request.prompt, ++use_counter_};
+      c.tokens.insert(c.tokens.end(), s.tokens.begin(), s.tokens.end());
+      c.tokens.resize(std::min<size_t>(c.tokens.size(), kv_.Length(s.slot)));
+      if (!c.tokens.empty()) {
+        cached_.push_back(std::move(c));
+      } else {
+        kv_.Release(s.slot);
+      }
+    } else {
+      kv_.Release(s.slot);
+    }
     s.slot = -1;
     // Followers never had proposer state of their own until forked.
     if (proposer_ != nullptr && s.shared_with < 0) proposer_->RemoveSequence(s.id);

@@ -43,9 +43,23 @@ class Engine {
   const SpeculativeStats& stats() const { return decoder_.stats(); }
   // The longest draft a step may verify (0 without a proposer).
   int max_draft() const { return policy_ != nullptr ? policy_->max_length() : 0; }
+  // Finished sequences whose KV is kept for prompts that start the same way (cache_prompt); each
+  // holds a KV slot until a new sequence needs it (least recently used first).
+  int n_cached_prefixes() const { return static_cast<int>(cached_.size()); }
 
  private:
+  // A finished sequence's KV slot kept with the tokens it holds.
+  struct CachedPrefix {
+    int slot = -1;
+    std::vector<int32_t> tokens;
+    int64_t last_use = 0;
+  };
   void Release(Sequence& s);
+  // A free KV slot, giving up the least recently used cached prefix when none is free.
+  int AcquireSlot();
+  // Takes the cached prefix sharing the most tokens with s's prompt (at least one; all but the
+  // prompt's last token at most, which must be read for its logits) as s's slot. False if none.
+  bool ReuseCachedPrefix(Sequence& s);
 
   Model& target_;
   KvCache& kv_;
@@ -53,6 +67,8 @@ class Engine {
   DraftLengthPolicy* policy_;
   StepDecoder decoder_;
   std::map<int, Sequence> sequences_;
+  std::vector<CachedPrefix> cached_;
+  int64_t use_counter_ = 0;
   int next_id_ = 0;
   Timer clock_;
 };

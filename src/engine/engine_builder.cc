@@ -114,11 +114,10 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
   s->n_ctx_ = ContextFor(config, target);
   s->speculation_ = config.speculation;
   const bool speculative = config.proposer != ProposerKind::kNone;
-  if (speculative) {
-    s->speculation_.draft = DraftOptionsFromFlags(config.draft_flags, models.draft.get(),
-                                                  config.proposer == ProposerKind::kNgramOrDraft);
-    s->policy_ = MakeDraftLengthPolicy(s->speculation_);
-  }
+  // Also without a draft: drafting flags then are an error, not silently unused.
+  s->speculation_.draft = DraftOptionsFromFlags(config.draft_flags, models.draft.get(),
+                                                config.proposer == ProposerKind::kNgramOrDraft);
+  if (speculative) s->policy_ = MakeDraftLengthPolicy(s->speculation_);
   const int longest_draft = speculative ? s->policy_->max_length() : 0;
   if (models.draft != nullptr) {
     s->draft_kv_ =

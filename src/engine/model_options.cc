@@ -63,7 +63,7 @@ ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string
   ModelLoadOptions options = LoadOptionsFromFlags(flags);
   if (role == ModelRole::kDraft) options.lora.clear();
   if (!options.int8_weights || flags.smooth_alpha <= 0.0f) return options;
-  SPECD_CHECK(flags.smooth_alpha <= 1.0f, "--smooth-alpha must be in [0, 1], got ",
+  SPECD_CHECK(flags.smooth_alpha <= 1.0f, "{smooth_alpha} must be in [0, 1], got ",
               flags.smooth_alpha);
   options.smooth_alpha = flags.smooth_alpha;
   const std::string text = flags.calibration_file.empty() ? BuiltInCalibrationText()
@@ -71,7 +71,7 @@ ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string
   auto file = GgufFile::Open(path);
   SPECD_CHECK(file->Find("tokenizer.ggml.model") != nullptr, path,
               " has no tokenizer to read the SmoothQuant calibration text with: add "
-              "--smooth-alpha 0 (i8 without SmoothQuant)");
+              "{smooth_alpha} 0 (i8 without SmoothQuant)");
   const auto tokenizer = Tokenizer::FromGguf(*file);
   std::vector<int32_t> tokens = tokenizer->Encode(text, /*add_special=*/true,
                                                   /*parse_special=*/true);

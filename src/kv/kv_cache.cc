@@ -27,12 +27,12 @@ KvCache::KvCache(const KvCacheConfig& config, int n_layers, int kv_dim)
     SPECD_CHECK(double(bytes_) / (1 << 30) <= machine_gib, "a KV cache of ", config.n_slots,
                 " sequences x ", config.n_ctx, " positions needs ", double(bytes_) / (1 << 30),
                 " GiB, more than this machine's ", machine_gib,
-                " GiB of memory: lower --batch or -c");
+                " GiB of memory: lower {n_sequences} or {n_ctx}");
   }
   void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SPECD_CHECK(p != MAP_FAILED, "KV cache: cannot reserve ", bytes_ >> 20, " MiB (", config.n_slots,
-              " sequences x ", config.n_ctx, " positions); lower --ctx or --batch");
+              " sequences x ", config.n_ctx, " positions); lower {n_ctx} or {n_sequences}");
   slab_ = static_cast<uint8_t*>(p);
   length_.assign(config.n_slots, 0);
   in_use_.assign(config.n_slots, false);

@@ -219,7 +219,7 @@ bool ModelConfig::IsEndOfGeneration(int32_t token) const {
 }
 
 ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
-  SPECD_CHECK(flags.weights.empty() || flags.weights == "i8", "--weights: '", flags.weights,
+  SPECD_CHECK(flags.weights.empty() || flags.weights == "i8", "{weights}: '", flags.weights,
               "' is not a weight format specd converts to at load (i8; or leave it out to run "
               "the file's own types)");
   ModelLoadOptions options;
@@ -233,18 +233,18 @@ Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cp
   if (flags.int8_kernel == "auto") return Int8Backend::kAuto;
   if (flags.int8_kernel == "specd") return Int8Backend::kSpecd;
   if (flags.int8_kernel == "amx") {
-    SPECD_CHECK(flags.weights == "i8", "--int8-kernel amx applies to i8 weights: add --weights i8");
+    SPECD_CHECK(flags.weights == "i8", "{int8_kernel} amx applies to i8 weights: add {weights} i8");
     SPECD_CHECK(cpu.amx_int8 && cpu.avx512,
-                "--int8-kernel amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
+                "{int8_kernel} amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
                 "offer");
     return Int8Backend::kAmx;
   }
-  SPECD_CHECK(flags.int8_kernel == "onednn", "--int8-kernel: '", flags.int8_kernel,
+  SPECD_CHECK(flags.int8_kernel == "onednn", "{int8_kernel}: '", flags.int8_kernel,
               "' is not one of auto, specd, amx, onednn");
   SPECD_CHECK(flags.weights == "i8",
-              "--int8-kernel onednn applies to i8 weights: add --weights i8");
+              "{int8_kernel} onednn applies to i8 weights: add {weights} i8");
   // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
-  SPECD_CHECK(cpu.avx512, "--int8-kernel onednn needs AVX-512 VNNI, which this CPU lacks");
+  SPECD_CHECK(cpu.avx512, "{int8_kernel} onednn needs AVX-512 VNNI, which this CPU lacks");
   return Int8Backend::kOneDnn;
 }
 
@@ -531,7 +531,7 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
         continue;
       }
       SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
-                  u.target, "': load the original model with --lora (and --weights i8)");
+                  u.target, "': load the original model with {lora} (and {weights} i8)");
       lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
           MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
       w.data = lora_merged_.back()->data();

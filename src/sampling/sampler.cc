@@ -13,17 +13,17 @@ namespace specd {
 
 void ValidateSamplingParams(const SamplingParams& p) {
   SPECD_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f && p.temperature <= 100.0f,
-              "--temp must be in [0, 100], got ", p.temperature);
-  SPECD_CHECK(p.top_k >= 0, "--top-k must be >= 0 (0 disables it), got ", p.top_k);
+              "{temperature} must be in [0, 100], got ", p.temperature);
+  SPECD_CHECK(p.top_k >= 0, "{top_k} must be >= 0 (0 disables it), got ", p.top_k);
   SPECD_CHECK(std::isfinite(p.top_p) && p.top_p > 0.0f && p.top_p <= 1.0f,
-              "--top-p must be in (0, 1], got ", p.top_p);
+              "{top_p} must be in (0, 1], got ", p.top_p);
   SPECD_CHECK(std::isfinite(p.min_p) && p.min_p >= 0.0f && p.min_p <= 1.0f,
-              "--min-p must be in [0, 1] (0 disables it), got ", p.min_p);
+              "{min_p} must be in [0, 1] (0 disables it), got ", p.min_p);
   SPECD_CHECK(
       std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f && p.repeat_penalty <= 100.0f,
-      "--repeat-penalty must be in (0, 100] (1 disables it), got ", p.repeat_penalty);
+      "{repeat_penalty} must be in (0, 100] (1 disables it), got ", p.repeat_penalty);
   SPECD_CHECK(p.repeat_last_n >= -1,
-              "--repeat-last-n must be >= -1 (-1: the whole history, 0: none), got ",
+              "{repeat_last_n} must be >= -1 (-1: the whole history, 0: none), got ",
               p.repeat_last_n);
 }
 

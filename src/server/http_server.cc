@@ -413,6 +413,7 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
   s.stop_at_eos = !r.ignore_eos;
   s.logprobs = r.logprobs;
   s.sum_logprob = false;  // nothing in a response reports it
+  s.cache_prompt = r.cache_prompt;
   std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);
   if (job == nullptr) {
     res.set_header("Retry-After", "1");
@@ -455,8 +456,9 @@ std::string LlamaStopType(const ChoiceText& text, const std::string& finish_reas
   return "none";
 }
 
-LlamaOutcome OutcomeOf(ChoiceCollector& collector, int64_t prompt_tokens) {
+LlamaOutcome OutcomeOf(ChoiceCollector& collector, const Job& job, int64_t prompt_tokens) {
   LlamaOutcome o;
+  o.cached_tokens = job.n_cached();
   o.choice = collector.outputs()[0];
   const ChoiceText& text = collector.text(0);
   o.stop_type = LlamaStopType(text, o.choice.finish_reason);
@@ -482,7 +484,7 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
       events.clear();
     }
     collector->outputs()[0].text = collector->text(0).TakeDelta(true);
-    const LlamaOutcome outcome = OutcomeOf(*collector, prompt_tokens);
+    const LlamaOutcome outcome = OutcomeOf(*collector, *job, prompt_tokens);
     res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_)),
                     "application/json");
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
@@ -510,7 +512,7 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
             return false;
           }
         }
-        LlamaOutcome outcome = OutcomeOf(*collector, prompt_tokens);
+        LlamaOutcome outcome = OutcomeOf(*collector, *job, prompt_tokens);
         outcome.choice.text = "";  // the last chunk carries no content, as llama-server's
         send(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_));
         sink.done();

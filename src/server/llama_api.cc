@@ -15,8 +15,8 @@ namespace {
 // A prompt as llama-server takes it: a string, token ids, or a list mixing both.
 std::vector<int32_t> MixedPrompt(const json& prompt, const Tokenizer& tokenizer, bool add_special,
                                  bool parse_special) {
-  if (prompt.is_string()) return tokenizer.Encode(prompt.get<std::string>(), add_special,
-                                                  parse_special);
+  if (prompt.is_string())
+    return tokenizer.Encode(prompt.get<std::string>(), add_special, parse_special);
   if (!prompt.is_array()) {
     throw BadRequest("'prompt' must be a string, token ids, or a list of both", "prompt");
   }
@@ -27,8 +27,8 @@ std::vector<int32_t> MixedPrompt(const json& prompt, const Tokenizer& tokenizer,
   bool first = true;
   for (const json& part : prompt) {
     if (part.is_string()) {
-      const auto ids = tokenizer.Encode(part.get<std::string>(), add_special && first,
-                                        parse_special);
+      const auto ids =
+          tokenizer.Encode(part.get<std::string>(), add_special && first, parse_special);
       tokens.insert(tokens.end(), ids.begin(), ids.end());
     } else if (part.is_number_integer()) {
       const auto ids = TokenIds(json::array({part}), tokenizer);
@@ -87,14 +87,13 @@ void RefuseUnsupportedLlama(const json& j) {
       throw BadRequest(std::string("'") + key + "' is not supported by this server", key);
     }
   }
-  for (const char* key : {"presence_penalty", "frequency_penalty", "dry_multiplier",
-                          "xtc_probability", "mirostat"}) {
+  for (const char* key :
+       {"presence_penalty", "frequency_penalty", "dry_multiplier", "xtc_probability", "mirostat"}) {
     if (Number(j, key, -1e9, 1e9, 0.0) != 0.0) {
       throw BadRequest(std::string("'") + key + "' is not supported by this server", key);
     }
   }
-  if (const auto it = j.find("logit_bias");
-      it != j.end() && !it->is_null() && !it->empty()) {
+  if (const auto it = j.find("logit_bias"); it != j.end() && !it->is_null() && !it->empty()) {
     throw BadRequest("'logit_bias' is not supported by this server", "logit_bias");
   }
 }
@@ -135,8 +134,8 @@ json TokenProbs(int32_t token, const TokenLogprobs& lp, const Tokenizer& tokeniz
     const std::string piece = tokenizer.Piece(id);
     json bytes = json::array();
     for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
-    return json{{"id", id}, {"token", utf8::Sanitize(piece)}, {"bytes", bytes},
-                {"logprob", logprob}};
+    return json{
+        {"id", id}, {"token", utf8::Sanitize(piece)}, {"bytes", bytes}, {"logprob", logprob}};
   };
   json out = entry(token, lp.logprob);
   json top = json::array();
@@ -186,7 +185,8 @@ LlamaRequest ParseLlamaCompletion(const std::string& body, bool infill, const To
   CompletionRequest& c = r.completion;
   const int64_t n_predict = Integer(j, "n_predict", -1, INT32_MAX, -1);
   if (infill) {
-    c.prompt = InfillPrompt(j, tokenizer, fim, limits, static_cast<int>(n_predict < 0 ? 128 : n_predict));
+    c.prompt =
+        InfillPrompt(j, tokenizer, fim, limits, static_cast<int>(n_predict < 0 ? 128 : n_predict));
   } else {
     const auto it = j.find("prompt");
     if (it == j.end() || it->is_null()) throw BadRequest("'prompt' is required", "prompt");
@@ -197,8 +197,8 @@ LlamaRequest ParseLlamaCompletion(const std::string& body, bool infill, const To
   if (room < 1) {
     throw ApiError(400, "invalid_request_error",
                    "the prompt (" + std::to_string(c.prompt.size()) +
-                       " tokens) leaves no room in the context of " +
-                       std::to_string(limits.n_ctx) + " positions",
+                       " tokens) leaves no room in the context of " + std::to_string(limits.n_ctx) +
+                       " positions",
                    "prompt", "context_length_exceeded");
   }
   // -1: until EOS or the context is full (llama-server's default).
@@ -207,6 +207,7 @@ LlamaRequest ParseLlamaCompletion(const std::string& body, bool infill, const To
   c.stop = StopStrings(j, 16);
   c.stream = Boolean(j, "stream", false);
   c.ignore_eos = Boolean(j, "ignore_eos", false);
+  c.cache_prompt = Boolean(j, "cache_prompt", true);
   c.text_limits.n_indent = static_cast<int>(Integer(j, "n_indent", 0, 1 << 16, 0));
   c.text_limits.t_max_predict_ms = Number(j, "t_max_predict_ms", 0.0, 1e9, 0.0);
   c.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
@@ -235,6 +236,7 @@ json LlamaCompletionResponse(const LlamaRequest& r, const LlamaOutcome& o,
                    {"n_indent", c.text_limits.n_indent},
                    {"t_max_predict_ms", c.text_limits.t_max_predict_ms},
                    {"stream", c.stream}};
+  const int64_t prompt_read = o.prompt_tokens - o.cached_tokens;  // llama-server's prompt_n
   json full = {{"index", 0},
                {"content", utf8::Sanitize(o.choice.text)},
                {"tokens", json::array()},
@@ -249,27 +251,25 @@ json LlamaCompletionResponse(const LlamaRequest& r, const LlamaOutcome& o,
                {"truncated", false},
                {"stop_type", o.stop_type},
                {"stopping_word", o.stopping_word},
-               {"tokens_cached", 0},
+               {"tokens_cached", o.cached_tokens},
                {"timings",
-                {{"prompt_n", o.prompt_tokens},
+                {{"prompt_n", prompt_read},
                  {"prompt_ms", o.prompt_ms},
-                 {"prompt_per_token_ms", per(o.prompt_ms, o.prompt_tokens)},
-                 {"prompt_per_second", rate(o.prompt_ms, o.prompt_tokens)},
+                 {"prompt_per_token_ms", per(o.prompt_ms, prompt_read)},
+                 {"prompt_per_second", rate(o.prompt_ms, prompt_read)},
                  {"predicted_n", n},
                  {"predicted_ms", o.predicted_ms},
                  {"predicted_per_token_ms", per(o.predicted_ms, n)},
                  {"predicted_per_second", rate(o.predicted_ms, n)}}}};
   if (r.n_probs > 0) {
-    full["completion_probabilities"] =
-        Probabilities(o.choice.tokens, o.choice.logprobs, tokenizer);
+    full["completion_probabilities"] = Probabilities(o.choice.tokens, o.choice.logprobs, tokenizer);
   }
   return SelectFields(full, r.response_fields);
 }
 
 json LlamaStreamChunk(const std::string& content, const std::vector<int32_t>& tokens,
                       const std::vector<TokenLogprobs>& logprobs, int n_probs,
-                      int64_t tokens_predicted, int64_t prompt_tokens,
-                      const Tokenizer& tokenizer) {
+                      int64_t tokens_predicted, int64_t prompt_tokens, const Tokenizer& tokenizer) {
   json chunk = {{"index", 0},
                 {"content", utf8::Sanitize(content)},
                 {"tokens", json::array()},

@@ -28,11 +28,12 @@ LlamaRequest ParseLlamaCompletion(const std::string& body, bool infill, const To
                                   const FimTokens& fim, const ApiLimits& limits);
 // What the response reports of a finished choice.
 struct LlamaOutcome {
-  ChoiceOutput choice;      // text, tokens, logprobs, engine finish reason
-  std::string stop_type;    // "eos", "word", "limit" or "none" (cancelled)
+  ChoiceOutput choice;    // text, tokens, logprobs, engine finish reason
+  std::string stop_type;  // "eos", "word", "limit" or "none" (cancelled)
   std::string stopping_word;
   bool has_new_line = false;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, reused from an earlier request's KV
   double prompt_ms = 0, predicted_ms = 0;
 };
 // The whole /completion or /infill response (also the last chunk of a stream, content "").

@@ -215,11 +215,11 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
   r.logprobs = Logprobs(j, chat);
   r.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
   r.ignore_eos = Boolean(j, "ignore_eos", false);
+  r.cache_prompt = Boolean(j, "cache_prompt", true);
   return r;
 }
 
-ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop,
-                       TextLimits limits)
+ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop, TextLimits limits)
     : decoder_(tokenizer), stop_(std::move(stop)), limits_(limits) {}
 
 bool ChoiceText::Push(int32_t token) {

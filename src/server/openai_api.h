@@ -48,8 +48,8 @@ struct ApiLimits {
 
 // Editor limits of llama-server's /infill and /completion (0: off).
 struct TextLimits {
-  int n_indent = 0;              // a new line indented less than this ends the text
-  double t_max_predict_ms = 0;   // after this long generating, the next new line ends it
+  int n_indent = 0;             // a new line indented less than this ends the text
+  double t_max_predict_ms = 0;  // after this long generating, the next new line ends it
 };
 
 struct CompletionRequest {
@@ -65,6 +65,7 @@ struct CompletionRequest {
   double time_budget_ms = 0.0;       // specd's extension: unfinished choices end at this time
   std::vector<int32_t> stop_tokens;  // chat: the template's end-of-turn tokens
   bool ignore_eos = false;           // llama-server's field: EOS does not end a choice
+  bool cache_prompt = true;          // llama-server's field: reuse the KV of a shared prefix
   TextLimits text_limits;            // llama-server's n_indent and t_max_predict_ms
 };
 

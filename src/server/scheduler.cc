@@ -5,6 +5,15 @@
 #include "base/error.h"
 
 namespace specd::server {
+namespace {
+
+// A lower layer's message with its option fields as a request names them ('top_k').
+std::string RequestFieldNames(const char* message) {
+  return RenderFieldNames(message,
+                          [](std::string_view field) { return "'" + std::string(field) + "'"; });
+}
+
+}  // namespace
 
 bool Job::Wait(std::vector<ChoiceEvent>* out, int timeout_ms) {
   std::unique_lock lock(mutex_);
@@ -33,6 +42,11 @@ int64_t Job::n_drafted() const {
 int64_t Job::n_accepted() const {
   std::lock_guard lock(mutex_);
   return n_accepted_;
+}
+
+int64_t Job::n_cached() const {
+  std::lock_guard lock(mutex_);
+  return n_cached_;
 }
 
 Scheduler::Scheduler(Engine& engine, int n_slots, int max_queued, SchedulerObserver* observer)
@@ -96,7 +110,7 @@ void Scheduler::StepOnce() {
       report = engine_.Step();
     } catch (const Error& e) {
       // A step that fails (it should not) ends everyone's request rather than the server.
-      std::fprintf(stderr, "serve: step failed: %s\n", e.what());
+      std::fprintf(stderr, "serve: step failed: %s\n", RequestFieldNames(e.what()).c_str());
       std::vector<int> ids;
       for (const auto& [id, r] : running_) ids.push_back(id);
       for (int id : ids) {
@@ -125,7 +139,7 @@ void Scheduler::AdmitLocked() {
       try {
         ids = engine_.AddCompletions(p.request, p.n);
       } catch (const Error& e) {
-        error = e.what();
+        error = RequestFieldNames(e.what());
       }
     }
     if (ids.empty()) {  // never started: every choice ends at once
@@ -140,6 +154,10 @@ void Scheduler::AdmitLocked() {
     }
     slots_in_use_ += p.n;
     for (int c = 0; c < p.n; ++c) running_[ids[c]] = {p.job, c, p.deadline_ms};
+    {
+      std::lock_guard lock(job.mutex_);
+      job.n_cached_ = engine_.sequence(ids[0]).n_cached;
+    }
   }
   ReportOccupancyLocked();
 }

@@ -42,6 +42,8 @@ class Job {
   // Speculation figures of this job's sequences, final once Wait returned false.
   int64_t n_drafted() const;
   int64_t n_accepted() const;
+  // Prompt tokens reused from an earlier request's KV (cache_prompt), known once it started.
+  int64_t n_cached() const;
 
  private:
   friend class Scheduler;
@@ -53,6 +55,7 @@ class Job {
   int n_finished_ = 0;
   std::vector<std::pair<int, std::string>> cancel_requests_;  // (choice or -1, reason)
   int64_t n_drafted_ = 0, n_accepted_ = 0;
+  int64_t n_cached_ = 0;
 };
 
 // Latency and throughput figures the metrics endpoint reports (engine-thread observations).

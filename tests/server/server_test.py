@@ -338,6 +338,21 @@ class LlamaApiTest(unittest.TestCase):
         self.assertEqual(got["stopping_word"], word)
         self.assertEqual(got["content"], free[:free.find(word)])
 
+    def test_cache_prompt_reuses_a_shared_prefix_and_changes_nothing(self):
+        # An editor's next request: the text so far, what the model wrote, and more typed.
+        first = self.completion(prompt=PROMPTS[2], n_predict=16, temperature=0)
+        longer = PROMPTS[2] + first["content"] + " and"
+        got = self.completion(prompt=longer, n_predict=16, temperature=0)
+        fresh = self.completion(prompt=longer, n_predict=16, temperature=0, cache_prompt=False)
+        self.assertGreater(got["tokens_cached"], 0)
+        self.assertEqual(fresh["tokens_cached"], 0)
+        self.assertEqual(got["content"], fresh["content"])
+        self.assertEqual(got["timings"]["prompt_n"],
+                         got["tokens_evaluated"] - got["tokens_cached"])
+        status, _, data = post_json(self.server, "/completion",
+                                    {"prompt": "x", "cache_prompt": "yes"})
+        self.assertEqual(status, 400, data)
+
     def test_editor_limits(self):
         # n_indent: no line after the first is less indented than asked (llama-server's rule).
         got = self.completion(prompt="def main():\n    x = 1\n", n_predict=120, temperature=0,

@@ -46,7 +46,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
-from specd_server import Server  # noqa: E402
+from specd_server import Server, stop_process  # noqa: E402
 
 # Where HumanEval completions end, as the Codex paper's harness cuts them.
 STOP_STRINGS = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
@@ -103,8 +103,18 @@ def program_of(problem, completion, form):
     return f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
+NOBODY = 65534
+# As root, programs run as nobody, with a Python that nobody can run (a pyenv one under /root is
+# not); elsewhere as ourselves with our own.
+DROP_TO_NOBODY = (os.geteuid() == 0 and os.access("/usr/bin/python3", os.X_OK)
+                  and shutil.which("setpriv") is not None)
+PROGRAM_PYTHON = "/usr/bin/python3" if DROP_TO_NOBODY else sys.executable
+
+
 def _limit_child():
-    """Runs in the child before exec: CPU seconds, address space, file size, no forks."""
+    """Runs in the child before exec: CPU seconds, address space, file size, processes (as root
+    the program itself runs as nobody through setpriv: RLIMIT_NPROC does not bind root, and
+    nobody cannot write our files)."""
     resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
@@ -118,7 +128,12 @@ def run_program(program, timeout_s, isolate_net):
         path = os.path.join(tmp, "program.py")
         with open(path, "w") as f:
             f.write(program)
-        cmd = [sys.executable, "-I", path]
+        if DROP_TO_NOBODY:
+            os.chown(tmp, NOBODY, NOBODY)  # the program runs as nobody in its own folder
+        cmd = [PROGRAM_PYTHON, "-I", path]
+        if DROP_TO_NOBODY:  # after unshare, which needs root
+            cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                   "--"] + cmd
         if isolate_net:
             cmd = ["unshare", "--net", "--"] + cmd
         with open(os.path.join(tmp, "output"), "wb") as out:
@@ -162,6 +177,11 @@ def self_test(problems, timeout_s, isolate_net):
     for program in HOSTILE_PROGRAMS[:None if isolate_net else -1]:
         if run_program(program, 5.0, isolate_net):
             wrong.append(f"a hostile program passed: {program!r}")
+    # Chen et al.'s estimator against values worked by hand: 1 - C(n - c, k) / C(n, k).
+    for n, c, k, want in ((5, 2, 1, 0.4), (5, 2, 2, 0.7), (5, 0, 3, 0.0), (5, 5, 1, 1.0),
+                          (10, 3, 5, 1 - 21 / 252), (4, 3, 2, 1.0)):
+        if abs(pass_at_k(n, c, k) - want) > 1e-12:
+            wrong.append(f"pass@{k} of {c}/{n} is {pass_at_k(n, c, k)}, not {want}")
     return wrong
 
 
@@ -280,10 +300,14 @@ def cpu_description():
 
 def write_table(path, meta, rows, curves):
     lines = [f"# HumanEval on specd ({meta['date']})", "",
-             f"CPU: {meta['cpu']}. Target `{meta['model']}`, draft `{meta['draft']}`, "
+             f"CPU: {meta['cpu']}. Target `{meta['model']}`, draft `{meta['draft']}` "
+             f"(--spec-type {meta['spec_type']}), "
              f"{meta['form']} prompts, temperature {meta['temp']}, top-p {meta['top_p']}, "
              f"{meta['n_predict']} new tokens, {meta['problems']} problems; plain and speculative "
-             "requests interleaved per problem, the same seeds.", "",
+             "requests interleaved per problem, the same seeds. Speculative server: "
+             f"{int(meta['spec_accepted'])} of {int(meta['spec_drafted'])} drafted tokens "
+             f"accepted; {len(meta['mismatches'])} requests whose output differed from plain "
+             "decoding's.", "",
              "| b | decoding | Pass@Batch | Pass@First | Pass@All | pass@1 | first ms/tok | "
              "last ms/tok | all ms/tok | speed-up first / last / all |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -342,11 +366,156 @@ def write_svg(path, curves, title):
         f.write("\n".join(out) + "\n")
 
 
+class LlamaServer:
+    """llama.cpp's `llama-server` on a free loopback port (the greedy Pass@1 comparison)."""
+
+    def __init__(self, binary, model, threads):
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t",
+             str(threads), "-np", "1", "-c", "4096"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        import http.client
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{binary} did not start")
+
+    def stop(self):
+        stop_process(self.proc)
+
+
+def greedy_completion(port, problem, n_predict):
+    """One greedy completion of the problem's prompt (not streamed) from an OpenAI-style server."""
+    import http.client
+    body = {"prompt": problem["prompt"], "max_tokens": n_predict, "temperature": 0.0,
+            "stop": STOP_STRINGS[:4], "seed": 1}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {data[:300]!r}")
+    return json.loads(data)["choices"][0]["text"]
+
+
+def first_difference(a, b):
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def gap_at_first_difference(port, prompt, ours, theirs, n_predict):
+    """specd's top-2 log-probability gap (nats) at the token where its greedy text `ours` first
+    differs from `theirs`: below ~0.1 the two engines stood at a near tie, where rounding
+    differences of two correct implementations may pick either token. None if one text is a
+    prefix of the other."""
+    import http.client
+    at = first_difference(ours, theirs)
+    if at >= min(len(ours), len(theirs)):
+        return None
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", "/v1/completions", json.dumps(
+        {"prompt": prompt, "max_tokens": n_predict, "temperature": 0, "logprobs": 2,
+         "stop": STOP_STRINGS[:4]}), {"Content-Type": "application/json"})
+    lp = json.loads(conn.getresponse().read())["choices"][0]["logprobs"]
+    conn.close()
+    pos, k = 0, 0  # the token whose text covers the first differing character
+    while k < len(lp["tokens"]) and pos + len(lp["tokens"][k]) <= at:
+        pos += len(lp["tokens"][k])
+        k += 1
+
+    def gap(i):
+        values = sorted(lp["top_logprobs"][i].values(), reverse=True) if i < len(lp["tokens"]) \
+            else []
+        return values[0] - values[1] if len(values) >= 2 else float("inf")
+    # At a token boundary the other engine's token may have begun a token earlier (" the" here,
+    # " there" there): the choice was made at either of the two.
+    return min(gap(k), gap(k - 1)) if at == pos and k > 0 else gap(k)
+
+
+def run_peer_comparison(args, problems, isolate_net, out_dir):
+    """Greedy Pass@1 of specd's plain decoding against llama.cpp's llama-server on the same GGUF,
+    the same prompts and stop strings, requests interleaved. Writes peer.md and peer.json."""
+    specd = Server(args.specd, "-m", args.model, "--spec-type", "none", "--parallel", "1", "-t",
+                   str(args.threads))
+    peer = LlamaServer(args.peer_llama_server, args.model, args.threads)
+    ports = {"specd": specd.port, "llama.cpp": peer.port}
+    results = []
+    try:
+        for i, problem in enumerate(problems):
+            order = ["specd", "llama.cpp"] if i % 2 == 0 else ["llama.cpp", "specd"]
+            r = {"task_id": problem["task_id"]}
+            for name in order:
+                text = greedy_completion(ports[name], problem, args.n_predict)
+                r[name] = {"text": text, "passed": run_program(
+                    program_of(problem, text, "completion"), args.timeout, isolate_net)}
+            results.append(r)
+            same = r["specd"]["text"] == r["llama.cpp"]["text"]
+            print(f"peer {problem['task_id']}: specd {r['specd']['passed']}, llama.cpp "
+                  f"{r['llama.cpp']['passed']}, same text {same}", file=sys.stderr, flush=True)
+        for problem, r in zip(problems, results):
+            r["gap"] = gap_at_first_difference(specd.port, problem["prompt"], r["specd"]["text"],
+                                               r["llama.cpp"]["text"], args.n_predict)
+    finally:
+        specd.stop()
+        peer.stop()
+    n = len(results)
+    gaps = [r["gap"] for r in results if r["gap"] is not None]
+    near_ties = sum(g < 0.1 for g in gaps)
+    passed = {name: sum(r[name]["passed"] for r in results) for name in ports}
+    same_text = sum(cut_at_stop(r["specd"]["text"]) == cut_at_stop(r["llama.cpp"]["text"])
+                    for r in results)
+    differ = [r["task_id"] for r in results if r["specd"]["passed"] != r["llama.cpp"]["passed"]]
+    summary = {"date": datetime.date.today().isoformat(), "cpu": cpu_description(),
+               "model": args.model, "peer": args.peer_llama_server, "problems": n,
+               "passed": passed, "same_program": same_text, "pass_differs": differ,
+               "near_ties": near_ties, "differing_texts": len(gaps)}
+    with open(os.path.join(out_dir, "peer.json"), "w") as f:
+        json.dump({"summary": summary, "results": results}, f, indent=1)
+    lines = [f"# Greedy HumanEval Pass@1: specd vs llama.cpp ({summary['date']})", "",
+             f"CPU: {summary['cpu']}. `{args.model}`, completion prompts, greedy, "
+             f"{args.n_predict} new tokens, stop strings {STOP_STRINGS[:4]} at the server (all "
+             f"{len(STOP_STRINGS)} cut after), {n} problems, requests interleaved.", "",
+             "| engine | Pass@1 |", "|---|---|"]
+    lines += [f"| {name} | {passed[name]}/{n} ({passed[name] / n:.1%}) |" for name in ports]
+    lines += ["", f"Identical programs: {same_text}/{n}. Problems passed by one engine only: "
+              f"{len(differ)} ({', '.join(differ) or 'none'}). Where the texts differ ({len(gaps)}"
+              f"), specd's top-2 gap at the first differing token is below 0.1 nats (a near tie) "
+              f"in {near_ties}; the others' gaps: "
+              f"{', '.join(f'{g:.3f}' for g in sorted(gaps) if g >= 0.1) or 'none'}."]
+    lines += [f"- {r['task_id']}: specd {'passes' if r['specd']['passed'] else 'fails'}, "
+              f"llama.cpp {'passes' if r['llama.cpp']['passed'] else 'fails'}; gap "
+              + (f"{r['gap']:.3f}" if r["gap"] is not None else "n/a") for r in results
+              if r["task_id"] in differ]
+    with open(os.path.join(out_dir, "peer.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--specd", default=os.path.join(ROOT, "build", "release", "specd"))
     ap.add_argument("-m", "--model", default="", help="target GGUF (default: specd's default)")
     ap.add_argument("-md", "--model-draft", default="", help="draft GGUF (default: paired)")
+    ap.add_argument("--spec-type", default="",
+                    help="the speculative server's proposer (default: specd serve's)")
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--temp", type=float, default=0.2)
     ap.add_argument("--top-p", type=float, default=0.95)
@@ -360,6 +529,9 @@ def parse_args():
     ap.add_argument("--out", default="", help="folder for results (default: "
                     "bench/results/humaneval/DATE-FORM)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peer-llama-server", default="",
+                    help="llama.cpp's llama-server: compare greedy Pass@1 of specd (plain) and "
+                    "it on -m instead of the BASS tables")
     ap.add_argument("--self-test", action="store_true",
                     help="only check the executor: canonical solutions pass, hostile programs "
                     "fail (exit 0 when all hold)")
@@ -383,11 +555,18 @@ def main():
         return 1 if wrong else 0
     out_dir = args.out or os.path.join(ROOT, "bench", "results", "humaneval", f"{date}-{args.form}")
     os.makedirs(out_dir, exist_ok=True)
+    if args.peer_llama_server:
+        if not args.model:
+            print("error: --peer-llama-server needs -m MODEL.gguf (the file both engines run)",
+                  file=sys.stderr)
+            return 2
+        return run_peer_comparison(args, problems, isolate_net, out_dir)
     model = ["-m", args.model] if args.model else []
     draft = ["-md", args.model_draft] if args.model_draft else []
     common = ["--parallel", str(max(batches)), "-t", str(args.threads)]
+    spec_type = ["--spec-type", args.spec_type] if args.spec_type else []
     servers = {"plain": Server(args.specd, *model, "--spec-type", "none", *common),
-               "spec": Server(args.specd, *model, *draft, *common)}
+               "spec": Server(args.specd, *model, *draft, *spec_type, *common)}
     spec_log = "".join(servers["spec"].log)
     records = {(mode, b): [] for mode in servers for b in batches}
     try:
@@ -406,9 +585,12 @@ def main():
                     f"{m} {sum(o['passed'] for o in done[m])}/{b} "
                     f"{max(o['finish_s'] for o in done[m]):.1f}s" for m in servers),
                     file=sys.stderr, flush=True)
+        spec_metrics = servers["spec"].metrics()
     finally:
         for s in servers.values():
             s.stop()
+    drafted = spec_metrics.get("specd:spec_decode_num_draft_tokens_total", 0)
+    accepted = spec_metrics.get("specd:spec_decode_num_accepted_tokens_total", 0)
     rows = [dict(summarize(records[(mode, b)], b), mode=mode) for b in batches for mode in servers]
     # Coupled sampling: for the same seed, speculative output is plain output, completion for
     # completion. A difference is a bug, reported, never averaged away.
@@ -422,10 +604,14 @@ def main():
     curves = [{"mode": mode, "b": b, "curve": budget_curve(records[(mode, b)], budgets)}
               for b in batches for mode in servers]
     meta = {"date": date, "cpu": cpu_description(), "model": args.model or "specd's default",
-            "draft": args.model_draft or "paired by specd", "form": args.form, "temp": args.temp,
+            "draft": args.model_draft or "paired by specd",
+            "spec_type": args.spec_type or "specd serve's default", "form": args.form,
+            "temp": args.temp,
             "top_p": args.top_p, "n_predict": args.n_predict, "problems": len(problems),
             "seed": args.seed, "network_isolated": isolate_net,
-            "spec_server_log": spec_log.splitlines()[-6:], "mismatches": mismatches}
+            "spec_server_log": spec_log.splitlines()[-6:], "mismatches": mismatches,
+            "spec_drafted": drafted, "spec_accepted": accepted,
+            "spec_acceptance": accepted / drafted if drafted else None}
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows, "curves": curves,
                    "records": {f"{m}-b{b}": r for (m, b), r in records.items()}}, f, indent=1)

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from specd_server import Server  # noqa: E402
-from humaneval import fetch_problems, cpu_description  # noqa: E402
+from humaneval import fetch_problems, cpu_description, first_difference  # noqa: E402
 
 
 def llama_cpp_text(binary, model, prompt, n):
@@ -48,13 +48,6 @@ def specd_continuation(server, prompt, n):
     choice = body["choices"][0]
     lp = choice["logprobs"]
     return choice["text"], lp["tokens"], lp["top_logprobs"]
-
-
-def first_difference(a, b):
-    i = 0
-    while i < min(len(a), len(b)) and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def main():

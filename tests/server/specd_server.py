@@ -6,6 +6,17 @@ import threading
 import time
 
 
+def stop_process(proc, timeout_s=30):
+    """SIGTERM, then SIGKILL if it has not exited within timeout_s; returns its exit code."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.returncode
+
+
 class Server:
     """A `specd serve --port 0` process; its port is read from its log."""
 
@@ -51,12 +62,7 @@ class Server:
     def stop(self):
         """Stops it (SIGTERM) and returns its exit code: 0 unless something went wrong, such as
         a sanitizer report (its log is printed then)."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         time.sleep(0.2)  # the log reader's last lines
         if self.proc.returncode != 0:
             print("".join(self.log[-60:]))

@@ -33,7 +33,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -46,7 +45,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
-from specd_server import Server, stop_process  # noqa: E402
+from specd_server import LlamaServer, Server, cpu_description  # noqa: E402
 
 # Where HumanEval completions end, as the Codex paper's harness cuts them.
 STOP_STRINGS = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
@@ -285,19 +284,6 @@ def budget_curve(records, budgets_s):
     return curve
 
 
-def cpu_description():
-    model = platform.processor()
-    flags = ""
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-        if line.startswith("flags"):
-            flags = line
-    isa = ("AMX" if "amx_int8" in flags else "AVX-512 VNNI" if "avx512_vnni" in flags else
-           "AVX2" if "avx2" in flags else "portable")
-    return f"{model} ({isa}), {os.cpu_count()} threads"
-
-
 def write_table(path, meta, rows, curves):
     lines = [f"# HumanEval on specd ({meta['date']})", "",
              f"CPU: {meta['cpu']}. Target `{meta['model']}`, draft `{meta['draft']}` "
@@ -364,38 +350,6 @@ def write_svg(path, curves, title):
                'Pass@Finished</text></svg>')
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
-
-
-class LlamaServer:
-    """llama.cpp's `llama-server` on a free loopback port (the greedy Pass@1 comparison)."""
-
-    def __init__(self, binary, model, threads):
-        import socket
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.proc = subprocess.Popen(
-            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t",
-             str(threads), "-np", "1", "-c", "4096"], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        import http.client
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{binary} did not start")
-
-    def stop(self):
-        stop_process(self.proc)
 
 
 def greedy_completion(port, problem, n_predict):

@@ -492,6 +492,34 @@ TEST(Engine, CachedPromptPrefixesAreReusedAndChangeNothing) {
   }
 }
 
+// llama.vim's warm-up: n_predict 0 with cache_prompt reads the prompt into a kept slot and
+// generates nothing; the next request starting the same way reads only the rest.
+TEST(Engine, AWarmUpRequestReadsThePromptForTheNextOne) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
+  SpecEngine e(p, std::make_unique<FixedDraftLength>(3), /*slots=*/1);
+  SequenceRequest warm = Request(Prompt(24, 2), 0, 0.0f, 1);
+  warm.cache_prompt = true;
+  const int a = e.engine.Add(warm);
+  EXPECT_TRUE(e.engine.HasWork());
+  while (e.engine.HasWork()) e.engine.Step();
+  EXPECT_TRUE(e.engine.sequence(a).tokens.empty());
+  EXPECT_EQ(e.engine.sequence(a).finish_reason, "length");
+  EXPECT_EQ(e.engine.n_cached_prefixes(), 1);
+  SequenceRequest next = Request(Prompt(24, 2), 8, 0.0f, 1);
+  for (int32_t t : Prompt(5, 6)) next.prompt.push_back(t);
+  next.cache_prompt = true;
+  const int b = e.engine.Add(next);
+  EXPECT_EQ(e.engine.sequence(b).n_cached, 24);
+  while (e.engine.HasWork()) e.engine.Step();
+  next.cache_prompt = false;
+  EXPECT_EQ(e.engine.sequence(b).tokens, Alone(p, next));
+  // Without cache_prompt a warm-up has nothing to do: it ends at once.
+  warm.cache_prompt = false;
+  const int c = e.engine.Add(warm);
+  EXPECT_FALSE(e.engine.HasWork());
+  EXPECT_EQ(e.engine.sequence(c).finish_reason, "length");
+}
+
 TEST(Ngram, LookupProposesWhatFollowedTheLatestRepeat) {
   // ... 7 8 9 | 1 2 3 4 | 7 8 9 -> the latest earlier "7 8 9" was followed by 1 2 3 4.
   const std::vector<int32_t> h = {5, 7, 8, 9, 1, 2, 3, 4, 7, 8, 9};

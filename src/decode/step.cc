@@ -409,6 +409,12 @@ void StepDecoder::CommitPrefills(const Plan& plan, double now, StepReport* repor
     s.n_read = c.end;
     if (s.prefilling()) continue;
     const std::span<const float> row(logits_.data() + out_row++ * n_vocab, n_vocab);
+    if (s.request.n_predict == 0) {  // a warm-up of the prompt cache: read, nothing generated
+      s.finish_reason = "length";
+      s.elapsed_ms = now - s.t_added_ms;
+      report->finished.push_back(s.id);
+      continue;
+    }
     std::vector<Sequence*> forked;
     for (Sequence* f : plan.followers) {
       if (f->shared_with != s.id) continue;

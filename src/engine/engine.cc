@@ -80,7 +80,9 @@ int Engine::Add(const SequenceRequest& request) {
     }
   }
   ++next_id_;
-  if (request.n_predict == 0) {
+  // n_predict 0 with cache_prompt reads the prompt for later requests (a warm-up); without, it
+  // has nothing to do.
+  if (request.n_predict == 0 && !request.cache_prompt) {
     s.finish_reason = "length";
     Release(s);
   }

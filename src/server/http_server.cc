@@ -383,7 +383,9 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
     Record(req, e.status);
     return;
   }
-  if (r.completion.max_tokens == 0) {  // llama.vim's warm-up: nothing to generate
+  // n_predict 0 reads the prompt into the cache (llama.vim's warm-up of its ring of chunks),
+  // unless nothing would keep it.
+  if (r.completion.max_tokens == 0 && !r.completion.cache_prompt) {
     LlamaOutcome outcome;
     outcome.stop_type = "limit";
     outcome.prompt_tokens = static_cast<int64_t>(r.completion.prompt.size());

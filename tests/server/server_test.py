@@ -455,6 +455,12 @@ class InfillTest(unittest.TestCase):
                            samplers=["temperature"], cache_prompt=True, t_max_prompt_ms=1,
                            t_max_predict_ms=1)
         self.assertEqual(warm["content"], "")
+        # The warm-up read its prompt into the cache, as llama-server's does: a request with the
+        # same ring of chunks starts from it.
+        after = self.infill(input_prefix="", input_suffix="",
+                            input_extra=[{"text": "import os\n", "time": 1, "filename": "a.py"}],
+                            prompt="import", n_predict=2, temperature=0.0, cache_prompt=True)
+        self.assertGreater(after["tokens_cached"], 5)
         got = self.infill(input_prefix="import os\n\ndef list_py(path):\n    ",
                           input_suffix="\n", input_extra=[], prompt="", n_predict=64,
                           stop=[], n_indent=4, top_k=40, top_p=0.90, stream=False,

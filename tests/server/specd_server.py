@@ -67,3 +67,48 @@ class Server:
         if self.proc.returncode != 0:
             print("".join(self.log[-60:]))
         return self.proc.returncode
+
+
+class LlamaServer:
+    """llama.cpp's `llama-server` on a free loopback port, one slot, for side-by-side runs."""
+
+    def __init__(self, binary, model, threads, *args):
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t",
+             str(threads), "-np", "1", "-c", "4096", *args], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{binary} did not start")
+
+    def stop(self):
+        return stop_process(self.proc)
+
+
+def cpu_description():
+    """'<model name> (<widest ISA>), <n> threads' from /proc/cpuinfo."""
+    import os
+    model, flags = "unknown CPU", ""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags"):
+            flags = line
+    isa = ("AMX" if "amx_int8" in flags else "AVX-512 VNNI" if "avx512_vnni" in flags else
+           "AVX2" if "avx2" in flags else "portable")
+    return f"{model} ({isa}), {os.cpu_count()} threads"

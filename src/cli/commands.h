@@ -133,6 +133,7 @@ struct ServeOptions {
   size_t max_body_bytes = 1 << 20;
   double shutdown_timeout_s = 30;  // on SIGTERM / SIGINT, time for requests in flight to finish
   std::string cors_origins = "*";  // Access-Control-Allow-Origin: "*", origins, or "" (none)
+  int cache_reuse = 0;             // --cache-reuse: the shortest moved chunk reused (0: off)
   int max_prefill_rows = 512;      // prompt rows per step: a long prompt delays others less
   int threads = 2;
   DraftFlags draft_flags;

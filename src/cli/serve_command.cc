@@ -75,6 +75,7 @@ server::HttpOptions HttpOptionsFor(const ServeOptions& o, const Model& model, bo
   h.max_body_bytes = o.max_body_bytes;
   h.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
   h.cors_origins = o.cors_origins;
+  h.cache_reuse = o.cache_reuse;
   h.props.model_path = o.model;
   h.props.total_slots = o.parallel;
   h.props.speculative = speculative;
@@ -210,6 +211,12 @@ Command AddServeCommand(CLI::App& app) {
   s->add_option("--cors-origins", o->cors_origins,
                 "origins browsers may call from: * (the default, as llama-server), a list "
                 "separated by commas, or '' (no CORS headers)");
+  s->add_option("--cache-reuse", o->cache_reuse,
+                "reuse prompt-cache chunks of at least N tokens that moved (text deleted above "
+                "them, an editor's window of lines scrolled), their keys rotated to the new "
+                "positions, as llama-server's --cache-reuse (0, the default: only a shared "
+                "prefix; reused chunks make the output differ from a cold read's)")
+      ->check(CLI::Range(0, 1 << 20));
   AddDraftFlags(s, &o->draft_flags);
   AddTraceStepsFlag(s, &o->trace_steps);
   AddThreadsFlag(s, &o->threads);

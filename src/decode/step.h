@@ -50,6 +50,12 @@ struct SequenceRequest {
   // requests when it finishes. Lossless: the kernels are batch-invariant, so reused KV entries
   // are the ones a fresh read would write.
   bool cache_prompt = false;
+  // llama-server's --cache-reuse N (with cache_prompt; 0: off): past the shared prefix, runs of
+  // at least this many cached tokens that reappear earlier in the prompt (text above them was
+  // deleted, or an editor's window of lines moved down) are moved there, their keys rotated to
+  // the new positions, instead of read again. Not lossless: those entries were computed after
+  // the text that has gone, so the output may differ from a cold read's (as llama-server's).
+  int cache_reuse_chunk = 0;
 };
 
 // A generated token's log-probability under the raw model, with the most likely alternatives.

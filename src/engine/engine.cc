@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "model/kv_shift.h"
 
 namespace specd {
 
@@ -44,17 +45,53 @@ bool Engine::ReuseCachedPrefix(Sequence& s) {
     while (n < limit && it->tokens[n] == prompt[n]) ++n;
     if (n > best_length) best = it, best_length = n;
   }
+  const bool reuse_chunks = s.request.cache_reuse_chunk > 0;
+  if (best == cached_.end() && reuse_chunks && !cached_.empty()) {
+    // Nothing shares the start (an editor's window moved down): the latest may hold chunks.
+    best = std::max_element(cached_.begin(), cached_.end(),
+                            [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+  }
   if (best == cached_.end()) return false;
   s.slot = best->slot;
-  kv_.Truncate(s.slot, static_cast<int>(best_length));
-  s.n_read = s.n_cached = static_cast<int>(best_length);
+  const int n_reused = reuse_chunks
+                           ? ReuseMovedChunks(best->tokens, static_cast<int>(best_length), s)
+                           : static_cast<int>(best_length);
+  if (n_reused == 0) {  // nothing moved: the slot stays cached
+    s.slot = -1;
+    return false;
+  }
+  kv_.Truncate(s.slot, n_reused);
+  s.n_read = s.n_cached = n_reused;
   cached_.erase(best);
   return true;
+}
+
+int Engine::ReuseMovedChunks(const std::vector<int32_t>& cached, int n_shared,
+                             const Sequence& s) {
+  const std::vector<int32_t>& prompt = s.request.prompt;
+  const int n_cached = static_cast<int>(cached.size());
+  const int n_prompt = static_cast<int>(prompt.size()) - 1;  // the last is read for its logits
+  int head_c = n_shared, head_p = n_shared;  // next cached token, next prompt token
+  while (head_c < n_cached && head_p < n_prompt) {
+    int n = 0;
+    while (head_c + n < n_cached && head_p + n < n_prompt && cached[head_c + n] == prompt[head_p + n])
+      ++n;
+    if (n >= s.request.cache_reuse_chunk) {
+      kv_.MoveRows(s.slot, head_c, head_p, n);
+      ShiftKeyPositions(target_.config(), kv_, s.slot, head_p, n, head_p - head_c);
+      head_p += n;
+      head_c += n;
+    } else {
+      ++head_c;
+    }
+  }
+  return head_p;
 }
 
 int Engine::Add(const SequenceRequest& request) {
   SPECD_CHECK(!request.prompt.empty(), "the prompt is empty");
   SPECD_CHECK(request.n_predict >= 0, "{n_predict} must be >= 0");
+  SPECD_CHECK(request.cache_reuse_chunk >= 0, "{cache_reuse} must be >= 0");
   ValidateSamplingParams(request.sampling);
   for (int32_t t : request.prompt) {
     SPECD_CHECK(t >= 0 && t < target_.config().n_vocab, "prompt token ", t,

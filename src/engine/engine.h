@@ -58,8 +58,14 @@ class Engine {
   // A free KV slot, giving up the least recently used cached prefix when none is free.
   int AcquireSlot();
   // Takes the cached prefix sharing the most tokens with s's prompt (at least one; all but the
-  // prompt's last token at most, which must be read for its logits) as s's slot. False if none.
+  // prompt's last token at most, which must be read for its logits) as s's slot, with its moved
+  // chunks when the request reuses them (then the latest cached prefix when none shares the
+  // start). False if nothing is reused.
   bool ReuseCachedPrefix(Sequence& s);
+  // Past the n_shared tokens of `cached` that begin s's prompt, moves the runs of at least
+  // s.request.cache_reuse_chunk cached tokens that come next in the prompt to their places in
+  // s's slot (llama-server's scan); returns the prompt tokens the slot now holds.
+  int ReuseMovedChunks(const std::vector<int32_t>& cached, int n_shared, const Sequence& s);
 
   Model& target_;
   KvCache& kv_;

@@ -118,6 +118,22 @@ void KvCache::KeepPath(int seq, int base, const std::vector<int>& path) {
   length_[seq] = base + static_cast<int>(path.size());
 }
 
+void KvCache::MoveRows(int seq, int from, int to, int n) {
+  CheckSeq(seq);
+  SPECD_CHECK(n >= 0 && to >= 0 && to <= from && from + n <= length_[seq],
+              "KV cache: cannot move ", n, " positions from ", from, " to ", to,
+              " in a sequence of length ", length_[seq]);
+  if (n == 0 || to == from) return;
+  const size_t row = ElementBytes() * kv_dim_;
+  for (int layer = 0; layer < n_layers_; ++layer) {
+    for (void* base : {K(layer, seq), V(layer, seq)}) {
+      auto* bytes = static_cast<uint8_t*>(base);
+      std::memmove(bytes + static_cast<size_t>(to) * row, bytes + static_cast<size_t>(from) * row,
+                   static_cast<size_t>(n) * row);
+    }
+  }
+}
+
 void KvCache::Advance(int seq, int n) {
   CheckSeq(seq);
   SPECD_CHECK(n >= 0 && length_[seq] + n <= config_.n_ctx, "KV cache: sequence ", seq,

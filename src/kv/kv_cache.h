@@ -46,6 +46,10 @@ class KvCache {
   // After a token tree: moves the entries at indices `path` (increasing, each >= base + its
   // place) to base, base + 1, ... and truncates the sequence to base + path.size().
   void KeepPath(int seq, int base, const std::vector<int>& path);
+  // Moves the K and V entries of positions [from, from + n) to [to, to + n), to <= from, in every
+  // layer (the entries left between are overwritten or beyond what the caller keeps); the
+  // length is unchanged. Keys keep their rotary positions: see ShiftKeyPositions.
+  void MoveRows(int seq, int from, int to, int n);
   // Makes `dst` hold the first `length` positions of `src` (a shared prompt encoded once).
   void Fork(int src, int dst, int length);
   // Marks `n` more positions as written (called by the forward pass after it stores them).

@@ -416,6 +416,7 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
   s.logprobs = r.logprobs;
   s.sum_logprob = false;  // nothing in a response reports it
   s.cache_prompt = r.cache_prompt;
+  s.cache_reuse_chunk = options_.cache_reuse;
   std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);
   if (job == nullptr) {
     res.set_header("Retry-After", "1");

@@ -34,6 +34,9 @@ struct HttpOptions {
   // default), a list of origins separated by commas (the request's Origin echoed when listed),
   // or "" (no CORS headers).
   std::string cors_origins = "*";
+  // Prompt-cache chunks of at least this many tokens reused at moved positions (llama-server's
+  // --cache-reuse; 0: only a shared prefix is reused).
+  int cache_reuse = 0;
   PropsInfo props;  // what /props reports of the model and the server
 };
 

@@ -168,6 +168,8 @@ def replay(events, ports):
             record[engine] = {"ms": (time.perf_counter() - t) * 1000, "content": got["content"],
                               "prompt_n": timings.get("prompt_n"),
                               "predicted_n": timings.get("predicted_n"),
+                              "prompt_ms": timings.get("prompt_ms"),
+                              "predicted_ms": timings.get("predicted_ms"),
                               "tokens_cached": got.get("tokens_cached")}
         records.append(record)
         if i % 20 == 0:
@@ -187,8 +189,10 @@ def summarize(records, engines):
                                                             for r in timed),
                   "prompt_tokens_computed": statistics.fmean(r[e]["prompt_n"] or 0
                                                              for r in timed),
+                  "prompt_ms": statistics.median(r[e]["prompt_ms"] or 0 for r in timed),
                   "ms_per_token": statistics.median(
-                      r[e]["ms"] / r[e]["predicted_n"] for r in timed if r[e]["predicted_n"])}
+                      r[e]["predicted_ms"] / r[e]["predicted_n"] for r in timed
+                      if r[e]["predicted_n"])}
     return out
 
 
@@ -223,12 +227,12 @@ def write_report(path, meta, summary, same, consistent, differing):
              f"each, -c 4096, {meta['threads']} threads. {n} suggestions typing "
              f"{meta['regions']} x {meta['lines']} lines into each of {', '.join(meta['files'])} "
              f"(Debian's python3-pyflakes), requests interleaved.", "",
-             "| engine | p50 ms | p95 ms | mean ms | tokens / suggestion | ms / token | "
-             "prompt tokens computed |", "|---|---|---|---|---|---|---|"]
+             "| engine | p50 ms | p95 ms | mean ms | tokens / suggestion | ms / generated token "
+             "| prompt tokens computed (mean) | prompt ms (p50) |", "|---|---|---|---|---|---|---|---|"]
     for e, v in summary.items():
         lines.append(f"| {e} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} | {v['mean_ms']:.0f} | "
                      f"{v['tokens_per_suggestion']:.1f} | {v['ms_per_token']:.1f} | "
-                     f"{v['prompt_tokens_computed']:.0f} |")
+                     f"{v['prompt_tokens_computed']:.0f} | {v['prompt_ms']:.0f} |")
     lines += ["", f"specd / llama.cpp: p50 {s['p50_ms'] / p['p50_ms']:.2f}x, p95 "
               f"{s['p95_ms'] / p['p95_ms']:.2f}x (goals 0.6x and 0.7x). specd's acceptance: "
               f"{meta['accepted']:.0f} of {meta['drafted']:.0f} drafted tokens "

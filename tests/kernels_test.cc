@@ -510,7 +510,14 @@ TEST(Kernels, BassAttentionBlocksEqualTheRowRoutineForEveryShape) {
   deep.n_ctx = 70;
   deep.lengths = {64};
   deep.rows_per_seq = {7};
-  for (const AttentionShape& shape : {wide, deep}) {
+  AttentionShape prompt_chunk;  // a causal chunk of a prompt: early rows skip whole key blocks
+  prompt_chunk.n_head = 14;
+  prompt_chunk.n_head_kv = 2;
+  prompt_chunk.head_dim = 64;
+  prompt_chunk.n_ctx = 80;
+  prompt_chunk.lengths = {75, 30};
+  prompt_chunk.rows_per_seq = {60, 30};
+  for (const AttentionShape& shape : {wide, deep, prompt_chunk}) {
     CheckAttentionMatchesReference(DType::kF32, 0, 0, shape);
     CheckAttentionMatchesReference(DType::kF16, 0, 0, shape);
   }

@@ -42,6 +42,7 @@ DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelCo
                                        AttentionMode attention, DraftModelOptions options)
     : options_(std::move(options)), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {
   SPECD_CHECK(options_.catch_up_limit >= 1, "draft: the catch-up limit must be at least 1");
+  SPECD_CHECK(options_.prompt_limit >= 1, "draft: the prompt limit must be at least 1");
   SPECD_CHECK(options_.tree_width >= 0 && options_.tree_depth >= 0,
               "draft: tree width and depth must not be negative");
   options_.fuzzy.Validate(draft.config().n_layer);
@@ -56,7 +57,8 @@ void DraftModelProposer::AddSequence(int seq, std::span<const int32_t> prompt) {
   SPECD_CHECK(!seqs_.count(seq), "draft: sequence ", seq, " already exists");
   State s;
   s.slot = kv_.Acquire();
-  s.prefill.assign(prompt.begin(), prompt.end() - 1);
+  const size_t n_read = std::min<size_t>(prompt.size(), options_.prompt_limit);
+  s.prefill.assign(prompt.end() - n_read, prompt.end() - 1);
   s.pending = {prompt.back()};
   seqs_.emplace(seq, std::move(s));
 }

@@ -370,6 +370,7 @@ void AttendSequenceBlocks(const KernelContext& ctx, const AttentionRows& rows, i
           block.head_dim = rows.head_dim;
           block.scale = rows.scale;
           block.scores = scores.data();
+          block.skip_masked = pad_to == 0;
           const int64_t kv_off = static_cast<int64_t>(h0 / group) * rows.head_dim;
           avx512::AttendBlock(block, static_cast<const KvT*>(rows.k[r0]) + kv_off,
                               static_cast<const KvT*>(rows.v[r0]) + kv_off);

@@ -331,6 +331,9 @@ struct AttentionBlock {
   int head_dim = 0;
   float scale = 0.0f;
   float* scores = nullptr;  // [n_queries, n_compute] scratch
+  // Skip each query's blocks of 16 keys wholly past its n_visible (a causal prompt chunk's early
+  // rows): the same bits, as those keys weigh exactly 0. PAD scores them, as the paper's does.
+  bool skip_masked = false;
 };
 void AttendBlock(const AttentionBlock& block, const float* k, const float* v);
 void AttendBlock(const AttentionBlock& block, const uint16_t* k, const uint16_t* v);

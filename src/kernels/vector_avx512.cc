@@ -220,6 +220,34 @@ constexpr std::array<std::array<AccumulateFn<KvT>, 4>, 6> kAccumulateValues = {
 // (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same
 // transpose-and-add tree, softmax and key order in the output sums — only the loops are
 // interchanged (keys outer), so every query's result equals AttendRow's bit for bit.
+// acc[j] = the dot product of query q with key j of kbuf ([16, head_dim] f32), j < n_block (0
+// past it), in AttendKeys' order. kQueryVectors > 0: head_dim = 16 kQueryVectors, the query held
+// in registers (reloading it for every key made the loop load-bound).
+template <int kQueryVectors>
+inline void ScoreBlock(const float* q, const float* kbuf, int hd, int32_t n_block,
+                       __m512 acc[16]) {
+  __m512 qv[kQueryVectors > 0 ? kQueryVectors : 1];
+  for (int d = 0; d < kQueryVectors; ++d) qv[d] = _mm512_loadu_ps(q + 16 * d);
+  for (int j = 0; j < 16; ++j) {
+    if (j >= n_block) {
+      acc[j] = _mm512_setzero_ps();
+      continue;
+    }
+    const float* kt = kbuf + j * hd;
+    if constexpr (kQueryVectors > 0) {
+      acc[j] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kt));
+      for (int d = 1; d < kQueryVectors; ++d) {
+        acc[j] = _mm512_fmadd_ps(qv[d], _mm512_loadu_ps(kt + 16 * d), acc[j]);
+      }
+    } else {
+      acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
+      for (int d = 16; d < hd; d += 16) {
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc[j]);
+      }
+    }
+  }
+}
+
 template <typename KvT>
 void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
   const int hd = b.head_dim;
@@ -233,18 +261,12 @@ void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
       for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(&kbuf[j * hd + d], Load16(kt + d));
     }
     for (int i = 0; i < b.n_queries; ++i) {
-      const float* q = b.q[i];
+      if (b.skip_masked && t0 >= b.n_visible[i]) continue;
       __m512 acc[16];
-      for (int j = 0; j < 16; ++j) {
-        if (j >= n_block) {
-          acc[j] = _mm512_setzero_ps();
-          continue;
-        }
-        const float* kt = &kbuf[j * hd];
-        acc[j] = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kt));
-        for (int d = 16; d < hd; d += 16) {
-          acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc[j]);
-        }
+      if (hd == 64) {
+        ScoreBlock<4>(b.q[i], kbuf.data(), hd, n_block, acc);
+      } else {
+        ScoreBlock<0>(b.q[i], kbuf.data(), hd, n_block, acc);
       }
       const int32_t visible = b.n_visible[i] - t0;
       const __mmask16 keep = TailMask(visible < 0 ? 0 : visible);
@@ -253,9 +275,11 @@ void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
       _mm512_mask_storeu_ps(b.scores + i * b.n_compute + t0, TailMask(n_block), sums);
     }
   }
+  // Softmax over the scored keys: the skipped ones would add exp(-inf) = 0 and not move the max.
   std::vector<float> inv(b.n_queries);
   for (int i = 0; i < b.n_queries; ++i) {
-    inv[i] = SoftmaxWeights(b.scores + i * b.n_compute, b.n_compute);
+    const int32_t n = b.skip_masked ? std::min(b.n_visible[i], b.n_compute) : b.n_compute;
+    inv[i] = SoftmaxWeights(b.scores + i * b.n_compute, n);
   }
   // Output, in tiles of up to 6 queries (4 accumulators each for 64 dimensions) that share each
   // loaded value vector; a query stops adding at its own n_visible, as in AttendKeys.

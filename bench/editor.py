@@ -6,8 +6,10 @@ draft saw in training (python3-pyflakes; the Qwen draft learnt from /usr/lib/pyt
 each pause (a new line's indentation, and half-way through a line) the editor asks /infill for a
 suggestion: the 256 lines above the cursor, the line and 64 lines below it, a ring of 64-line
 chunks from the package's other files as `input_extra`, `n_predict` 128, `t_max_prompt_ms` 500,
-`t_max_predict_ms` 1000, `cache_prompt`, the plugin's samplers (top-k 40, top-p 0.99) — and
-temperature 0, so the two engines' suggestions can be compared. Each suggestion goes to
+`t_max_predict_ms` 1000, `cache_prompt`, the plugin's samplers (top-p 0.99, the infill sampler)
+but top-k 1 and temperature 0, so that both engines decode greedily and their suggestions can be
+compared (llama-server applies only the samplers a request lists: the plugin's own requests, with
+no temperature among them, are sampled at temperature 1). Each suggestion goes to
 `specd serve` and to llama.cpp's `llama-server` on the same GGUF, interleaved (the order
 alternates), one slot each, the same context size.
 
@@ -35,7 +37,10 @@ from specd_server import LlamaServer, Server, cpu_description  # noqa: E402
 
 PACKAGE = "/usr/lib/python3/dist-packages/pyflakes"
 N_PREFIX_LINES, N_SUFFIX_LINES, RING_CHUNK_LINES, RING_CHUNKS = 256, 64, 64, 4
-PLUGIN_FIELDS = {"n_predict": 128, "top_k": 40, "top_p": 0.99, "stream": False,
+# The plugin's fields but top_k 1: llama-server applies only the samplers a request lists, and
+# the plugin's list has no temperature, so its suggestions are sampled (at temperature 1); top-k
+# 1 makes both engines decode greedily, whose suggestions can be compared.
+PLUGIN_FIELDS = {"n_predict": 128, "top_k": 1, "top_p": 0.99, "stream": False,
                  "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
                  "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "temperature": 0.0}
 
@@ -216,7 +221,49 @@ def compare(records, port, events):
     return same, consistent, differing
 
 
-def write_report(path, meta, summary, same, consistent, differing):
+def consistent_with(a, b):
+    return a.startswith(b) or b.startswith(a)
+
+
+def cold_check(events, records, ports, n_requests):
+    """n_requests suggestions sent again cold (cache_prompt off, no time limit, 64 tokens) to
+    both engines: whether each engine's cold text agrees with what it suggested in the session
+    (a prompt cache that changes nothing), and whether the two engines' cold texts agree."""
+    timed = [i for i, r in enumerate(records) if not r["warm_up"]]
+    picks = timed[::max(1, len(timed) // max(1, n_requests))][:n_requests]
+    out = {"n": len(picks), "self_consistent": {e: 0 for e in ports}, "cold_identical": 0,
+           "cold_consistent": 0, "cold_differing": []}
+    for i in picks:
+        body = dict(events[i][2], cache_prompt=False, t_max_predict_ms=0, n_predict=64)
+        cold = {e: post(ports[e], "/infill", body)["content"] for e in ports}
+        for e in ports:
+            out["self_consistent"][e] += consistent_with(cold[e], records[i][e]["content"])
+        a, b = cold["specd"], cold["llama.cpp"]
+        out["cold_identical"] += a == b
+        out["cold_consistent"] += a != b and consistent_with(a, b)
+        if not consistent_with(a, b):
+            out["cold_differing"].append({"request": i, "specd": a[:120], "llama.cpp": b[:120],
+                                          "gap_nats": top2_gap_at_difference(ports["specd"], body,
+                                                                             a, b)})
+        print(f"  cold {i}: identical {a == b}", flush=True)
+    return out
+
+
+def cold_lines(cold):
+    n = cold["n"]
+    near = sum(1 for d in cold["cold_differing"]
+               if d["gap_nats"] is not None and d["gap_nats"] < 0.1)
+    return ["", f"Cold check ({n} of the suggestions sent again to both engines with the prompt "
+            "cache off, no time limit, 64 tokens): " + ", ".join(
+                f"{e}'s cold text agrees with its suggestion in the session in "
+                f"{v} of {n}" for e, v in cold["self_consistent"].items())
+            + f"; the two engines' cold texts are identical in {cold['cold_identical']} of {n} "
+            f"(one a prefix of the other in {cold['cold_consistent']} more) and differ in "
+            f"{len(cold['cold_differing'])}, {near} of them at a near tie (specd's top-2 gap < "
+            "0.1 nats)."]
+
+
+def write_report(path, meta, summary, same, consistent, differing, cold=None):
     s, p = summary["specd"], summary["llama.cpp"]
     n = s["n"]
     near = sum(1 for d in differing if d["gap_nats"] is not None and d["gap_nats"] < 0.1)
@@ -241,8 +288,46 @@ def write_report(path, meta, summary, same, consistent, differing):
               f"stopped earlier at its time limit ({consistent / n:.1%}), {len(differing)} "
               f"differing, {near} of them at a near tie (specd's top-2 gap < 0.1 nats at the "
               "first differing token)."]
+    if cold is not None:
+        lines += cold_lines(cold)
+    if "--cache-reuse" in meta["specd_args"] + meta["peer_args"]:
+        lines += ["", "With --cache-reuse, moved cache entries were computed after text that has "
+                  "since gone, in each engine after its own earlier suggestions: the engines then "
+                  "decode from different states, so suggestions may differ beyond near ties, and "
+                  "the gap above (the request sent again after the session) is not the state the "
+                  "suggestion came from. The exact-cache run compares the engines."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def start_engines(args):
+    specd = Server(args.specd, "-m", args.model, "--spec-type", args.spec_type, "--parallel", "1",
+                   "-c", "4096", "-t", str(args.threads), *args.specd_args.split())
+    peer = LlamaServer(args.peer_llama_server, args.model, args.threads, *args.peer_args.split())
+    return specd, peer
+
+
+def report_from_saved(args):
+    """Rewrites editor.md from editor.json; with --cold-check, runs the cold check first."""
+    path = os.path.join(args.out, "editor.json")
+    with open(path) as f:
+        saved = json.load(f)
+    meta = saved["meta"]
+    if args.cold_check:
+        events = typing_session(meta["files"], meta["regions"], meta["lines"], args.seed)
+        specd, peer = start_engines(args)
+        try:
+            saved["cold"] = cold_check(events, saved["records"],
+                                       {"specd": specd.port, "llama.cpp": peer.port},
+                                       args.cold_check)
+        finally:
+            specd.stop()
+            peer.stop()
+        with open(path, "w") as f:
+            json.dump(saved, f, indent=1)
+    write_report(os.path.join(args.out, "editor.md"), meta, saved["summary"], saved["identical"],
+                 saved["prefix_consistent"], saved["differing"], saved.get("cold"))
+    print(open(os.path.join(args.out, "editor.md")).read())
 
 
 def parse_args():
@@ -261,26 +346,34 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "editor"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite editor.md from the editor.json in --out")
+    ap.add_argument("--cold-check", type=int, default=0, metavar="N",
+                    help="after the session (or, with --report-only, on the saved one), send N "
+                    "suggestions again cold to both engines")
     return ap.parse_args()
 
 
 def main():
     args = parse_args()
+    if args.report_only:
+        return report_from_saved(args)
     if not os.path.isdir(PACKAGE):
         sys.exit(f"{PACKAGE} is missing: apt-get install python3-pyflakes "
                  "(scripts/install-deps.sh installs it)")
     files = args.files.split(",")
     events = typing_session(files, args.regions, args.lines, args.seed)
     specd_args, peer_args = args.specd_args.split(), args.peer_args.split()
-    specd = Server(args.specd, "-m", args.model, "--spec-type", args.spec_type, "--parallel", "1",
-                   "-c", "4096", "-t", str(args.threads), *specd_args)
-    peer = LlamaServer(args.peer_llama_server, args.model, args.threads, *peer_args)
+    specd, peer = start_engines(args)
     ports = {"specd": specd.port, "llama.cpp": peer.port}
+    cold = None
     try:
         print(f"{len(events)} requests", flush=True)
         records = replay(events, ports)
         after = metric_values(specd.port)
         same, consistent, differing = compare(records, specd.port, events)
+        if args.cold_check:
+            cold = cold_check(events, records, ports, args.cold_check)
     finally:
         specd.stop()
         peer.stop()
@@ -294,9 +387,10 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "editor.json"), "w") as f:
         json.dump({"meta": meta, "summary": summary, "identical": same,
-                   "prefix_consistent": consistent, "differing": differing,
+                   "prefix_consistent": consistent, "differing": differing, "cold": cold,
                    "records": records}, f, indent=1)
-    write_report(os.path.join(args.out, "editor.md"), meta, summary, same, consistent, differing)
+    write_report(os.path.join(args.out, "editor.md"), meta, summary, same, consistent, differing,
+                 cold)
     print(open(os.path.join(args.out, "editor.md")).read())
 
 

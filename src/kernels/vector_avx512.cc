@@ -248,11 +248,30 @@ inline void ScoreBlock(const float* q, const float* kbuf, int hd, int32_t n_bloc
   }
 }
 
+// Every query's scores of keys [t0, t0 + n_block), their f32 copies in kbuf: the block's dot
+// products, scaled, the keys past a query's n_visible at -inf.
+inline void ScoreQueries(const AttentionBlock& b, const float* kbuf, int32_t t0, int32_t n_block) {
+  const __m512 scale_v = _mm512_set1_ps(b.scale);
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int i = 0; i < b.n_queries; ++i) {
+    if (b.skip_masked && t0 >= b.n_visible[i]) continue;
+    __m512 acc[16];
+    if (b.head_dim == 64) {
+      ScoreBlock<4>(b.q[i], kbuf, b.head_dim, n_block, acc);
+    } else {
+      ScoreBlock<0>(b.q[i], kbuf, b.head_dim, n_block, acc);
+    }
+    const int32_t visible = b.n_visible[i] - t0;
+    const __mmask16 keep = TailMask(visible < 0 ? 0 : visible);
+    const __m512 sums =
+        _mm512_mask_blend_ps(keep, minus_inf, _mm512_mul_ps(SumEach16(acc), scale_v));
+    _mm512_mask_storeu_ps(b.scores + i * b.n_compute + t0, TailMask(n_block), sums);
+  }
+}
+
 template <typename KvT>
 void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
   const int hd = b.head_dim;
-  const __m512 scale_v = _mm512_set1_ps(b.scale);
-  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   std::vector<float> kbuf(16 * static_cast<size_t>(hd));  // [16, head_dim] keys as f32
   for (int32_t t0 = 0; t0 < b.n_compute; t0 += 16) {
     const int32_t n_block = b.n_compute - t0 < 16 ? b.n_compute - t0 : 16;
@@ -260,20 +279,7 @@ void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
       const KvT* kt = k + static_cast<int64_t>(t0 + j) * b.kv_stride;
       for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(&kbuf[j * hd + d], Load16(kt + d));
     }
-    for (int i = 0; i < b.n_queries; ++i) {
-      if (b.skip_masked && t0 >= b.n_visible[i]) continue;
-      __m512 acc[16];
-      if (hd == 64) {
-        ScoreBlock<4>(b.q[i], kbuf.data(), hd, n_block, acc);
-      } else {
-        ScoreBlock<0>(b.q[i], kbuf.data(), hd, n_block, acc);
-      }
-      const int32_t visible = b.n_visible[i] - t0;
-      const __mmask16 keep = TailMask(visible < 0 ? 0 : visible);
-      const __m512 sums =
-          _mm512_mask_blend_ps(keep, minus_inf, _mm512_mul_ps(SumEach16(acc), scale_v));
-      _mm512_mask_storeu_ps(b.scores + i * b.n_compute + t0, TailMask(n_block), sums);
-    }
+    ScoreQueries(b, kbuf.data(), t0, n_block);
   }
   // Softmax over the scored keys: the skipped ones would add exp(-inf) = 0 and not move the max.
   std::vector<float> inv(b.n_queries);

@@ -1,7 +1,10 @@
 #include "server/llama_api.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <random>
+#include <set>
 
 #include "server/request_fields.h"
 #include "tokenizer/utf8.h"
@@ -98,6 +101,41 @@ void RefuseUnsupportedLlama(const json& j) {
   }
 }
 
+// The samplers a request lists (llama-server's `samplers`: names, or its one-letter string such as
+// "edkypmxt"); null when it lists none (all apply). Unknown names are refused.
+std::optional<std::set<std::string>> ListedSamplers(const json& j) {
+  const auto it = j.find("samplers");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  static const std::map<std::string, std::string> kNames = {
+      {"penalties", "penalties"}, {"dry", "dry"},     {"top_n_sigma", "top_n_sigma"},
+      {"top_k", "top_k"},         {"typ_p", "typ_p"}, {"typical_p", "typ_p"},
+      {"top_p", "top_p"},         {"min_p", "min_p"}, {"xtc", "xtc"},
+      {"temperature", "temperature"}, {"temp", "temperature"}, {"infill", "infill"}};
+  static const std::map<char, std::string> kLetters = {
+      {'e', "penalties"}, {'d', "dry"},   {'s', "top_n_sigma"}, {'k', "top_k"},
+      {'y', "typ_p"},     {'p', "top_p"}, {'m', "min_p"},       {'x', "xtc"},
+      {'t', "temperature"}, {'i', "infill"}};
+  std::set<std::string> listed;
+  auto add = [&](const auto& table, const auto& key, const std::string& shown) {
+    const auto found = table.find(key);
+    if (found == table.end()) {
+      throw BadRequest("'samplers' names an unknown sampler '" + shown + "'", "samplers");
+    }
+    listed.insert(found->second);
+  };
+  if (it->is_string()) {
+    for (char c : it->get<std::string>()) add(kLetters, c, std::string(1, c));
+  } else if (it->is_array()) {
+    for (const json& name : *it) {
+      if (!name.is_string()) throw BadRequest("'samplers' must hold names", "samplers");
+      add(kNames, name.get<std::string>(), name.get<std::string>());
+    }
+  } else {
+    throw BadRequest("'samplers' must be a list of names or a string of letters", "samplers");
+  }
+  return listed;
+}
+
 void ReadSampling(const json& j, LlamaRequest* r) {
   SamplingParams& s = r->completion.sampling;
   s.temperature = static_cast<float>(Number(j, "temperature", 0.0, 100.0, 0.8));
@@ -106,6 +144,16 @@ void ReadSampling(const json& j, LlamaRequest* r) {
   s.min_p = static_cast<float>(Number(j, "min_p", 0.0, 1.0, 0.05));
   s.repeat_penalty = static_cast<float>(Number(j, "repeat_penalty", 0.01, 100.0, 1.0));
   s.repeat_last_n = static_cast<int>(Integer(j, "repeat_last_n", 0, 1 << 20, 64));
+  // As llama-server: a sampler not listed does not apply. llama.vim and llama.vscode list
+  // top_k, top_p and infill: no temperature, so their suggestions are drawn at temperature 1.
+  // (specd applies the listed ones in its own order; infill is accepted and not applied.)
+  if (const auto listed = ListedSamplers(j)) {
+    if (!listed->count("temperature")) s.temperature = 1.0f;
+    if (!listed->count("top_k")) s.top_k = 0;
+    if (!listed->count("top_p")) s.top_p = 1.0f;
+    if (!listed->count("min_p")) s.min_p = 0.0f;
+    if (!listed->count("penalties")) s.repeat_penalty = 1.0f;
+  }
   r->seed = Integer(j, "seed", -1, UINT32_MAX, -1);
   // llama-server's "random" seed is -1 (or 2^32 - 1).
   s.seed = r->seed >= 0 && r->seed != UINT32_MAX ? static_cast<uint64_t>(r->seed)

@@ -312,6 +312,25 @@ class LlamaApiTest(unittest.TestCase):
         self.assertEqual(got["generation_settings"]["n_predict"], 24)
         self.assertIn(got["stop_type"], ("limit", "eos"))
 
+    def test_samplers_not_listed_do_not_apply(self):
+        # llama.vscode's list: no temperature, so it draws at temperature 1, as llama-server does.
+        got = self.completion(prompt=PROMPTS[0], n_predict=2, temperature=0.2, top_k=5,
+                              samplers=["top_k", "top_p", "infill"])["generation_settings"]
+        self.assertEqual((got["temperature"], got["top_k"], got["min_p"]), (1.0, 5, 0.0))
+        got = self.completion(prompt=PROMPTS[0], n_predict=2, temperature=0.2, top_p=0.5,
+                              samplers="kt")["generation_settings"]  # llama-server's letters
+        self.assertAlmostEqual(got["temperature"], 0.2, places=6)
+        self.assertEqual(got["top_p"], 1.0)
+        # Greedy through the plugin's list: top_k 1.
+        greedy = self.completion(prompt=PROMPTS[0], n_predict=12, top_k=1,
+                                 samplers=["top_k", "top_p", "infill"])
+        self.assertEqual(greedy["content"],
+                         self.completion(prompt=PROMPTS[0], n_predict=12, temperature=0)["content"])
+        status, _, data = post_json(self.server, "/completion",
+                                    {"prompt": "a", "n_predict": 1, "samplers": ["mirostat_v9"]})
+        self.assertEqual(status, 400)
+        self.assertIn("mirostat_v9", json.loads(data)["error"]["message"])
+
     def test_streamed_completion_equals_whole(self):
         whole = self.completion(prompt=PROMPTS[1], n_predict=20, temperature=0)
         events = stream_events(self.server, "/completion",

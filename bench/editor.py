@@ -300,6 +300,24 @@ def write_report(path, meta, summary, same, consistent, differing, cold=None):
         f.write("\n".join(lines) + "\n")
 
 
+def self_test():
+    """The session's requests have the plugin's shape (no server needed)."""
+    doc = [f"line {i}" for i in range(400)] + ["    x = compute(a, b)"]
+    body = request_at(doc, 400, 4, [{"text": "t\n", "time": 0, "filename": "f.py"}])
+    assert body["input_prefix"] == "\n".join(doc[144:400]) + "\n", "256 lines above the cursor"
+    assert body["input_suffix"] == "x = compute(a, b)\n\n", "the rest of the line, then below"
+    assert body["prompt"] == "" and body["n_indent"] == 4, "indentation alone is no prompt"
+    body = request_at(doc, 400, 8, [])
+    assert body["prompt"] == "    x = " and body["input_suffix"].startswith("compute(")
+    assert body["top_k"] == 1 and body["samplers"] == ["top_k", "top_p", "infill"]
+    events = typing_session(["api.py", "reporter.py"], 1, 4, 1)
+    warm = [e for e in events if e[2]["n_predict"] == 0]
+    assert len(warm) == 2 and events[0][2]["n_predict"] == 0, "a warm-up opens each file"
+    assert all(e[2]["input_extra"] and e[2]["input_extra"][0]["filename"] != e[0] for e in events)
+    assert len(events) > 2 * 4, "two pauses on most typed lines"
+    print("editor.py self-test: ok")
+
+
 def start_engines(args):
     specd = Server(args.specd, "-m", args.model, "--spec-type", args.spec_type, "--parallel", "1",
                    "-c", "4096", "-t", str(args.threads), *args.specd_args.split())
@@ -335,7 +353,10 @@ def parse_args():
     ap.add_argument("--specd", default=os.path.join(ROOT, "build", "release", "specd"))
     ap.add_argument("--model", default=os.path.join(
         ROOT, "pretrained", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
-    ap.add_argument("--peer-llama-server", required=True, help="llama.cpp's llama-server binary")
+    ap.add_argument("--peer-llama-server", help="llama.cpp's llama-server binary (required "
+                    "but with --self-test)")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the session's requests against the plugin's shape and exit")
     ap.add_argument("--peer-args", default="", help="more llama-server flags, e.g. "
                     "'--cache-reuse 256'")
     ap.add_argument("--specd-args", default="", help="more specd serve flags")
@@ -356,6 +377,13 @@ def parse_args():
 
 def main():
     args = parse_args()
+    if args.self_test:
+        if not os.path.isdir(PACKAGE):
+            print(f"SKIPPED: {PACKAGE} is missing (apt-get install python3-pyflakes)")
+            sys.exit(77)
+        return self_test()
+    if not args.peer_llama_server:
+        sys.exit("--peer-llama-server PATH is required (llama.cpp's llama-server binary)")
     if args.report_only:
         return report_from_saved(args)
     if not os.path.isdir(PACKAGE):

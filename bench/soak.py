@@ -230,7 +230,7 @@ class Soak:
                 self.mismatches.append(f"transport error: {e!r}")
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--specd", default=os.path.join(ROOT, "build", "release", "specd"))
     ap.add_argument("--clients", type=int, default=64)
@@ -239,7 +239,57 @@ def main():
     ap.add_argument("--max-queue", type=int, default=16)
     ap.add_argument("--out", default="")
     ap.add_argument("serve_args", nargs="*", help="more `specd serve` flags (after --)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def run_clients(soak, pid, args):
+    """Runs the clients to the end; returns [(seconds, resident MiB)] sampled meanwhile."""
+    threads = [threading.Thread(target=soak.worker, args=(i,)) for i in range(args.clients)]
+    rss = []
+    for t in threads:
+        t.start()
+    start = time.time()
+    while any(t.is_alive() for t in threads):
+        rss.append((round(time.time() - start, 1), round(proc_figures(pid)[0], 1)))
+        time.sleep(min(5.0, max(0.5, args.seconds / 60)))
+    for t in threads:
+        t.join()
+    return rss
+
+
+def judge(report, soak, args, fd_targets):
+    """The reasons the soak failed (none: it passed)."""
+    failures = list(soak.mismatches[:5])
+    before = (report["idle_before"]["threads"], report["idle_before"]["fds"])
+    after = (report["idle_after"]["threads"], report["idle_after"]["fds"])
+    if report["kv_slots_in_use_after"] != 0:
+        failures.append(f"{report['kv_slots_in_use_after']} KV slots still in use")
+    if after[0] > before[0] or after[1] > before[1]:
+        failures.append(f"threads / fds {before} -> {after} (descriptors: {', '.join(fd_targets)})")
+    if args.seconds >= 120 and report["rss_growth_after_minute_1"] > 0.10:
+        failures.append(f"resident memory grew {report['rss_growth_after_minute_1']:.1%} after "
+                        "minute 1")
+    if report["server_exit_code"] != 0:
+        failures.append(f"the server exited with {report['server_exit_code']}")
+    return failures
+
+
+def markdown(report, soak, args):
+    lines = [f"# Soak: {args.clients} clients x {args.seconds:g} s", "",
+             "| kind | outcome | count |", "|---|---|---|"]
+    lines += [f"| {k} | {o} | {n} |" for (k, o), n in sorted(soak.outcomes.items())]
+    lines += ["", "| kind | n | p50 ms | p99 ms |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v['n']} | {v['p50']:.0f} | {v['p99']:.0f} |"
+              for k, v in report["latency_ms"].items()]
+    lines += ["", f"Idle before: {report['idle_before']}; after: {report['idle_after']}; KV slots "
+              f"in use after: {report['kv_slots_in_use_after']}; resident memory growth after "
+              f"minute 1: {report['rss_growth_after_minute_1']:.1%}.", "",
+              "Failures: " + ("; ".join(report["failures"]) if report["failures"] else "none")]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    args = parse_args()
     server = Server(args.specd, "--parallel", str(args.parallel), "--max-queue",
                     str(args.max_queue), *args.serve_args)
     pid = server.proc.pid
@@ -249,16 +299,7 @@ def main():
                     for k, p, b in good]
         idle_before = proc_figures(pid)
         soak = Soak(server, args, expected, good)
-        threads = [threading.Thread(target=soak.worker, args=(i,)) for i in range(args.clients)]
-        rss = []
-        for t in threads:
-            t.start()
-        start = time.time()
-        while any(t.is_alive() for t in threads):
-            rss.append((round(time.time() - start, 1), round(proc_figures(pid)[0], 1)))
-            time.sleep(min(5.0, max(0.5, args.seconds / 60)))
-        for t in threads:
-            t.join()
+        rss = run_clients(soak, pid, args)
         slots = metric(server.port, "specd:kv_slots_in_use")
         idle_after, fd_targets = wait_for_idle(pid, idle_before)
     finally:
@@ -276,27 +317,8 @@ def main():
         "idle_before": dict(zip(("rss_mib", "threads", "fds"), idle_before)),
         "idle_after": dict(zip(("rss_mib", "threads", "fds"), idle_after)),
         "kv_slots_in_use_after": slots, "server_exit_code": exit_code}
-    failures = list(soak.mismatches[:5])
-    if slots != 0:
-        failures.append(f"{slots} KV slots still in use")
-    if idle_after[1] > idle_before[1] or idle_after[2] > idle_before[2]:
-        failures.append(f"threads / fds {idle_before[1:]} -> {idle_after[1:]} "
-                        f"(descriptors: {', '.join(fd_targets)})")
-    if args.seconds >= 120 and growth > 0.10:
-        failures.append(f"resident memory grew {growth:.1%} after minute 1")
-    if exit_code != 0:
-        failures.append(f"the server exited with {exit_code}")
-    report["failures"] = failures
-    lines = [f"# Soak: {args.clients} clients x {args.seconds:g} s", "",
-             "| kind | outcome | count |", "|---|---|---|"]
-    lines += [f"| {k} | {o} | {n} |" for (k, o), n in sorted(soak.outcomes.items())]
-    lines += ["", "| kind | n | p50 ms | p99 ms |", "|---|---|---|---|"]
-    lines += [f"| {k} | {v['n']} | {v['p50']:.0f} | {v['p99']:.0f} |"
-              for k, v in report["latency_ms"].items()]
-    lines += ["", f"Idle before: {report['idle_before']}; after: {report['idle_after']}; KV slots "
-              f"in use after: {slots}; resident memory growth after minute 1: {growth:.1%}.", "",
-              "Failures: " + ("; ".join(failures) if failures else "none")]
-    text = "\n".join(lines) + "\n"
+    report["failures"] = judge(report, soak, args, fd_targets)
+    text = markdown(report, soak, args)
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -304,8 +326,7 @@ def main():
             json.dump(report, f, indent=1)
         with open(os.path.join(args.out, "soak.md"), "w") as f:
             f.write(text)
-    return 1 if failures else 0
-
+    return 1 if report["failures"] else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -538,7 +538,8 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
       events.clear();
     }
     for (auto& out : collector->outputs()) out.text = collector->text(out.index).TakeDelta(true);
-    res.set_content(Dump(CompletionResponse(info, collector->outputs(), prompt_tokens, tokenizer_,
+    res.set_content(Dump(CompletionResponse(info, collector->outputs(),
+                                            {prompt_tokens, job->n_cached()}, tokenizer_,
                                             job->n_drafted(), job->n_accepted())),
                     "application/json");
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
@@ -570,7 +571,10 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
                return false;
              }
            }
-           if (include_usage) send(UsageChunk(info, prompt_tokens, collector->completion_tokens()));
+           if (include_usage) {
+             send(UsageChunk(info, {prompt_tokens, job->n_cached()},
+                             collector->completion_tokens()));
+           }
            const std::string done = "data: [DONE]\n\n";
            sink.write(done.data(), done.size());
            sink.done();

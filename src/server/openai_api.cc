@@ -352,10 +352,17 @@ json ChoiceLogprobs(const ResponseInfo& info, const ChoiceOutput& c, const Token
                    : CompletionLogprobs(c.tokens, c.logprobs, tokenizer, 0);
 }
 
+json Usage(PromptCount prompt, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt.tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt.tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", prompt.cached}}}};
+}
+
 }  // namespace
 
 nlohmann::json CompletionResponse(const ResponseInfo& info,
-                                  const std::vector<ChoiceOutput>& choices, int64_t prompt_tokens,
+                                  const std::vector<ChoiceOutput>& choices, PromptCount prompt,
                                   const Tokenizer& tokenizer, int64_t n_drafted,
                                   int64_t n_accepted) {
   json out_choices = json::array();
@@ -377,10 +384,7 @@ nlohmann::json CompletionResponse(const ResponseInfo& info,
           {"created", info.created},
           {"model", info.model},
           {"choices", out_choices},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}},
+          {"usage", Usage(prompt, completion_tokens)},
           {"specd",
            {{"n_drafted", n_drafted},
             {"n_accepted", n_accepted},
@@ -409,17 +413,13 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
           {"choices", json::array({choice})}};
 }
 
-nlohmann::json UsageChunk(const ResponseInfo& info, int64_t prompt_tokens,
-                          int64_t completion_tokens) {
+nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens) {
   return {{"id", info.id},
           {"object", info.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", info.created},
           {"model", info.model},
           {"choices", json::array()},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+          {"usage", Usage(prompt, completion_tokens)}};
 }
 
 }  // namespace specd::server

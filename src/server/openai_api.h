@@ -127,17 +127,22 @@ struct ResponseInfo {
   int logprobs = -1;
 };
 
-// The whole response of a non-streaming request, with usage and specd's acceptance figures.
+// Token counts of a request: its prompt, of which reused from the prompt cache.
+struct PromptCount {
+  int64_t tokens = 0;
+  int64_t cached = 0;
+};
+// The whole response of a non-streaming request, with usage (OpenAI's
+// prompt_tokens_details.cached_tokens included) and specd's acceptance figures.
 nlohmann::json CompletionResponse(const ResponseInfo& info,
-                                  const std::vector<ChoiceOutput>& choices, int64_t prompt_tokens,
+                                  const std::vector<ChoiceOutput>& choices, PromptCount prompt,
                                   const Tokenizer& tokenizer, int64_t n_drafted,
                                   int64_t n_accepted);
 // One `data:` chunk of a stream for one choice (`first`: chat's role delta).
 nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
                            const Tokenizer& tokenizer);
 // The usage chunk sent last when stream_options.include_usage.
-nlohmann::json UsageChunk(const ResponseInfo& info, int64_t prompt_tokens,
-                          int64_t completion_tokens);
+nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens);
 // OpenAI's finish reasons: a time budget counts as "length"; "cancelled" stays.
 std::string OpenAiFinishReason(const std::string& engine_reason);
 

@@ -371,6 +371,19 @@ class LlamaApiTest(unittest.TestCase):
         status, _, data = post_json(self.server, "/completion",
                                     {"prompt": "x", "cache_prompt": "yes"})
         self.assertEqual(status, 400, data)
+        # OpenAI's usage says it too: prompt_tokens_details.cached_tokens.
+        for stream in (False, True):
+            body = {"prompt": longer + " more", "max_tokens": 4, "temperature": 0,
+                    "stream": stream, "stream_options": {"include_usage": True} if stream else None}
+            status, _, data = post_json(self.server, "/v1/completions", body)
+            self.assertEqual(status, 200, data[:300])
+            text = data.decode()
+            usage = (json.loads(text) if not stream else [
+                json.loads(line[6:]) for line in text.splitlines()
+                if line.startswith("data: {")][-1])["usage"]
+            self.assertGreater(usage["prompt_tokens_details"]["cached_tokens"], 0)
+            self.assertLess(usage["prompt_tokens_details"]["cached_tokens"],
+                            usage["prompt_tokens"])
 
     def test_editor_limits(self):
         # n_indent: no line after the first is less indented than asked (llama-server's rule).

@@ -66,15 +66,15 @@ bool Engine::ReuseCachedPrefix(Sequence& s) {
   return true;
 }
 
-int Engine::ReuseMovedChunks(const std::vector<int32_t>& cached, int n_shared,
-                             const Sequence& s) {
+int Engine::ReuseMovedChunks(const std::vector<int32_t>& cached, int n_shared, const Sequence& s) {
   const std::vector<int32_t>& prompt = s.request.prompt;
   const int n_cached = static_cast<int>(cached.size());
   const int n_prompt = static_cast<int>(prompt.size()) - 1;  // the last is read for its logits
-  int head_c = n_shared, head_p = n_shared;  // next cached token, next prompt token
+  int head_c = n_shared, head_p = n_shared;                  // next cached token, next prompt token
   while (head_c < n_cached && head_p < n_prompt) {
     int n = 0;
-    while (head_c + n < n_cached && head_p + n < n_prompt && cached[head_c + n] == prompt[head_p + n])
+    while (head_c + n < n_cached && head_p + n < n_prompt &&
+           cached[head_c + n] == prompt[head_p + n])
       ++n;
     if (n >= s.request.cache_reuse_chunk) {
       kv_.MoveRows(s.slot, head_c, head_p, n);

@@ -215,17 +215,11 @@ constexpr std::array<std::array<AccumulateFn<KvT>, 4>, 6> kAccumulateValues = {
     kAccumulateRow<KvT, 1>, kAccumulateRow<KvT, 2>, kAccumulateRow<KvT, 3>,
     kAccumulateRow<KvT, 4>, kAccumulateRow<KvT, 5>, kAccumulateRow<KvT, 6>};
 
-// Several query rows against one run of keys (BASS's batched attention: a sequence's
-// verification rows, or the heads sharing a KV head, read each key and value once). Per
-// (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same
-// transpose-and-add tree, softmax and key order in the output sums — only the loops are
-// interchanged (keys outer), so every query's result equals AttendRow's bit for bit.
 // acc[j] = the dot product of query q with key j of kbuf ([16, head_dim] f32), j < n_block (0
 // past it), in AttendKeys' order. kQueryVectors > 0: head_dim = 16 kQueryVectors, the query held
 // in registers (reloading it for every key made the loop load-bound).
 template <int kQueryVectors>
-inline void ScoreBlock(const float* q, const float* kbuf, int hd, int32_t n_block,
-                       __m512 acc[16]) {
+inline void ScoreBlock(const float* q, const float* kbuf, int hd, int32_t n_block, __m512 acc[16]) {
   __m512 qv[kQueryVectors > 0 ? kQueryVectors : 1];
   for (int d = 0; d < kQueryVectors; ++d) qv[d] = _mm512_loadu_ps(q + 16 * d);
   for (int j = 0; j < 16; ++j) {
@@ -269,6 +263,11 @@ inline void ScoreQueries(const AttentionBlock& b, const float* kbuf, int32_t t0,
   }
 }
 
+// Several query rows against one run of keys (BASS's batched attention: a sequence's
+// verification rows, or the heads sharing a KV head, read each key and value once). Per
+// (query, key) the arithmetic is AttendKeys' exactly — the same dot-product order, the same
+// transpose-and-add tree, softmax and key order in the output sums — only the loops are
+// interchanged (keys outer), so every query's result equals AttendRow's bit for bit.
 template <typename KvT>
 void AttendBlockT(const AttentionBlock& b, const KvT* k, const KvT* v) {
   const int hd = b.head_dim;

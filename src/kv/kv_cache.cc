@@ -120,9 +120,8 @@ void KvCache::KeepPath(int seq, int base, const std::vector<int>& path) {
 
 void KvCache::MoveRows(int seq, int from, int to, int n) {
   CheckSeq(seq);
-  SPECD_CHECK(n >= 0 && to >= 0 && to <= from && from + n <= length_[seq],
-              "KV cache: cannot move ", n, " positions from ", from, " to ", to,
-              " in a sequence of length ", length_[seq]);
+  SPECD_CHECK(n >= 0 && to >= 0 && to <= from && from + n <= length_[seq], "KV cache: cannot move ",
+              n, " positions from ", from, " to ", to, " in a sequence of length ", length_[seq]);
   if (n == 0 || to == from) return;
   const size_t row = ElementBytes() * kv_dim_;
   for (int layer = 0; layer < n_layers_; ++layer) {

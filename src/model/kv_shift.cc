@@ -10,8 +10,8 @@ namespace specd {
 
 void ShiftKeyPositions(const ModelConfig& config, KvCache& kv, int seq, int first, int n,
                        int delta) {
-  SPECD_CHECK(first >= 0 && n >= 0 && first + n <= kv.Length(seq), "KV shift: positions [",
-              first, ", ", first + n, ") are outside sequence ", seq);
+  SPECD_CHECK(first >= 0 && n >= 0 && first + n <= kv.Length(seq), "KV shift: positions [", first,
+              ", ", first + n, ") are outside sequence ", seq);
   if (n == 0 || delta == 0) return;
   const int kv_dim = kv.kv_dim();
   const int64_t row_bytes = RowBytes(kv.type(), kv_dim);

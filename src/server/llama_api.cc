@@ -106,14 +106,21 @@ void RefuseUnsupportedLlama(const json& j) {
 std::optional<std::set<std::string>> ListedSamplers(const json& j) {
   const auto it = j.find("samplers");
   if (it == j.end() || it->is_null()) return std::nullopt;
-  static const std::map<std::string, std::string> kNames = {
-      {"penalties", "penalties"}, {"dry", "dry"},     {"top_n_sigma", "top_n_sigma"},
-      {"top_k", "top_k"},         {"typ_p", "typ_p"}, {"typical_p", "typ_p"},
-      {"top_p", "top_p"},         {"min_p", "min_p"}, {"xtc", "xtc"},
-      {"temperature", "temperature"}, {"temp", "temperature"}, {"infill", "infill"}};
+  static const std::map<std::string, std::string> kNames = {{"penalties", "penalties"},
+                                                            {"dry", "dry"},
+                                                            {"top_n_sigma", "top_n_sigma"},
+                                                            {"top_k", "top_k"},
+                                                            {"typ_p", "typ_p"},
+                                                            {"typical_p", "typ_p"},
+                                                            {"top_p", "top_p"},
+                                                            {"min_p", "min_p"},
+                                                            {"xtc", "xtc"},
+                                                            {"temperature", "temperature"},
+                                                            {"temp", "temperature"},
+                                                            {"infill", "infill"}};
   static const std::map<char, std::string> kLetters = {
-      {'e', "penalties"}, {'d', "dry"},   {'s', "top_n_sigma"}, {'k', "top_k"},
-      {'y', "typ_p"},     {'p', "top_p"}, {'m', "min_p"},       {'x', "xtc"},
+      {'e', "penalties"},   {'d', "dry"},   {'s', "top_n_sigma"}, {'k', "top_k"},
+      {'y', "typ_p"},       {'p', "top_p"}, {'m', "min_p"},       {'x', "xtc"},
       {'t', "temperature"}, {'i', "infill"}};
   std::set<std::string> listed;
   auto add = [&](const auto& table, const auto& key, const std::string& shown) {

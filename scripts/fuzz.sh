@@ -3,12 +3,13 @@
 # SECONDS (default 60) on its seed corpus in fuzz/corpus/. New inputs go to build/fuzz/work/,
 # findings to build/fuzz/findings/; exits non-zero if any target found something.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   targets: gguf_load tokenizer prompt_file openai_request
+#                                          http_server
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(gguf_load tokenizer prompt_file openai_request)
+[ ${#targets[@]} -eq 0 ] && targets=(gguf_load tokenizer prompt_file openai_request http_server)
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --target "${targets[@]/#/fuzz_}"
 status=0

@@ -131,6 +131,9 @@ struct ServeOptions {
   std::string api_key;
   std::string alias;  // the model id clients send (default: the file name without .gguf)
   size_t max_body_bytes = 1 << 20;
+  double read_timeout_s = 10;      // a request's sender silent this long is closed
+  double write_timeout_s = 60;     // a reader that takes nothing this long is dropped
+  int keep_alive_timeout_s = 5;    // an idle kept-alive connection is closed after this
   double shutdown_timeout_s = 30;  // on SIGTERM / SIGINT, time for requests in flight to finish
   std::string cors_origins = "*";  // Access-Control-Allow-Origin: "*", origins, or "" (none)
   int cache_reuse = 0;             // --cache-reuse: the shortest moved chunk reused (0: off)

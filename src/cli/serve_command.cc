@@ -73,6 +73,9 @@ server::HttpOptions HttpOptionsFor(const ServeOptions& o, const Model& model, bo
   h.port = o.port;
   h.api_key = o.api_key;
   h.max_body_bytes = o.max_body_bytes;
+  h.read_timeout_s = o.read_timeout_s;
+  h.write_timeout_s = o.write_timeout_s;
+  h.keep_alive_timeout_s = o.keep_alive_timeout_s;
   h.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
   h.cors_origins = o.cors_origins;
   h.cache_reuse = o.cache_reuse;
@@ -204,6 +207,15 @@ Command AddServeCommand(CLI::App& app) {
   s->add_option("-a,--alias", o->alias, "model id (default: the file name)");
   s->add_option("--max-body-bytes", o->max_body_bytes, "largest request body")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  s->add_option("--read-timeout", o->read_timeout_s,
+                "seconds a client may stay silent while sending a request (then closed)")
+      ->check(CLI::Range(0.01, 86400.0));
+  s->add_option("--write-timeout", o->write_timeout_s,
+                "seconds a client may take nothing of an answer (then dropped)")
+      ->check(CLI::Range(0.01, 86400.0));
+  s->add_option("--keep-alive-timeout", o->keep_alive_timeout_s,
+                "seconds an idle kept-alive connection stays open")
+      ->check(CLI::Range(0, 86400));
   s->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                 "seconds that requests in flight get to finish on SIGTERM / SIGINT (new ones "
                 "get 503 meanwhile); those still running then end")

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
+#include <utility>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -153,8 +155,15 @@ void HttpServer::ConfigureTransport() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  http_->set_read_timeout(10, 0);
-  http_->set_write_timeout(60, 0);
+  const auto seconds_and_us = [](double s) {
+    const auto whole = static_cast<time_t>(s);
+    return std::pair{whole, static_cast<time_t>((s - static_cast<double>(whole)) * 1e6)};
+  };
+  const auto [read_s, read_us] = seconds_and_us(options_.read_timeout_s);
+  const auto [write_s, write_us] = seconds_and_us(options_.write_timeout_s);
+  http_->set_read_timeout(read_s, read_us);
+  http_->set_write_timeout(write_s, write_us);
+  http_->set_keep_alive_timeout(options_.keep_alive_timeout_s);
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
@@ -171,7 +180,7 @@ void HttpServer::ConfigureTransport() {
     Record(req, res.status);  // refused before any handler ran
   });
   http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {
           std::rethrow_exception(ep);
@@ -180,6 +189,7 @@ void HttpServer::ConfigureTransport() {
         } catch (...) {
         }
         ReplyError(res, ApiError(500, "server_error", what));
+        Record(req, 500);  // counted in /metrics: an exception escaped a handler
       });
 }
 
@@ -538,50 +548,50 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
       events.clear();
     }
     for (auto& out : collector->outputs()) out.text = collector->text(out.index).TakeDelta(true);
-    res.set_content(Dump(CompletionResponse(info, collector->outputs(),
-                                            {prompt_tokens, job->n_cached()}, tokenizer_,
-                                            job->n_drafted(), job->n_accepted())),
-                    "application/json");
+    res.set_content(
+        Dump(CompletionResponse(info, collector->outputs(), {prompt_tokens, job->n_cached()},
+                                tokenizer_, job->n_drafted(), job->n_accepted())),
+        "application/json");
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
   }
   const bool include_usage = r.include_usage;
-  Stream(res, job,
-         [this, job, collector, info, include_usage, prompt_tokens,
-          request_line = RequestLine(req)](httplib::DataSink& sink) {
-           const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
-           std::vector<bool> first(collector->outputs().size(), true);
-           std::vector<ChoiceEvent> events;
-           while (job->Wait(&events, 50)) {
-             auto deltas = TakeDeltas(*collector, events);
-             events.clear();
-             for (auto& [c, d] : deltas) {
-               const bool finished = collector->done(c);
-               d.text = collector->text(c).TakeDelta(finished);
-               if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
-               if (d.text.empty() && d.tokens.empty() && !finished) continue;
-               if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
-                 job->CancelAll("cancelled");  // the client went away: free its slots now
-                 return false;
-               }
-               first[c] = false;
-             }
-             if (!sink.is_writable()) {
-               job->CancelAll("cancelled");
-               return false;
-             }
-           }
-           if (include_usage) {
-             send(UsageChunk(info, {prompt_tokens, job->n_cached()},
-                             collector->completion_tokens()));
-           }
-           const std::string done = "data: [DONE]\n\n";
-           sink.write(done.data(), done.size());
-           sink.done();
-           Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
-                  collector->elapsed_ms());
-           return true;
-         });
+  Stream(
+      res, job,
+      [this, job, collector, info, include_usage, prompt_tokens,
+       request_line = RequestLine(req)](httplib::DataSink& sink) {
+        const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
+        std::vector<bool> first(collector->outputs().size(), true);
+        std::vector<ChoiceEvent> events;
+        while (job->Wait(&events, 50)) {
+          auto deltas = TakeDeltas(*collector, events);
+          events.clear();
+          for (auto& [c, d] : deltas) {
+            const bool finished = collector->done(c);
+            d.text = collector->text(c).TakeDelta(finished);
+            if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
+            if (d.text.empty() && d.tokens.empty() && !finished) continue;
+            if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
+              job->CancelAll("cancelled");  // the client went away: free its slots now
+              return false;
+            }
+            first[c] = false;
+          }
+          if (!sink.is_writable()) {
+            job->CancelAll("cancelled");
+            return false;
+          }
+        }
+        if (include_usage) {
+          send(UsageChunk(info, {prompt_tokens, job->n_cached()}, collector->completion_tokens()));
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
+               collector->elapsed_ms());
+        return true;
+      });
 }
 
 void HttpServer::Stream(httplib::Response& res, std::shared_ptr<Job> job,

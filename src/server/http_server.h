@@ -30,6 +30,12 @@ struct HttpOptions {
   std::string api_key;              // "" : none
   size_t max_body_bytes = 1 << 20;  // larger request bodies get 413
   int n_http_threads = 64;          // concurrent connections served
+  // A connection that sends nothing for read_timeout_s while a request is being read is
+  // closed; one whose client reads nothing for write_timeout_s is dropped; an idle keep-alive
+  // connection is closed after keep_alive_timeout_s (0: at once after its last request).
+  double read_timeout_s = 10;
+  double write_timeout_s = 60;
+  int keep_alive_timeout_s = 5;
   // Access-Control-Allow-Origin for browsers' cross-origin requests: "*" (llama-server's
   // default), a list of origins separated by commas (the request's Origin echoed when listed),
   // or "" (no CORS headers).

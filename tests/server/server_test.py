@@ -621,6 +621,31 @@ class LimitsTest(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_read_and_keep_alive_timeouts_close_idle_connections(self):
+        server = Server("--parallel", "1", "--read-timeout", "0.5", "--keep-alive-timeout", "1")
+        try:
+            def closed_after(first_bytes):
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+                sock.sendall(first_bytes)
+                start = time.monotonic()
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+                sock.close()
+                return time.monotonic() - start, data
+            # A half-sent request: closed after the read timeout, with nothing answered.
+            seconds, data = closed_after(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                         b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            self.assertLess(seconds, 5)
+            self.assertNotIn(b"200 OK", data)
+            # A finished request kept alive: answered, then closed after the keep-alive timeout.
+            seconds, data = closed_after(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertTrue(data.startswith(b"HTTP/1.1 200"), data)
+            self.assertGreaterEqual(seconds, 0.9)
+            self.assertLess(seconds, 5)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
 
 if __name__ == "__main__":
     unittest.main()

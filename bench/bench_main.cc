@@ -25,8 +25,8 @@ namespace {
 
 using cli::AddDraftFlags;
 using cli::AddLoraFlags;
-using cli::AddTraceStepsFlag;
 using cli::AddThreadsFlag;
+using cli::AddTraceStepsFlag;
 using cli::AddWeightFlags;
 using cli::ChooseModels;
 
@@ -279,6 +279,7 @@ Bench TokenizeBench(CLI::App& app) {
 
 int Run(int argc, char** argv) {
   CLI::App app{"specd bench: benchmarks of specd's kernels, forward pass and decoding"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.name("specd bench");
   app.require_subcommand(1);
   const std::vector<Bench> benches = {ForwardBench(app), AttentionBench(app), MatmulBench(app),

@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "bench/bench_prompts.h"
 #include "bench/machine.h"
+#include "engine/engine_builder.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -227,171 +228,207 @@ std::vector<Config> EndToEndConfigs(const EasySpecBenchOptions& o, int n_layer) 
   return configs;
 }
 
-}  // namespace
+// What every section of the bench shares, and what it writes.
+struct EasySpecRun {
+  explicit EasySpecRun(const EasySpecBenchOptions& options) : o(options) {}
+  const EasySpecBenchOptions& o;
+  std::unique_ptr<LoadedModels> models;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> context;  // 64 tokens of the prompts, the forwards' context
+  int n_layer = 0;               // the draft's
+  nlohmann::json report;
+  std::ostringstream md;
+};
 
-void RunEasySpecBench(const EasySpecBenchOptions& o) {
+void SetUp(EasySpecRun& r) {
+  const EasySpecBenchOptions& o = r.o;
   SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench easyspec needs a target and a draft");
-  ThreadPool pool(o.threads);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto target = Model::Load(o.target, &ctx);
-  auto draft = Model::Load(o.draft, &ctx);
-  CheckDraftCompatible(*target, *draft);
-  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
-  std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);
-  prompts.resize(std::min<size_t>(prompts.size(), std::max(o.n_prompts, 1)));
-  const int n_layer = draft->config().n_layer;
-  target->WarmUp(ctx);
-  draft->WarmUp(ctx);
-
+  EngineConfig config;
+  config.model_path = o.target;
+  config.draft_path = o.draft;
+  config.proposer = ProposerKind::kDraftModel;
+  config.threads = o.threads;
+  r.models = LoadModels(config);  // warmed up
+  SPECD_CHECK(r.models->tokenizer != nullptr, o.target, " has no tokenizer");
+  r.prompts = BenchPrompts(*r.models->target, *r.models->tokenizer, o.prompt_set);
+  r.prompts.resize(std::min<size_t>(r.prompts.size(), std::max(o.n_prompts, 1)));
+  r.n_layer = r.models->draft->config().n_layer;
+  r.context = r.prompts.front();
+  while (r.context.size() < 64) {
+    r.context.insert(r.context.end(), r.prompts[1].begin(), r.prompts[1].end());
+  }
+  r.context.resize(64);
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  nlohmann::json report = {{"date", date},
-                           {"cpu", CpuName()},
-                           {"kernels", ctx.cpu.Name()},
-                           {"threads", o.threads},
-                           {"target", o.target},
-                           {"draft", o.draft},
-                           {"draft_layers", n_layer},
-                           {"lp_groups", o.lp_groups}};
-  std::ostringstream md;
-  md << "EasySpec benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
-     << " kernels), " << o.threads << " threads; target " << o.target << ", draft " << o.draft
-     << " (" << n_layer << " layers); layer groups: " << o.lp_groups << ".\n\n";
+  const KernelContext& ctx = r.models->ctx;
+  r.report = {{"date", date},
+              {"cpu", CpuName()},
+              {"kernels", ctx.cpu.Name()},
+              {"threads", o.threads},
+              {"target", o.target},
+              {"draft", o.draft},
+              {"draft_layers", r.n_layer},
+              {"lp_groups", o.lp_groups}};
+  r.md << "EasySpec benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
+       << " kernels), " << o.threads << " threads; target " << o.target << ", draft " << o.draft
+       << " (" << r.n_layer << " layers); layer groups: " << o.lp_groups << ".\n\n";
+}
 
-  // 1. The draft's forward by layer-parallel size: one row (a fuzzy drafting step) and K + 1
-  //    rows (the shape of a calibration forward after full acceptance).
-  std::vector<int32_t> context = prompts.front();
-  while (context.size() < 64) context.insert(context.end(), prompts[1].begin(), prompts[1].end());
-  context.resize(64);
+// 1. The draft's forward by layer-parallel size: one row (a fuzzy drafting step) and K + 1
+//    rows (the shape of a calibration forward after full acceptance).
+void ForwardTimes(EasySpecRun& r) {
+  const EasySpecBenchOptions& o = r.o;
+  Model& target = *r.models->target;
+  Model& draft = *r.models->draft;
+  const KernelContext& ctx = r.models->ctx;
+  const std::vector<int32_t>& context = r.context;
   const int reps = 300;
   // The exact forward's time, measured apart (LP = 1 in the table is the same forward again).
-  const double exact_ms = ForwardMs(*draft, ctx, context, 1, nullptr, reps);
+  const double exact_ms = ForwardMs(draft, ctx, context, 1, nullptr, reps);
   // A verification-shaped target forward, run between timed draft forwards for the "after a
   // verification" column: inside decoding the target's weights pass through the caches there.
-  auto verify_kv = Prefilled(*target, ctx, context, o.draft_max + 1);
+  auto verify_kv = Prefilled(target, ctx, context, o.draft_max + 1);
   Batch verify_rows;
   for (int i = 0; i <= o.draft_max; ++i) {
     verify_rows.Add(context[i], static_cast<int>(context.size()) + i, 0, true);
   }
   std::vector<float> target_logits;
   const auto verification = [&] {
-    target->Forward(ctx, verify_rows, *verify_kv, AttentionMode::kSplit, &target_logits);
+    target.Forward(ctx, verify_rows, *verify_kv, AttentionMode::kSplit, &target_logits);
     verify_kv->Truncate(0, static_cast<int>(context.size()));
   };
   const double exact_cold_ms =
-      ForwardMs(*draft, ctx, context, 1, nullptr, reps / 3, false, verification);
-  md << "## Draft forward time by layer-parallel size (64 tokens of context, median of " << reps
-     << "; after a verification: each forward follows a " << o.draft_max + 1
-     << "-row target forward, median of " << reps / 3 << ")\n\n| LP | fuzzy layer groups | 1 row "
-     << "(ms) | " << o.draft_max + 1
-     << " rows (ms) | 1-row speedup | 1 row after a verification (ms) | its speedup |\n"
-     << "|---|---|---|---|---|---|---|\n";
+      ForwardMs(draft, ctx, context, 1, nullptr, reps / 3, false, verification);
+  r.md << "## Draft forward time by layer-parallel size (64 tokens of context, median of " << reps
+       << "; after a verification: each forward follows a " << o.draft_max + 1
+       << "-row target forward, median of " << reps / 3 << ")\n\n| LP | fuzzy layer groups | 1 row "
+       << "(ms) | " << o.draft_max + 1
+       << " rows (ms) | 1-row speedup | 1 row after a verification (ms) | its speedup |\n"
+       << "|---|---|---|---|---|---|---|\n";
   for (int lp : o.lp_sizes) {
     // LP = 1 is the exact forward even where the groups are named explicitly.
     const LayerGroups groups =
-        lp == 1 ? LayerGroups{} : LayerGroups::Parse(o.lp_groups, n_layer, lp);
+        lp == 1 ? LayerGroups{} : LayerGroups::Parse(o.lp_groups, r.n_layer, lp);
     const LayerGroups* g = groups.empty() ? nullptr : &groups;
-    const double one = ForwardMs(*draft, ctx, context, 1, g, reps);
-    const double many = ForwardMs(*draft, ctx, context, o.draft_max + 1, g, reps);
-    const double cold = ForwardMs(*draft, ctx, context, 1, g, reps / 3, false, verification);
-    md << "| " << lp << " | " << groups.ToString() << " | " << Fixed(one, 4) << " | "
-       << Fixed(many, 4) << " | " << Fixed(exact_ms / one, 2) << "x | " << Fixed(cold, 4) << " | "
-       << Fixed(exact_cold_ms / cold, 2) << "x |\n";
-    report["forward"].push_back({{"lp", lp},
-                                 {"groups", groups.ToString()},
-                                 {"ms_1_row", one},
-                                 {"ms_k1_rows", many},
-                                 {"ms_1_row_after_verification", cold}});
+    const double one = ForwardMs(draft, ctx, context, 1, g, reps);
+    const double many = ForwardMs(draft, ctx, context, o.draft_max + 1, g, reps);
+    const double cold = ForwardMs(draft, ctx, context, 1, g, reps / 3, false, verification);
+    r.md << "| " << lp << " | " << groups.ToString() << " | " << Fixed(one, 4) << " | "
+         << Fixed(many, 4) << " | " << Fixed(exact_ms / one, 2) << "x | " << Fixed(cold, 4) << " | "
+         << Fixed(exact_cold_ms / cold, 2) << "x |\n";
+    r.report["forward"].push_back({{"lp", lp},
+                                   {"groups", groups.ToString()},
+                                   {"ms_1_row", one},
+                                   {"ms_k1_rows", many},
+                                   {"ms_1_row_after_verification", cold}});
   }
-  {
-    const int rows = 6;
-    const double chain = ForwardMs(*draft, ctx, context, rows, nullptr, reps);
-    const double tree = ForwardMs(*draft, ctx, context, rows, nullptr, reps, /*tree=*/true);
-    md << "\nA tree level's forward (" << rows
+}
+
+// A tree level's forward against a chain's, and one attention block on 1 and n threads.
+void TreeAndAttentionTimes(EasySpecRun& r) {
+  Model& draft = *r.models->draft;
+  const KernelContext& ctx = r.models->ctx;
+  const int reps = 300;
+  const int rows = 6;
+  const double chain = ForwardMs(draft, ctx, r.context, rows, nullptr, reps);
+  const double tree = ForwardMs(draft, ctx, r.context, rows, nullptr, reps, /*tree=*/true);
+  r.md << "\nA tree level's forward (" << rows
        << " rows as two 3-token paths, exact): " << Fixed(tree, 4)
        << " ms; the same rows as a chain: " << Fixed(chain, 4) << " ms.\n";
-    report["tree_forward_ms"] = {{"rows", rows}, {"tree", tree}, {"chain", chain}};
-  }
-  {
-    ThreadPool one_thread(1);
-    const KernelContext ctx1{&one_thread, ctx.cpu};
-    const double attn1 = AttentionBlockMs(*draft, ctx1, context, reps);
-    const double attn2 = AttentionBlockMs(*draft, ctx, context, reps);
-    md << "\nOne layer's attention block (q/k/v, RoPE and KV write, attention, output matmul) in "
+  r.report["tree_forward_ms"] = {{"rows", rows}, {"tree", tree}, {"chain", chain}};
+  ThreadPool one_thread(1);
+  const KernelContext ctx1{&one_thread, ctx.cpu};
+  const double attn1 = AttentionBlockMs(draft, ctx1, r.context, reps);
+  const double attn2 = AttentionBlockMs(draft, ctx, r.context, reps);
+  r.md << "\nOne layer's attention block (q/k/v, RoPE and KV write, attention, output matmul) in "
           "a 1-row exact forward: "
        << Fixed(attn1 * 1000, 1) << " us on 1 thread, " << Fixed(attn2 * 1000, 1) << " us on "
-       << o.threads << " threads. A fuzzy group of N layers on N cores costs one 1-thread block "
+       << r.o.threads << " threads. A fuzzy group of N layers on N cores costs one 1-thread block "
        << "instead of N blocks on N threads, so it saves time only where splitting a block over "
           "threads is inefficient (synchronisation, small matrices).\n\n";
-    report["attention_block_us"] = {{"threads_1", attn1 * 1000}, {"threads_n", attn2 * 1000}};
-  }
+  r.report["attention_block_us"] = {{"threads_1", attn1 * 1000}, {"threads_n", attn2 * 1000}};
+}
 
-  // 2. Drift of fuzzy activations (cosine similarity with the exact forward's).
-  md << "## Fuzzy vs exact activations (cosine similarity, mean over " << prompts.size()
-     << " prompts, 1-row forward at each prompt's end)\n\n";
-  for (int lp : o.lp_sizes) {
-    const LayerGroups groups = LayerGroups::Parse(o.lp_groups, n_layer, lp);
+// 2. Drift of fuzzy activations (cosine similarity with the exact forward's).
+void DriftSection(EasySpecRun& r) {
+  r.md << "## Fuzzy vs exact activations (cosine similarity, mean over " << r.prompts.size()
+       << " prompts, 1-row forward at each prompt's end)\n\n";
+  for (int lp : r.o.lp_sizes) {
+    const LayerGroups groups = LayerGroups::Parse(r.o.lp_groups, r.n_layer, lp);
     if (lp == 1 || groups.FuzzyLayers() == 0) continue;
-    const Drift d = MeasureDrift(*draft, ctx, prompts, groups);
-    md << "LP=" << lp << " (groups " << groups.ToString() << "): logits " << Fixed(d.logits, 4)
-       << ", top-1 token agreement " << Fixed(d.top1_agreement, 2) << "\n\n| layer | attention "
-       << "input | q | k | v |\n|---|---|---|---|---|\n";
+    const Drift d = MeasureDrift(*r.models->draft, r.models->ctx, r.prompts, groups);
+    r.md << "LP=" << lp << " (groups " << groups.ToString() << "): logits " << Fixed(d.logits, 4)
+         << ", top-1 token agreement " << Fixed(d.top1_agreement, 2) << "\n\n| layer | attention "
+         << "input | q | k | v |\n|---|---|---|---|---|\n";
     nlohmann::json layers;
-    for (int il = 0; il < n_layer; ++il) {
-      md << "| " << il << " | " << Fixed(d.input[il], 4) << " | " << Fixed(d.q[il], 4) << " | "
-         << Fixed(d.k[il], 4) << " | " << Fixed(d.v[il], 4) << " |\n";
+    for (int il = 0; il < r.n_layer; ++il) {
+      r.md << "| " << il << " | " << Fixed(d.input[il], 4) << " | " << Fixed(d.q[il], 4) << " | "
+           << Fixed(d.k[il], 4) << " | " << Fixed(d.v[il], 4) << " |\n";
       layers.push_back({{"input", d.input[il]}, {"q", d.q[il]}, {"k", d.k[il]}, {"v", d.v[il]}});
     }
-    md << "\n";
-    report["drift"].push_back({{"lp", lp},
-                               {"logits", d.logits},
-                               {"top1_agreement", d.top1_agreement},
-                               {"layers", layers}});
+    r.md << "\n";
+    r.report["drift"].push_back({{"lp", lp},
+                                 {"logits", d.logits},
+                                 {"top1_agreement", d.top1_agreement},
+                                 {"layers", layers}});
   }
+}
 
-  // 3. End to end, round-robin reps; every run's output checked against plain decoding's.
-  auto target_kv = target->NewKvCache({1, 1024});
-  auto draft_kv = draft->NewKvCache({1, 1024});
-  const Pair pair{*target, *draft, ctx, *target_kv, *draft_kv};
-  std::vector<Config> configs = EndToEndConfigs(o, n_layer);
+// 3. End to end, round-robin reps; every run's output checked against plain decoding's.
+void EndToEnd(EasySpecRun& r) {
+  const EasySpecBenchOptions& o = r.o;
+  auto target_kv = r.models->target->NewKvCache({1, 1024});
+  auto draft_kv = r.models->draft->NewKvCache({1, 1024});
+  const Pair pair{*r.models->target, *r.models->draft, r.models->ctx, *target_kv, *draft_kv};
+  std::vector<Config> configs = EndToEndConfigs(o, r.n_layer);
   std::vector<std::vector<int32_t>> plain_tokens;
   for (int rep = 0; rep < o.reps; ++rep) {
     for (Config& c : configs) {
       const bool first_plain = !c.speculative && plain_tokens.empty();
-      RunConfig(pair, prompts, o.n_predict,
+      RunConfig(pair, r.prompts, o.n_predict,
                 first_plain ? std::vector<std::vector<int32_t>>{} : plain_tokens, &c,
                 first_plain ? &plain_tokens : nullptr);
     }
   }
   const double plain_tps = Median(configs.front().tokens_per_s);
-  md << "## End to end: greedy, batch 1, " << prompts.size() << " " << o.prompt_set << " prompts x "
-     << o.n_predict << " tokens, median of " << o.reps
-     << " round-robin runs (every run's output equals plain decoding's)\n\n| drafting | tok/s | "
-        "speedup | acceptance | mean accepted length | draft ms / step | verify ms / step "
-        "|\n|---|---|---|---|---|---|---|\n";
+  r.md << "## End to end: greedy, batch 1, " << r.prompts.size() << " " << o.prompt_set
+       << " prompts x " << o.n_predict << " tokens, median of " << o.reps
+       << " round-robin runs (every run's output equals plain decoding's)\n\n| drafting | tok/s | "
+          "speedup | acceptance | mean accepted length | draft ms / step | verify ms / step "
+          "|\n|---|---|---|---|---|---|---|\n";
   for (const Config& c : configs) {
     const double tps = Median(c.tokens_per_s);
     const SpeculativeStats& s = c.stats;
     const double steps = std::max<double>(s.n_steps, 1);
-    md << "| " << c.name << " | " << Fixed(tps, 1) << " | " << Fixed(tps / plain_tps, 2) << "x | "
-       << (c.speculative ? Fixed(s.acceptance_rate(), 3) : "-") << " | "
-       << (c.speculative ? Fixed(s.mean_accepted_length(), 2) : "-") << " | "
-       << (c.speculative ? Fixed(s.t_draft_ms / steps, 3) : "-") << " | "
-       << (c.speculative ? Fixed(s.t_verify_ms / steps, 3) : "-") << " |\n";
-    report["end_to_end"].push_back({{"name", c.name},
-                                    {"tokens_per_s", tps},
-                                    {"speedup", tps / plain_tps},
-                                    {"acceptance", s.acceptance_rate()},
-                                    {"mean_accepted_length", s.mean_accepted_length()},
-                                    {"draft_ms_per_step", s.t_draft_ms / steps},
-                                    {"verify_ms_per_step", s.t_verify_ms / steps}});
+    r.md << "| " << c.name << " | " << Fixed(tps, 1) << " | " << Fixed(tps / plain_tps, 2) << "x | "
+         << (c.speculative ? Fixed(s.acceptance_rate(), 3) : "-") << " | "
+         << (c.speculative ? Fixed(s.mean_accepted_length(), 2) : "-") << " | "
+         << (c.speculative ? Fixed(s.t_draft_ms / steps, 3) : "-") << " | "
+         << (c.speculative ? Fixed(s.t_verify_ms / steps, 3) : "-") << " |\n";
+    r.report["end_to_end"].push_back({{"name", c.name},
+                                      {"tokens_per_s", tps},
+                                      {"speedup", tps / plain_tps},
+                                      {"acceptance", s.acceptance_rate()},
+                                      {"mean_accepted_length", s.mean_accepted_length()},
+                                      {"draft_ms_per_step", s.t_draft_ms / steps},
+                                      {"verify_ms_per_step", s.t_verify_ms / steps}});
   }
+}
 
+}  // namespace
+
+void RunEasySpecBench(const EasySpecBenchOptions& o) {
+  EasySpecRun r(o);
+  SetUp(r);
+  ForwardTimes(r);
+  TreeAndAttentionTimes(r);
+  DriftSection(r);
+  EndToEnd(r);
   std::filesystem::create_directories(o.out_dir);
-  std::ofstream(o.out_dir + "/easyspec.md") << md.str();
-  std::ofstream(o.out_dir + "/easyspec.json") << report.dump(2) << "\n";
-  std::cout << md.str();
+  std::ofstream(o.out_dir + "/easyspec.md") << r.md.str();
+  std::ofstream(o.out_dir + "/easyspec.json") << r.report.dump(2) << "\n";
+  std::cout << r.md.str();
 }
 
 }  // namespace specd::bench

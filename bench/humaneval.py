@@ -492,29 +492,19 @@ def parse_args():
     return ap.parse_args()
 
 
-def main():
-    args = parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
-    problems = fetch_problems(os.path.join(ROOT, ".cache", "humaneval"))[:args.problems]
-    date = datetime.date.today().isoformat()
+def network_isolation():
+    """Whether programs can run without the network (unshare --net), warning when not."""
     isolate_net = shutil.which("unshare") is not None and subprocess.run(
         ["unshare", "--net", "true"], capture_output=True).returncode == 0
     if not isolate_net:
         print("warning: unshare --net is not available: programs run with the network",
               file=sys.stderr)
-    wrong = self_test(problems, args.timeout, isolate_net)
-    if wrong or args.self_test:
-        print("\n".join(wrong) or f"executor: {len(problems)} canonical solutions pass, "
-              f"{len(HOSTILE_PROGRAMS)} hostile programs fail", file=sys.stderr)
-        return 1 if wrong else 0
-    out_dir = args.out or os.path.join(ROOT, "bench", "results", "humaneval", f"{date}-{args.form}")
-    os.makedirs(out_dir, exist_ok=True)
-    if args.peer_llama_server:
-        if not args.model:
-            print("error: --peer-llama-server needs -m MODEL.gguf (the file both engines run)",
-                  file=sys.stderr)
-            return 2
-        return run_peer_comparison(args, problems, isolate_net, out_dir)
+    return isolate_net
+
+
+def run_bass(args, problems, batches, isolate_net):
+    """Plain and speculative servers, interleaved per problem: each one's completions, executed;
+    returns the records by (mode, b), the speculative server's metrics and its log's tail."""
     model = ["-m", args.model] if args.model else []
     draft = ["-md", args.model_draft] if args.model_draft else []
     common = ["--parallel", str(max(batches)), "-t", str(args.threads)]
@@ -543,20 +533,32 @@ def main():
     finally:
         for s in servers.values():
             s.stop()
-    drafted = spec_metrics.get("specd:spec_decode_num_draft_tokens_total", 0)
-    accepted = spec_metrics.get("specd:spec_decode_num_accepted_tokens_total", 0)
-    rows = [dict(summarize(records[(mode, b)], b), mode=mode) for b in batches for mode in servers]
-    # Coupled sampling: for the same seed, speculative output is plain output, completion for
-    # completion. A difference is a bug, reported, never averaged away.
+    return records, spec_metrics, spec_log
+
+
+def mismatched_requests(records, batches):
+    """Coupled sampling: for the same seed, speculative output is plain output, completion for
+    completion. A difference is a bug, reported, never averaged away."""
     mismatches = [f"b={b} {p['task_id']}" for b in batches
                   for p, s in zip(records[("plain", b)], records[("spec", b)])
                   if [o["text"] for o in p["completions"]] != [o["text"] for o in s["completions"]]]
     if mismatches:
         print(f"error: speculative output differs from plain output in {len(mismatches)} "
               f"requests: {mismatches[:5]}", file=sys.stderr)
+    return mismatches
+
+
+def write_bass_results(args, out_dir, date, problems, batches, isolate_net, run):
+    """results.json, table.md and figure5.svg of a BASS run; returns the mismatches."""
+    records, spec_metrics, spec_log = run
+    modes = ["plain", "spec"]
+    drafted = spec_metrics.get("specd:spec_decode_num_draft_tokens_total", 0)
+    accepted = spec_metrics.get("specd:spec_decode_num_accepted_tokens_total", 0)
+    rows = [dict(summarize(records[(mode, b)], b), mode=mode) for b in batches for mode in modes]
+    mismatches = mismatched_requests(records, batches)
     budgets = [float(t) for t in args.budgets.split(",")]
     curves = [{"mode": mode, "b": b, "curve": budget_curve(records[(mode, b)], budgets)}
-              for b in batches for mode in servers]
+              for b in batches for mode in modes]
     meta = {"date": date, "cpu": cpu_description(), "model": args.model or "specd's default",
             "draft": args.model_draft or "paired by specd",
             "spec_type": args.spec_type or "specd serve's default", "form": args.form,
@@ -573,6 +575,30 @@ def main():
     write_svg(os.path.join(out_dir, "figure5.svg"), curves,
               f"HumanEval within a time budget ({meta['cpu']}, {date})")
     print(open(os.path.join(out_dir, "table.md")).read())
+    return mismatches
+
+
+def main():
+    args = parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    problems = fetch_problems(os.path.join(ROOT, ".cache", "humaneval"))[:args.problems]
+    date = datetime.date.today().isoformat()
+    isolate_net = network_isolation()
+    wrong = self_test(problems, args.timeout, isolate_net)
+    if wrong or args.self_test:
+        print("\n".join(wrong) or f"executor: {len(problems)} canonical solutions pass, "
+              f"{len(HOSTILE_PROGRAMS)} hostile programs fail", file=sys.stderr)
+        return 1 if wrong else 0
+    out_dir = args.out or os.path.join(ROOT, "bench", "results", "humaneval", f"{date}-{args.form}")
+    os.makedirs(out_dir, exist_ok=True)
+    if args.peer_llama_server:
+        if not args.model:
+            print("error: --peer-llama-server needs -m MODEL.gguf (the file both engines run)",
+                  file=sys.stderr)
+            return 2
+        return run_peer_comparison(args, problems, isolate_net, out_dir)
+    run = run_bass(args, problems, batches, isolate_net)
+    mismatches = write_bass_results(args, out_dir, date, problems, batches, isolate_net, run)
     return 1 if mismatches else 0
 
 

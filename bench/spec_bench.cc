@@ -16,6 +16,7 @@
 #include "draft/draft_model_proposer.h"
 #include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
+#include "engine/engine_builder.h"
 #include "engine/generate.h"
 #include "engine/model_options.h"
 #include "model/model.h"
@@ -132,47 +133,70 @@ std::string Svg(const std::vector<int>& batches,
 
 }  // namespace
 
-void RunSpecBench(const SpecBenchOptions& o) {
+namespace {
+
+// The models, prompts and caches every run of the bench shares.
+struct SpecBench {
+  std::unique_ptr<LoadedModels> models;
+  std::vector<std::vector<int32_t>> prompts;
+  DraftModelOptions draft_options;
+  std::unique_ptr<KvCache> target_kv;  // [max batch, 512 positions]
+  std::unique_ptr<KvCache> draft_kv;
+};
+
+SpecBench SetUp(const SpecBenchOptions& o) {
   SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench spec needs a target and a draft model");
-  ThreadPool pool(o.threads);
-  const CpuFeatures cpu = CpuFeatures::Detect();
-  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  auto target = Model::Load(o.target, &ctx, LoadOptionsForModel(o.weight_flags, o.target));
-  auto draft =
-      Model::Load(o.draft, &ctx, LoadOptionsForModel(o.weight_flags, o.draft, ModelRole::kDraft));
-  CheckDraftCompatible(*target, *draft);
-  const auto tokenizer = Tokenizer::FromGguf(target->gguf());
-  const std::vector<std::vector<int32_t>> prompts = BenchPrompts(*target, *tokenizer, o.prompt_set);
   SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
               "unknown --spec-type '", o.spec_type, "'");
-
-  const DraftModelOptions draft_options = DraftOptionsFromFlags(
-      o.draft_flags, o.spec_type == "ngram" ? nullptr : draft.get(), o.spec_type != "draft");
+  EngineConfig config;
+  config.model_path = o.target;
+  config.draft_path = o.draft;  // loaded for every proposer: its caches are sized alike
+  config.proposer = ProposerKind::kDraftModel;
+  config.weights = o.weight_flags;
+  config.threads = o.threads;
+  SpecBench b;
+  b.models = LoadModels(config);
+  const Model& target = *b.models->target;
+  SPECD_CHECK(b.models->tokenizer != nullptr, o.target, " has no tokenizer");
+  b.prompts = BenchPrompts(target, *b.models->tokenizer, o.prompt_set);
+  b.draft_options =
+      DraftOptionsFromFlags(o.draft_flags, o.spec_type == "ngram" ? nullptr : b.models->draft.get(),
+                            o.spec_type != "draft");
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  auto target_kv = target->NewKvCache({max_batch, 512, o.cache_type});
-  auto draft_kv = draft->NewKvCache({max_batch, 512, o.cache_type});
-  // One speculative run with the chosen proposer.
-  auto speculative = [&](const GenerateRequest& request, const SpeculativeOptions& options,
-                         SpeculativeStats* stats) {
-    if (o.spec_type == "draft") {
-      return GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, request, options,
-                                 stats);
-    }
-    NgramProposer lookup(1, 3, target->config().n_vocab);
-    if (o.spec_type == "ngram") {
-      return GenerateWithProposer(*target, ctx, *target_kv, lookup, request, options, stats);
-    }
-    const auto draft_proposer =
-        MakeModelProposer(*target, *draft, *draft_kv, ctx, request.attention, options.draft);
-    CombinedProposer both(lookup, *draft_proposer);
-    return GenerateWithProposer(*target, ctx, *target_kv, both, request, options, stats);
-  };
+  b.target_kv = target.NewKvCache({max_batch, 512, o.cache_type});
+  b.draft_kv = b.models->draft->NewKvCache({max_batch, 512, o.cache_type});
+  return b;
+}
 
-  struct Setting {
-    std::string name;
-    SamplingParams params;
-    SpecSampling mode = SpecSampling::kRejection;
-  };
+// One speculative run with the chosen proposer.
+GenerateResult RunSpeculative(const SpecBenchOptions& o, SpecBench& b,
+                              const GenerateRequest& request, const SpeculativeOptions& options,
+                              SpeculativeStats* stats) {
+  Model& target = *b.models->target;
+  Model& draft = *b.models->draft;
+  const KernelContext& ctx = b.models->ctx;
+  if (o.spec_type == "draft") {
+    return GenerateSpeculative(target, draft, ctx, *b.target_kv, *b.draft_kv, request, options,
+                               stats);
+  }
+  NgramProposer lookup(1, 3, target.config().n_vocab);
+  if (o.spec_type == "ngram") {
+    return GenerateWithProposer(target, ctx, *b.target_kv, lookup, request, options, stats);
+  }
+  const auto draft_proposer =
+      MakeModelProposer(target, draft, *b.draft_kv, ctx, request.attention, options.draft);
+  CombinedProposer both(lookup, *draft_proposer);
+  return GenerateWithProposer(target, ctx, *b.target_kv, both, request, options, stats);
+}
+
+struct Setting {
+  std::string name;
+  SamplingParams params;
+  SpecSampling mode = SpecSampling::kRejection;
+};
+
+// Greedy, then each temperature (top-p 0.95) with each way of verifying sampled drafts.
+std::vector<Setting> Settings(const SpecBenchOptions& o) {
   std::vector<Setting> settings = {{"greedy", {0.0f, 0, 1.0f, 1}}};
   for (float t : o.temperatures) {
     for (const std::string& mode : o.spec_sampling) {
@@ -185,191 +209,241 @@ void RunSpecBench(const SpecBenchOptions& o) {
            coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
     }
   }
-  nlohmann::json report;
+  return settings;
+}
+
+// EasySpec's drafting, when asked for, in words.
+std::string DraftingDescription(const DraftModelOptions& d) {
+  std::string drafting;
+  if (!d.fuzzy.empty()) {
+    drafting += ", fuzzy drafting (layer groups " + d.fuzzy.ToString() +
+                (d.calibrate ? ", bonus calibration)" : ", no calibration)");
+  }
+  if (d.tree_width > 1) {
+    drafting += ", token trees of width " + std::to_string(d.tree_width) +
+                (d.tree_depth > 0 ? ", depth " + std::to_string(d.tree_depth) : std::string()) +
+                " (draft length = tree nodes)";
+  }
+  return drafting;
+}
+
+// The report's fields that describe the run, and the Markdown's opening paragraph and table
+// header.
+void DescribeRun(const SpecBenchOptions& o, const SpecBench& b, nlohmann::json* report,
+                 std::ostringstream* md) {
+  const KernelContext& ctx = b.models->ctx;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
-  report["date"] = date;
-  report["target"] = o.target;
-  report["draft"] = o.draft;
-  report["cache_type"] = DTypeName(o.cache_type);
+  const std::string drafting = DraftingDescription(b.draft_options);
+  *report = {{"date", date},
+             {"target", o.target},
+             {"draft", o.draft},
+             {"cache_type", DTypeName(o.cache_type)},
+             {"cpu", CpuName()},
+             {"kernels", ctx.cpu.Name()},
+             {"weights", o.weight_flags.weights.empty() ? "as stored" : o.weight_flags.weights},
+             {"int8_kernel", Int8KernelName(ctx)},
+             {"prompt_set", o.prompt_set},
+             {"spec_type", o.spec_type},
+             {"n_prompts", b.prompts.size()},
+             {"prompt_groups", o.prompt_groups},
+             {"drafting", drafting}};
+  *md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
+      << " kernels"
+      << (o.weight_flags.weights == "i8" ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
+      << "), " << o.threads << " threads, target " << o.target << ", proposer "
+      << (o.spec_type == "draft"   ? o.draft
+          : o.spec_type == "ngram" ? "n-gram lookup"
+                                   : "n-gram lookup, then " + o.draft)
+      << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
+      << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
+      << " prompt per sequence, "
+      << (o.prompt_groups > 0
+              ? "at most " + std::to_string(o.prompt_groups) + " group(s) of prompts per batch"
+              : "all " + std::to_string(b.prompts.size()) +
+                    " prompts at every batch size (batch B: groups of B decoded in turn)")
+      << ", median of " << o.reps
+      << " runs per setting (plain decoding and every candidate in turn, prompt group by prompt "
+         "group). Per batch: the best fixed / adaptive draft "
+      << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
+      << "cost-aware policy (chosen online; the default).\n\n"
+      << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "
+         "(ms) | ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+}
+
+// A draft-length policy tried against plain decoding, summarized by its median run
+// (all-sequence latency).
+struct Candidate {
+  std::string name;
+  SpeculativeOptions options;
+  std::vector<Run> runs;
+  Run median;
+};
+
+// Fixed lengths, BASS Algorithm 1, and the cost-aware policy (last).
+std::vector<Candidate> Candidates(const SpecBenchOptions& o, const Setting& setting,
+                                  const DraftModelOptions& draft_options) {
+  std::vector<Candidate> candidates;
+  for (int k : o.draft_lengths) {
+    Candidate c{"K=" + std::to_string(k), {}, {}, {}};
+    c.options.draft_max = k;
+    candidates.push_back(c);
+  }
+  Candidate adaptive{"adaptive", {}, {}, {}};
+  adaptive.options.adaptive = true;
+  adaptive.options.draft_max = 7;
+  candidates.push_back(adaptive);
+  Candidate automatic{"auto", {}, {}, {}};
+  automatic.options.cost_aware = true;
+  automatic.options.draft_max = 8;
+  candidates.push_back(automatic);
+  for (Candidate& c : candidates) {
+    c.options.spec_sampling = setting.mode;
+    c.options.draft = draft_options;
+  }
+  return candidates;
+}
+
+Run MedianRun(std::vector<Run> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.ptl_all < b.ptl_all; });
+  return runs[runs.size() / 2];
+}
+
+// One batch size of one setting: plain decoding and every candidate.
+struct BatchRuns {
+  Run plain;
+  std::vector<Candidate> candidates;
+  double auto_plain_share = 0.0;  // the cost-aware policy's plain steps (median over reps)
+};
+
+BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setting, int batch) {
+  GenerateRequest request;
+  request.n_predict = o.n_predict;
+  request.sampling = setting.params;
+  request.stop_at_eos = false;
+  request.sum_logprob = false;  // as `specd generate` without --json or a budget
+  const std::vector<GenerateRequest> groups =
+      PromptGroups(b.prompts, batch, o.prompt_groups, request);
+  BatchRuns out;
+  out.candidates = Candidates(o, setting, b.draft_options);
+  std::vector<Candidate>& candidates = out.candidates;
+  std::vector<Run> plain_runs;
+  std::vector<double> auto_plain_share;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    // Group by group, plain decoding and every candidate in turn, starting one further along
+    // each group: this VM's speed moves by 10-30% within a minute, and a candidate run as a
+    // whole block minutes after plain decoding took that drift as its own (SmolLM2 on Zen 4,
+    // greedy batch 8: the cost-aware policy "1.16x" at 98% plain steps).
+    const size_t n_runners = candidates.size() + 1;  // plain decoding is the last
+    std::vector<std::vector<GenerateResult>> results(n_runners);
+    std::vector<SpeculativeStats> stats(candidates.size());  // summed over the groups
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t turn = 0; turn < n_runners; ++turn) {
+        const size_t runner = (g + rep + turn) % n_runners;
+        if (runner == candidates.size()) {
+          results[runner].push_back(
+              GenerateAutoregressive(*b.models->target, b.models->ctx, *b.target_kv, groups[g]));
+          continue;
+        }
+        const Candidate& c = candidates[runner];
+        SpeculativeOptions options = c.options;
+        options.trace_steps_path = o.trace_steps;
+        options.trace_label = setting.name + " batch " + std::to_string(batch) + " " + c.name +
+                              " rep " + std::to_string(rep);
+        results[runner].push_back(RunSpeculative(o, b, groups[g], options, &stats[runner]));
+      }
+    }
+    plain_runs.push_back(Measure(results.back(), nullptr));
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      Candidate& c = candidates[i];
+      c.runs.push_back(Measure(results[i], &stats[i]));
+      if (c.options.cost_aware) {
+        auto_plain_share.push_back(
+            stats[i].n_steps ? double(stats[i].n_plain_steps) / stats[i].n_steps : 0.0);
+      }
+    }
+  }
+  out.plain = MedianRun(plain_runs);
+  for (Candidate& c : candidates) c.median = MedianRun(c.runs);
+  std::sort(auto_plain_share.begin(), auto_plain_share.end());
+  out.auto_plain_share = auto_plain_share[auto_plain_share.size() / 2];
+  return out;
+}
+
+// The best fixed or adaptive setting (chosen in hindsight; the cost-aware policy chooses
+// online, without it).
+const Candidate* BestInHindsight(const std::vector<Candidate>& candidates) {
+  const Candidate* best = nullptr;
+  for (const Candidate& c : candidates) {
+    if (c.options.cost_aware) continue;
+    if (best == nullptr || c.median.ptl_all < best->median.ptl_all) best = &c;
+  }
+  return best;
+}
+
+// The batch's JSON entry, and Markdown rows for the best, adaptive and cost-aware candidates.
+nlohmann::json ReportBatch(const Setting& setting, int batch, const BatchRuns& runs,
+                           const Candidate* best, std::ostringstream* md) {
+  const Run& plain = runs.plain;
+  nlohmann::json entry = {{"sampling", setting.name},
+                          {"batch", batch},
+                          {"plain",
+                           {{"tokens_per_s", plain.tokens_per_s},
+                            {"ptl_first_ms", plain.ptl_first},
+                            {"ptl_last_ms", plain.ptl_last},
+                            {"ptl_all_ms", plain.ptl_all}}}};
+  for (const Candidate& c : runs.candidates) {
+    const Run& r = c.median;
+    entry["speculative"].push_back({{"draft", c.name},
+                                    {"tokens_per_s", r.tokens_per_s},
+                                    {"acceptance_rate", r.acceptance},
+                                    {"mean_accepted_length", r.mean_accepted_length},
+                                    {"ptl_first_ms", r.ptl_first},
+                                    {"ptl_last_ms", r.ptl_last},
+                                    {"ptl_all_ms", r.ptl_all},
+                                    {"speedup_all", plain.ptl_all / r.ptl_all}});
+    if (&c != best && !c.options.cost_aware && !c.options.adaptive) continue;
+    std::string label = c.options.adaptive ? "adaptive" : c.name;
+    if (&c == best) label += " (best)";
+    char line[512];
+    if (c.options.cost_aware) {
+      std::snprintf(line, sizeof(line), " (default; %.0f%% plain steps)",
+                    100.0 * runs.auto_plain_share);
+      label += line;
+    }
+    std::snprintf(
+        line, sizeof(line),
+        "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",
+        setting.name.c_str(), batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s,
+        r.acceptance, r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
+        plain.ptl_last / r.ptl_last, plain.ptl_all / r.ptl_all);
+    *md << line;
+    std::fprintf(stderr, "[bench spec] %s", line);
+  }
+  entry["auto_plain_step_share"] = runs.auto_plain_share;
+  return entry;
+}
+
+}  // namespace
+
+void RunSpecBench(const SpecBenchOptions& o) {
+  SpecBench b = SetUp(o);
+  nlohmann::json report;
   std::ostringstream md;
-  report["cpu"] = CpuName();
-  report["kernels"] = ctx.cpu.Name();
-  report["weights"] = o.weight_flags.weights.empty() ? "as stored" : o.weight_flags.weights;
-  report["int8_kernel"] = Int8KernelName(ctx);
-  report["prompt_set"] = o.prompt_set;
-  report["spec_type"] = o.spec_type;
-  report["n_prompts"] = prompts.size();
-  report["prompt_groups"] = o.prompt_groups;
-  // EasySpec's drafting, when asked for.
-  std::string drafting;
-  if (!draft_options.fuzzy.empty()) {
-    drafting += ", fuzzy drafting (layer groups " + draft_options.fuzzy.ToString() +
-                (draft_options.calibrate ? ", bonus calibration)" : ", no calibration)");
-  }
-  if (draft_options.tree_width > 1) {
-    drafting +=
-        ", token trees of width " + std::to_string(draft_options.tree_width) +
-        (draft_options.tree_depth > 0 ? ", depth " + std::to_string(draft_options.tree_depth)
-                                      : std::string()) +
-        " (draft length = tree nodes)";
-  }
-  report["drafting"] = drafting;
-  md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
-     << " kernels"
-     << (o.weight_flags.weights == "i8" ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
-     << "), " << o.threads << " threads, target " << o.target << ", proposer "
-     << (o.spec_type == "draft"   ? o.draft
-         : o.spec_type == "ngram" ? "n-gram lookup"
-                                  : "n-gram lookup, then " + o.draft)
-     << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
-     << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
-     << " prompt per sequence, "
-     << (o.prompt_groups > 0
-             ? "at most " + std::to_string(o.prompt_groups) + " group(s) of prompts per batch"
-             : "all " + std::to_string(prompts.size()) +
-                   " prompts at every batch size (batch B: groups of B decoded in turn)")
-     << ", median of " << o.reps
-     << " runs per setting (plain decoding and every candidate in turn, prompt group by prompt "
-        "group). Per batch: the best fixed / adaptive draft "
-     << "length (chosen in hindsight), BASS Algorithm 1 (`adaptive`) and `auto`, the "
-     << "cost-aware policy (chosen online; the default).\n\n"
-     << "| sampling | batch | plain tok/s | draft length | spec tok/s | acceptance | ptl first "
-        "(ms) | ptl last (ms) | ptl all (ms) | speedup first | speedup last | speedup all |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  DescribeRun(o, b, &report, &md);
   std::vector<std::pair<std::string, std::vector<double>>> series;
-  for (const Setting& setting : settings) {
+  for (const Setting& setting : Settings(o)) {
     std::vector<double> plain_ptl, spec_ptl, auto_ptl;
     for (int batch : o.batches) {
-      GenerateRequest settings;
-      settings.n_predict = o.n_predict;
-      settings.sampling = setting.params;
-      settings.stop_at_eos = false;
-      settings.sum_logprob = false;  // as `specd generate` without --json or a budget
-      const std::vector<GenerateRequest> groups =
-          PromptGroups(prompts, batch, o.prompt_groups, settings);
-      // Candidates: fixed lengths, BASS Algorithm 1, and the cost-aware policy, each summarized
-      // by its median run (all-sequence latency).
-      struct Candidate {
-        std::string name;
-        SpeculativeOptions options;
-        std::vector<Run> runs;
-        Run median;
-      };
-      std::vector<Candidate> candidates;
-      for (int k : o.draft_lengths) {
-        Candidate c{"K=" + std::to_string(k), {}, {}, {}};
-        c.options.draft_max = k;
-        candidates.push_back(c);
-      }
-      Candidate adaptive{"adaptive", {}, {}, {}};
-      adaptive.options.adaptive = true;
-      adaptive.options.draft_max = 7;
-      candidates.push_back(adaptive);
-      Candidate automatic{"auto", {}, {}, {}};
-      automatic.options.cost_aware = true;
-      automatic.options.draft_max = 8;
-      candidates.push_back(automatic);
-      for (Candidate& c : candidates) {
-        c.options.spec_sampling = setting.mode;
-        c.options.draft = draft_options;
-      }
-      std::vector<Run> plain_runs;
-      std::vector<double> auto_plain_share;
-      for (int rep = 0; rep < o.reps; ++rep) {
-        // Group by group, plain decoding and every candidate in turn, starting one further along
-        // each group: this VM's speed moves by 10-30% within a minute, and a candidate run as a
-        // whole block minutes after plain decoding took that drift as its own (SmolLM2 on Zen 4,
-        // greedy batch 8: the cost-aware policy "1.16x" at 98% plain steps).
-        const size_t n_runners = candidates.size() + 1;  // plain decoding is the last
-        std::vector<std::vector<GenerateResult>> results(n_runners);
-        std::vector<SpeculativeStats> stats(candidates.size());  // summed over the groups
-        for (size_t g = 0; g < groups.size(); ++g) {
-          for (size_t turn = 0; turn < n_runners; ++turn) {
-            const size_t runner = (g + rep + turn) % n_runners;
-            if (runner == candidates.size()) {
-              results[runner].push_back(
-                  GenerateAutoregressive(*target, ctx, *target_kv, groups[g]));
-              continue;
-            }
-            const Candidate& c = candidates[runner];
-            SpeculativeOptions options = c.options;
-            options.trace_steps_path = o.trace_steps;
-            options.trace_label = setting.name + " batch " + std::to_string(batch) + " " + c.name +
-                                  " rep " + std::to_string(rep);
-            results[runner].push_back(speculative(groups[g], options, &stats[runner]));
-          }
-        }
-        plain_runs.push_back(Measure(results.back(), nullptr));
-        for (size_t i = 0; i < candidates.size(); ++i) {
-          Candidate& c = candidates[i];
-          c.runs.push_back(Measure(results[i], &stats[i]));
-          if (c.options.cost_aware) {
-            auto_plain_share.push_back(
-                stats[i].n_steps ? double(stats[i].n_plain_steps) / stats[i].n_steps : 0.0);
-          }
-        }
-      }
-      auto median = [](std::vector<Run> runs) {
-        std::sort(runs.begin(), runs.end(),
-                  [](const Run& a, const Run& b) { return a.ptl_all < b.ptl_all; });
-        return runs[runs.size() / 2];
-      };
-      const Run plain = median(plain_runs);
-      for (Candidate& c : candidates) c.median = median(c.runs);
-      // The best fixed or adaptive setting for this batch (chosen in hindsight), and the
-      // cost-aware policy (chosen online, no hindsight).
-      const Candidate* best = nullptr;
-      for (const Candidate& c : candidates) {
-        if (c.options.cost_aware) continue;
-        if (best == nullptr || c.median.ptl_all < best->median.ptl_all) best = &c;
-      }
-      std::sort(auto_plain_share.begin(), auto_plain_share.end());
-      const double plain_share = auto_plain_share[auto_plain_share.size() / 2];
-      const Candidate& chosen_online = candidates.back();
-      plain_ptl.push_back(plain.ptl_all);
+      const BatchRuns runs = RunBatch(o, b, setting, batch);
+      const Candidate* best = BestInHindsight(runs.candidates);
+      plain_ptl.push_back(runs.plain.ptl_all);
       spec_ptl.push_back(best->median.ptl_all);
-      auto_ptl.push_back(chosen_online.median.ptl_all);
-      nlohmann::json entry = {{"sampling", setting.name},
-                              {"batch", batch},
-                              {"plain",
-                               {{"tokens_per_s", plain.tokens_per_s},
-                                {"ptl_first_ms", plain.ptl_first},
-                                {"ptl_last_ms", plain.ptl_last},
-                                {"ptl_all_ms", plain.ptl_all}}}};
-      for (const Candidate& c : candidates) {
-        const Run& r = c.median;
-        char line[512];
-        std::string label = c.name;
-        if (c.options.adaptive) label = "adaptive";
-        if (&c == best) label += " (best)";
-        if (c.options.cost_aware) {
-          char share[64];
-          std::snprintf(share, sizeof(share), " (default; %.0f%% plain steps)",
-                        100.0 * plain_share);
-          label += share;
-        }
-        entry["speculative"].push_back({{"draft", c.name},
-                                        {"tokens_per_s", r.tokens_per_s},
-                                        {"acceptance_rate", r.acceptance},
-                                        {"mean_accepted_length", r.mean_accepted_length},
-                                        {"ptl_first_ms", r.ptl_first},
-                                        {"ptl_last_ms", r.ptl_last},
-                                        {"ptl_all_ms", r.ptl_all},
-                                        {"speedup_all", plain.ptl_all / r.ptl_all}});
-        if (&c != best && !c.options.cost_aware && !c.options.adaptive) continue;
-        std::snprintf(
-            line, sizeof(line),
-            "| %s | %d | %.0f | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx |\n",
-            setting.name.c_str(), batch, plain.tokens_per_s, label.c_str(), r.tokens_per_s,
-            r.acceptance, r.ptl_first, r.ptl_last, r.ptl_all, plain.ptl_first / r.ptl_first,
-            plain.ptl_last / r.ptl_last, plain.ptl_all / r.ptl_all);
-        md << line;
-        std::fprintf(stderr, "[bench spec] %s", line);
-      }
-      entry["auto_plain_step_share"] = plain_share;
-      report["runs"].push_back(entry);
+      auto_ptl.push_back(runs.candidates.back().median.ptl_all);
+      report["runs"].push_back(ReportBatch(setting, batch, runs, best, &md));
     }
     series.push_back({std::string("plain, ") + setting.name, plain_ptl});
     series.push_back({std::string("best K, ") + setting.name, spec_ptl});

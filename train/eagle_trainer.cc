@@ -22,7 +22,6 @@ namespace specd::train {
 namespace fs = std::filesystem;
 namespace {
 
-
 // The target's final normed hidden state at every position of every sequence (all of length
 // `len`), from specd's forward: [n_seq, len, n_embd] f16. Cached in `cache_path` (with the
 // sequences' fingerprint beside it) when given.
@@ -225,49 +224,105 @@ torch::Tensor TokenTensor(const std::vector<std::vector<int32_t>>& sequences,
   return t;
 }
 
-}  // namespace
+// The head's training data: the target's text and corpus windows (training part first, then
+// the held-out part), with the target's features for each.
+struct EagleData {
+  std::vector<int32_t> train_stream;
+  std::vector<std::vector<int32_t>> sequences;  // [n_train + n_held] of ctx + 1 tokens
+  int64_t n_train = 0, n_held = 0, n_teacher_train = 0;
+  torch::Tensor features;
+};
 
-EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
-  SPECD_CHECK(!o.checkpoint_dir.empty(), "train eagle needs a checkpoint folder (--checkpoint)");
-  const FolderLock lock(o.checkpoint_dir);
+EagleData LoadEagleData(const EagleTrainOptions& o) {
+  EagleData d;
   const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, 20);
-  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.target);
+  d.train_stream = TokenizeFiles(corpus.train_files, o.target);
   const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.target);
   const int64_t len = o.ctx + 1;
   // The target's text and the features come first, before LibTorch starts its threads.
   std::vector<std::vector<int32_t>> chat_prompts;
   if (!o.chat_file.empty()) chat_prompts = ChatPrompts(o.target, o.chat_file, o.ctx / 2);
-  std::vector<std::vector<int32_t>> sequences =
-      TeacherText(o.target, train_stream, o.teacher_text_tokens, o.ctx, o.threads, o.seed,
-                  o.sampled_share, o.checkpoint_dir + "/teacher_text.bin", chat_prompts,
-                  chat_prompts.empty() ? 0.0 : o.chat_share);
-  const int64_t n_teacher = static_cast<int64_t>(sequences.size());
-  const int64_t n_held = std::min<int64_t>(o.held_out_sequences, n_teacher / 4);
-  SPECD_CHECK(n_teacher - n_held >= o.batch, "train eagle: ", n_teacher,
+  d.sequences = TeacherText(o.target, d.train_stream, o.teacher_text_tokens, o.ctx, o.threads,
+                            o.seed, o.sampled_share, o.checkpoint_dir + "/teacher_text.bin",
+                            chat_prompts, chat_prompts.empty() ? 0.0 : o.chat_share);
+  const int64_t n_teacher = static_cast<int64_t>(d.sequences.size());
+  const int64_t n_held_teacher = std::min<int64_t>(o.held_out_sequences, n_teacher / 4);
+  SPECD_CHECK(n_teacher - n_held_teacher >= o.batch, "train eagle: ", n_teacher,
               " sequences of the target's text is too few for batches of ", o.batch);
+  d.n_teacher_train = n_teacher - n_held_teacher;
   // Layout: training teacher text, corpus windows, then held-out teacher text and held-out
   // corpus windows.
-  std::vector<std::vector<int32_t>> held(sequences.end() - n_held, sequences.end());
-  sequences.resize(n_teacher - n_held);
-  for (auto& w : Windows(train_stream, static_cast<int64_t>(o.corpus_share * n_teacher), len)) {
-    sequences.push_back(std::move(w));
+  std::vector<std::vector<int32_t>> held(d.sequences.end() - n_held_teacher, d.sequences.end());
+  d.sequences.resize(d.n_teacher_train);
+  for (auto& w : Windows(d.train_stream, static_cast<int64_t>(o.corpus_share * n_teacher), len)) {
+    d.sequences.push_back(std::move(w));
   }
-  const int64_t n_train = static_cast<int64_t>(sequences.size());
-  for (auto& w : Windows(valid_stream, n_held / 2, len)) held.push_back(std::move(w));
-  sequences.insert(sequences.end(), held.begin(), held.end());
-  const torch::Tensor features =
-      TargetFeatures(o.target, sequences, len, o.threads, o.checkpoint_dir + "/features.f16");
+  d.n_train = static_cast<int64_t>(d.sequences.size());
+  for (auto& w : Windows(valid_stream, n_held_teacher / 2, len)) held.push_back(std::move(w));
+  d.n_held = static_cast<int64_t>(held.size());
+  d.sequences.insert(d.sequences.end(), held.begin(), held.end());
+  d.features =
+      TargetFeatures(o.target, d.sequences, len, o.threads, o.checkpoint_dir + "/features.f16");
+  return d;
+}
 
-  torch::set_num_threads(o.threads);
-  torch::manual_seed(o.seed);
+// Held out, unrolled as many steps as the default draft length drafts: step u's top-1 is the
+// head's agreement with the target at draft position u when the drafts before it were right.
+void EvaluateHead(const EagleTrainOptions& o, const EagleData& d, Llama& head, int64_t step,
+                  EagleTrainResult* r) {
+  constexpr int kEvalSteps = 4;
+  torch::NoGradGuard no_grad;
+  head->eval();
+  double feature = 0, token = 0;
+  std::vector<double> top1(kEvalSteps, 0.0);
+  int64_t batches = 0;
+  for (int64_t first = 0; first < d.n_held; first += 8, ++batches) {
+    std::vector<int64_t> idx;
+    for (int64_t i = first; i < std::min(first + 8, d.n_held); ++i) idx.push_back(d.n_train + i);
+    const auto l =
+        HeadLosses(head, TokenTensor(d.sequences, idx),
+                   d.features.index_select(0, torch::tensor(idx)), kEvalSteps, 0.0, o.bf16);
+    feature += l.feature.item<double>();
+    token += l.token.item<double>();
+    for (size_t u = 0; u < l.top1.size(); ++u) top1[u] += l.top1[u];
+  }
+  head->train();
+  r->feature_loss = feature / batches;
+  r->token_loss = token / batches;
+  r->top1_by_step.clear();
+  for (double x : top1) r->top1_by_step.push_back(x / batches);
+  r->top1 = r->top1_by_step[0];
+  std::fprintf(stderr,
+               "%sstep %lld: held out, %d draft steps: feature loss %.4f, token loss %.4f, "
+               "top-1 by step",
+               ::isatty(2) ? "\n" : "", static_cast<long long>(step), kEvalSteps, r->feature_loss,
+               r->token_loss);
+  for (double x : r->top1_by_step) std::fprintf(stderr, " %.3f", x);
+  std::fprintf(stderr, "\n");
+}
+
+// The head, its embedding and output taken from the target (restricted to the most frequent
+// tokens when head_vocab is set).
+Llama NewHead(const EagleTrainOptions& o, const EagleData& d) {
   std::vector<int64_t> head_tokens;
   if (o.head_vocab > 0) {
-    const std::vector<std::vector<int32_t>> train_part(sequences.begin(),
-                                                       sequences.begin() + n_train);
+    const std::vector<std::vector<int32_t>> train_part(d.sequences.begin(),
+                                                       d.sequences.begin() + d.n_train);
     const int64_t n_vocab = GgufFile::Open(o.target)->GetTensor("token_embd.weight").shape[1];
-    head_tokens = MostFrequentTokens(train_stream, train_part, n_vocab, o.head_vocab);
+    head_tokens = MostFrequentTokens(d.train_stream, train_part, n_vocab, o.head_vocab);
   }
-  Llama head = HeadFromTarget(o.target, head_tokens);
+  return HeadFromTarget(o.target, head_tokens);
+}
+
+}  // namespace
+
+EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
+  SPECD_CHECK(!o.checkpoint_dir.empty(), "train eagle needs a checkpoint folder (--checkpoint)");
+  const FolderLock lock(o.checkpoint_dir);
+  const EagleData d = LoadEagleData(o);
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  Llama head = NewHead(o, d);
   auto optimizer = MakeAdamW(head, o.lr, o.weight_decay);
   int64_t step = 0;
   double smoothed = std::nan("");
@@ -277,46 +332,10 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
   for (const auto& p : head->parameters()) trainable += p.requires_grad() ? p.numel() : 0;
   std::fprintf(stderr,
                "EAGLE head: %lld trainable parameters; %lld training sequences of %lld tokens "
-               "(%lld of the target's text), %zu held out; %lld steps\n",
-               static_cast<long long>(trainable), static_cast<long long>(n_train),
-               static_cast<long long>(len), static_cast<long long>(n_teacher - n_held), held.size(),
-               static_cast<long long>(o.steps));
-
-  // Held out, unrolled as many steps as the default draft length drafts: step u's top-1 is the
-  // head's agreement with the target at draft position u when the drafts before it were right.
-  constexpr int kEvalSteps = 4;
-  auto evaluate = [&](EagleTrainResult* r) {
-    torch::NoGradGuard no_grad;
-    head->eval();
-    double feature = 0, token = 0;
-    std::vector<double> top1(kEvalSteps, 0.0);
-    int64_t batches = 0;
-    const int64_t n_held_all = static_cast<int64_t>(held.size());
-    for (int64_t first = 0; first < n_held_all; first += 8, ++batches) {
-      std::vector<int64_t> idx;
-      for (int64_t i = first; i < std::min(first + 8, n_held_all); ++i) idx.push_back(n_train + i);
-      const auto l =
-          HeadLosses(head, TokenTensor(sequences, idx),
-                     features.index_select(0, torch::tensor(idx)), kEvalSteps, 0.0, o.bf16);
-      feature += l.feature.item<double>();
-      token += l.token.item<double>();
-      for (size_t u = 0; u < l.top1.size(); ++u) top1[u] += l.top1[u];
-    }
-    head->train();
-    r->feature_loss = feature / batches;
-    r->token_loss = token / batches;
-    r->top1_by_step.clear();
-    for (double x : top1) r->top1_by_step.push_back(x / batches);
-    r->top1 = r->top1_by_step[0];
-    std::fprintf(stderr,
-                 "%sstep %lld: held out, %d draft steps: feature loss %.4f, token loss %.4f, "
-                 "top-1 by step",
-                 ::isatty(2) ? "\n" : "", static_cast<long long>(step), kEvalSteps, r->feature_loss,
-                 r->token_loss);
-    for (double x : r->top1_by_step) std::fprintf(stderr, " %.3f", x);
-    std::fprintf(stderr, "\n");
-  };
-
+               "(%lld of the target's text), %lld held out; %lld steps\n",
+               static_cast<long long>(trainable), static_cast<long long>(d.n_train),
+               static_cast<long long>(o.ctx + 1), static_cast<long long>(d.n_teacher_train),
+               static_cast<long long>(d.n_held), static_cast<long long>(o.steps));
   EagleTrainResult result;
   const int64_t tokens_per_step = int64_t{o.batch} * o.ctx;
   const int64_t first_step = step;
@@ -325,10 +344,10 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
   while (step < o.steps) {
     const double lr_scale = LearningRateScale(step, o.warmup_steps, o.steps, o.min_lr_ratio);
     SetLearningRate(*optimizer, o.lr * lr_scale);
-    const auto idx = BatchIndices(n_train, o.batch, step, o.seed);
-    const auto l =
-        HeadLosses(head, TokenTensor(sequences, idx), features.index_select(0, torch::tensor(idx)),
-                   o.unroll, o.feature_noise, o.bf16);
+    const auto idx = BatchIndices(d.n_train, o.batch, step, o.seed);
+    const auto l = HeadLosses(head, TokenTensor(d.sequences, idx),
+                              d.features.index_select(0, torch::tensor(idx)), o.unroll,
+                              o.feature_noise, o.bf16);
     const auto loss = l.feature + o.token_weight * l.token;
     smoothed = SmoothLoss(smoothed, OptimizerStep(*optimizer, head, loss, o.grad_clip));
     ++step;
@@ -343,10 +362,10 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
       return result;
     }
     if (step % o.checkpoint_every == 0) checkpoint.Save(head, *optimizer, step, smoothed);
-    if (step % o.eval_every == 0) evaluate(&result);
+    if (step % o.eval_every == 0) EvaluateHead(o, d, head, step, &result);
   }
   checkpoint.Save(head, *optimizer, step, smoothed);
-  if (step % o.eval_every != 0 || step == first_step) evaluate(&result);
+  if (step % o.eval_every != 0 || step == first_step) EvaluateHead(o, d, head, step, &result);
   result.steps = step;
   result.finished = true;
   if (!o.out.empty()) {

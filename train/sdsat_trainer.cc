@@ -175,53 +175,107 @@ int32_t ResolveToken(const std::string& tokenizer_gguf, const std::string& token
   return static_cast<int32_t>(id);
 }
 
+namespace {
+
+// What the fine-tune reads: where the adaptive tokens go, FIM tokens, the corpus's streams.
+struct SdsatData {
+  SdsatLayout layout;
+  FimTokens fim;
+  std::string base_name;  // general.name of the base model
+  std::vector<int32_t> train_stream, valid_stream;
+};
+
+SdsatData LoadSdsatData(const SdsatTrainOptions& o) {
+  SdsatData d;
+  d.layout = {ResolveToken(o.base, o.adaptive_token), o.max_window, o.window_share};
+  {
+    auto base_file = GgufFile::Open(o.base);
+    d.fim = o.fim ? FimTokensOf(*base_file) : FimTokens{};
+    d.base_name = base_file->Find("general.name") != nullptr
+                      ? base_file->Get("general.name").AsString("general.name")
+                      : "model";
+  }
+  const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);
+  d.train_stream = TokenizeFiles(corpus.train_files, o.base);
+  d.valid_stream = TokenizeFiles(corpus.validation_files, o.base);
+  SPECD_CHECK(static_cast<int64_t>(d.train_stream.size()) > (o.ctx + o.max_window + 1) * 4,
+              "the corpus is too small for a context of ", o.ctx);
+  std::fprintf(stderr,
+               "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens); adaptive "
+               "token %d, windows 1..%d after %.0f%% of positions, FIM %s\n",
+               corpus.train_files.size(), d.train_stream.size(), corpus.validation_files.size(),
+               d.valid_stream.size(), d.layout.adaptive_token, d.layout.max_window,
+               100.0 * d.layout.window_share,
+               d.fim.ok() ? "on" : (o.fim ? "off (no FIM tokens)" : "off"));
+  return d;
+}
+
+// The paper's improved loss: half plain rows, half with windows of adaptive tokens (their loss on
+// the adaptive positions only), the second half weighted by adaptive_weight.
+torch::Tensor SdsatLoss(const SdsatTrainOptions& o, const SdsatData& d, Llama& model,
+                        int64_t step) {
+  const int n_plain = static_cast<int>(std::lround(o.batch * o.plain_share));
+  std::vector<SdsatRow> rows;
+  for (int r = 0; r < o.batch; ++r) {
+    rows.push_back(
+        MakeRow(d.train_stream, o.ctx, r, n_plain, d.layout, d.fim, RowSeed(o.seed, step, r)));
+  }
+  const BatchTensors batch = ToTensors(rows);
+  torch::Tensor logits;  // [B, T, n_vocab]
+  {
+    Autocast autocast(o.bf16);
+    logits = model->forward(batch.tokens, batch.positions, batch.visible);
+  }
+  const auto plain_loss = RowsLoss(logits, batch.labels, 0, n_plain);
+  const auto adaptive_loss = RowsLoss(logits, batch.labels, n_plain, o.batch - n_plain);
+  return 0.5 * (plain_loss + o.adaptive_weight * adaptive_loss);
+}
+
+// The fine-tuned model, or its LoRA adapter, with the adaptive token in its metadata.
+void ExportSdsat(const SdsatTrainOptions& o, const SdsatData& d, Llama& model) {
+  const std::vector<std::pair<std::string, GgufValue>> metadata = {
+      {"specd.sdsat.adaptive_token", GgufValue::U32(d.layout.adaptive_token)},
+      {"specd.sdsat.max_window", GgufValue::U32(d.layout.max_window)}};
+  const std::string name = o.name.empty() ? d.base_name + "-sdsat" : o.name;
+  if (model->has_lora()) {
+    ExportLoraAdapter(model, o.export_type, name, o.out, metadata);
+  } else {
+    ExportGguf(model, o.base, o.export_type, name, o.out, metadata);
+  }
+  std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+}  // namespace
+
 SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
   const FolderLock lock(o.checkpoint_dir);
   SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
               "stopping at a step needs a checkpoint folder to resume from");
   torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
-  SdsatLayout layout{ResolveToken(o.base, o.adaptive_token), o.max_window, o.window_share};
-  auto base_file = GgufFile::Open(o.base);
-  const FimTokens fim = o.fim ? FimTokensOf(*base_file) : FimTokens{};
-  const std::string base_name = base_file->Find("general.name") != nullptr
-                                    ? base_file->Get("general.name").AsString("general.name")
-                                    : "model";
-  base_file.reset();
-
-  const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);
-  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.base);
-  const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.base);
-  SPECD_CHECK(static_cast<int64_t>(train_stream.size()) > (o.ctx + o.max_window + 1) * 4,
-              "the corpus is too small for a context of ", o.ctx);
-  std::fprintf(stderr,
-               "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens); adaptive "
-               "token %d, windows 1..%d after %.0f%% of positions, FIM %s\n",
-               corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
-               valid_stream.size(), layout.adaptive_token, layout.max_window,
-               100.0 * layout.window_share,
-               fim.ok() ? "on" : (o.fim ? "off (no FIM tokens)" : "off"));
-
+  const SdsatData d = LoadSdsatData(o);
+  const auto held_out = [&](Llama& m) {
+    return std::exp(HeldOutLoss(m, d.valid_stream, o.ctx, o.eval_windows, o.bf16));
+  };
+  const auto adaptive = [&](Llama& m) {
+    return ScoreAdaptive(m, d.valid_stream, o.ctx, d.layout, o.eval_windows, o.bf16);
+  };
   Llama model = ImportGguf(o.base);
   SdsatTrainResult result;
-  result.adaptive_token = layout.adaptive_token;
-  result.base_perplexity =
-      std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16));
-  result.base_adaptive = ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16);
+  result.adaptive_token = d.layout.adaptive_token;
+  result.base_perplexity = held_out(model);
+  result.base_adaptive = adaptive(model);
   std::fprintf(stderr, "base: held-out perplexity %.3f, %s\n", result.base_perplexity,
                Describe(result.base_adaptive).c_str());
-
   if (o.lora_rank > 0) {
     model->EnableLora(o.lora_rank, o.lora_alpha > 0.0 ? o.lora_alpha : 2.0 * o.lora_rank,
-                      layout.adaptive_token);
+                      d.layout.adaptive_token);
   }
   auto optimizer = MakeAdamW(model, o.lr, o.weight_decay);
   int64_t step = 0;
   double smoothed = std::nan("");
   Checkpoint checkpoint(o.checkpoint_dir);
   checkpoint.Load(model, *optimizer, &step, &smoothed);
-
-  const int n_plain = static_cast<int>(std::lround(o.batch * o.plain_share));
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.ctx;
   Timer timer;
   const int64_t first_step = step;
@@ -229,26 +283,12 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
   while (step < o.steps) {
     const double lr = o.lr * LearningRateScale(step, o.warmup_steps, o.steps, o.min_lr_ratio);
     SetLearningRate(*optimizer, lr);
-    std::vector<SdsatRow> rows;
-    for (int r = 0; r < o.batch; ++r) {
-      rows.push_back(
-          MakeRow(train_stream, o.ctx, r, n_plain, layout, fim, RowSeed(o.seed, step, r)));
-    }
-    const BatchTensors batch = ToTensors(rows);
-    torch::Tensor logits;  // [B, T, n_vocab]
-    {
-      Autocast autocast(o.bf16);
-      logits = model->forward(batch.tokens, batch.positions, batch.visible);
-    }
-    const auto plain_loss = RowsLoss(logits, batch.labels, 0, n_plain);
-    const auto adaptive_loss = RowsLoss(logits, batch.labels, n_plain, o.batch - n_plain);
-    const auto loss = 0.5 * (plain_loss + o.adaptive_weight * adaptive_loss);
+    const auto loss = SdsatLoss(o, d, model, step);
     smoothed = SmoothLoss(smoothed, OptimizerStep(*optimizer, model, loss, o.grad_clip));
     ++step;
-    const double tps =
+    result.tokens_per_s =
         double(step - first_step) * tokens_per_step / std::max(timer.ElapsedMs() / 1000.0, 1e-9);
-    result.tokens_per_s = tps;
-    ReportProgress(step, o.steps, smoothed, lr, tps, tokens_per_step);
+    ReportProgress(step, o.steps, smoothed, lr, result.tokens_per_s, tokens_per_step);
     if (step == o.stop_at_step && step < o.steps) {
       checkpoint.Save(model, *optimizer, step, smoothed);
       std::fprintf(stderr, "stopped at step %lld of %lld; checkpoint in %s\n",
@@ -260,36 +300,22 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
     }
     if (step % o.checkpoint_every == 0) checkpoint.Save(model, *optimizer, step, smoothed);
     if (step % o.eval_every == 0 && step < o.steps) {
-      std::fprintf(
-          stderr, "step %lld: held-out perplexity %.3f, %s\n", static_cast<long long>(step),
-          std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16)),
-          Describe(ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16))
-              .c_str());
+      std::fprintf(stderr, "step %lld: held-out perplexity %.3f, %s\n",
+                   static_cast<long long>(step), held_out(model),
+                   Describe(adaptive(model)).c_str());
     }
   }
   checkpoint.Save(model, *optimizer, step, smoothed);
   result.steps = step;
   result.finished = true;
   result.train_loss = smoothed;
-  result.validation_perplexity =
-      std::exp(HeldOutLoss(model, valid_stream, o.ctx, o.eval_windows, o.bf16));
-  result.adaptive = ScoreAdaptive(model, valid_stream, o.ctx, layout, o.eval_windows, o.bf16);
+  result.validation_perplexity = held_out(model);
+  result.adaptive = adaptive(model);
   std::fprintf(stderr, "done: %lld steps; held-out perplexity %.3f (base %.3f, %+.2f%%), %s\n",
                static_cast<long long>(step), result.validation_perplexity, result.base_perplexity,
                100.0 * (result.validation_perplexity / result.base_perplexity - 1.0),
                Describe(result.adaptive).c_str());
-  if (!o.out.empty()) {
-    const std::vector<std::pair<std::string, GgufValue>> metadata = {
-        {"specd.sdsat.adaptive_token", GgufValue::U32(layout.adaptive_token)},
-        {"specd.sdsat.max_window", GgufValue::U32(layout.max_window)}};
-    const std::string name = o.name.empty() ? base_name + "-sdsat" : o.name;
-    if (model->has_lora()) {
-      ExportLoraAdapter(model, o.export_type, name, o.out, metadata);
-    } else {
-      ExportGguf(model, o.base, o.export_type, name, o.out, metadata);
-    }
-    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
-  }
+  if (!o.out.empty()) ExportSdsat(o, d, model);
   return result;
 }
 

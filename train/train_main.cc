@@ -7,6 +7,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"specd train: tokenizers and llama models for specd (LibTorch)"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.name("specd");
   app.require_subcommand(1);
   const std::function<int()> run = specd::train::AddTrainCommands(app);

@@ -168,6 +168,235 @@ GenerateRequest TeacherBatchRequest(const std::vector<int32_t>& stream, int64_t 
 // another recipe is made again. Generation appends each finished batch to a partial file named
 // after the recipe (and its top-k records, when recorded, to another), so a session that ends
 // mid-way loses at most one batch; the next run continues from it.
+namespace {
+
+// TeacherText's work: its recipe and files, resumed or made afresh, batch by batch.
+class TeacherTextWriter {
+ public:
+  struct Request {
+    const std::string& teacher_gguf;
+    const std::vector<int32_t>& stream;
+    int64_t ctx;
+    int threads;
+    uint64_t seed;
+    double sampled_share;
+    const std::string& cache_path;
+    const std::vector<std::vector<int32_t>>& chat_prompts;
+    double chat_share;
+    const TeacherRun& run;
+    const TopKRecording& top_k;
+  };
+  TeacherTextWriter(const Request& r, int64_t n_tokens)
+      : r_(r),
+        record_(r.top_k.k > 0),
+        length_(r.ctx + 1),
+        sequence_bytes_(length_ * static_cast<int64_t>(sizeof(int32_t))),
+        top_bytes_(TopKSequenceBytes(r.ctx, r.top_k.k)),
+        n_sequences_(std::max<int64_t>(1, n_tokens / length_)) {
+    Check();
+    recipe_tag_ = RecipeTag();
+    recipe_path_ = r.cache_path.empty() ? "" : r.cache_path + ".recipe";
+    partial_path_ = r.cache_path.empty() ? "" : StrCat(r.cache_path, ".partial.", recipe_tag_);
+    top_partial_path_ =
+        record_ ? StrCat(r.top_k.cache_path, ".partial.", recipe_tag_, ".k", r.top_k.k) : "";
+  }
+
+  std::vector<std::vector<int32_t>> Make() {
+    if (CacheIsCurrent()) {
+      std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
+                   static_cast<long long>(n_sequences_), r_.cache_path.c_str());
+      return ReadSequences(r_.cache_path, n_sequences_);
+    }
+    Resume();
+    OpenPartials();
+    Generate();
+    Finish();
+    return std::move(sequences_);
+  }
+
+ private:
+  static constexpr int64_t kPrefix = 32;
+
+  void Check() const {
+    SPECD_CHECK(r_.sampled_share >= 0.0 && r_.sampled_share <= 1.0,
+                "the sampled share of teacher text must be in [0, 1], got ", r_.sampled_share);
+    SPECD_CHECK(r_.chat_share >= 0.0 && r_.chat_share <= 1.0,
+                "the chat share of teacher text must be in [0, 1], got ", r_.chat_share);
+    SPECD_CHECK(r_.chat_share == 0.0 || !r_.chat_prompts.empty(), "a chat share of ", r_.chat_share,
+                " needs chat prompts");
+    SPECD_CHECK(r_.run.batch >= 1, "the teacher's batch must be at least 1, got ", r_.run.batch);
+    SPECD_CHECK(
+        !record_ || (r_.top_k.k <= 256 && !r_.cache_path.empty() && !r_.top_k.cache_path.empty()),
+        "recording the teacher's top-k needs k in 1..256 and cache files");
+    for (const auto& p : r_.chat_prompts) {
+      SPECD_CHECK(!p.empty() && static_cast<int64_t>(p.size()) < length_, "a chat prompt of ",
+                  p.size(), " tokens does not fit a sequence of ", length_);
+    }
+  }
+
+  // seed.sequences.sampled-share: the recipe file's text and the partial file's suffix.
+  std::string RecipeTag() const {
+    std::string tag = StrCat(r_.seed, ".", n_sequences_, ".");
+    char number[32];
+    std::snprintf(number, sizeof number, "%g", r_.sampled_share);
+    tag += number;
+    if (r_.chat_share > 0.0) {
+      std::snprintf(number, sizeof number, "%g", r_.chat_share);
+      tag += StrCat(".chat", number, ".", r_.chat_prompts.size());
+    }
+    // Batches of 16 and stored weights were the only recipe once: their tag stays as it was.
+    if (r_.run.batch != 16 || r_.run.int8_weights) {
+      tag += StrCat(".b", r_.run.batch, r_.run.int8_weights ? ".i8" : "");
+    }
+    return tag;
+  }
+
+  bool CacheIsCurrent() const {
+    // Caches from before recipes were kept are matched by size alone.
+    const bool same_recipe = recipe_path_.empty() || !fs::exists(recipe_path_) ||
+                             ReadFileBytes(recipe_path_) == recipe_tag_ + "\n";
+    return !r_.cache_path.empty() && fs::exists(r_.cache_path) && same_recipe &&
+           static_cast<int64_t>(fs::file_size(r_.cache_path)) == n_sequences_ * sequence_bytes_;
+  }
+
+  // Reads whole sequences from a file of int32 tokens.
+  std::vector<std::vector<int32_t>> ReadSequences(const std::string& path, int64_t count) const {
+    const std::string bytes = ReadFileBytes(path);
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<int32_t> seq(length_);
+      std::memcpy(seq.data(), bytes.data() + i * sequence_bytes_, sequence_bytes_);
+      out.push_back(std::move(seq));
+    }
+    return out;
+  }
+
+  // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
+  void Resume() {
+    const int batch = r_.run.batch;
+    int64_t done = WholeBatchesIn(partial_path_, sequence_bytes_, batch, n_sequences_);
+    if (record_) {
+      done = std::min(done, WholeBatchesIn(top_partial_path_, top_bytes_, batch, n_sequences_));
+    }
+    if (partial_path_.empty() || !fs::exists(partial_path_)) return;
+    sequences_ = ReadSequences(partial_path_, done);
+    fs::resize_file(partial_path_, done * sequence_bytes_);
+    if (record_ && fs::exists(top_partial_path_)) {
+      fs::resize_file(top_partial_path_, done * top_bytes_);
+    }
+    std::fprintf(stderr, "teacher text: continuing after %lld sequences in %s\n",
+                 static_cast<long long>(done), partial_path_.c_str());
+  }
+
+  void OpenPartials() {
+    if (!partial_path_.empty()) {
+      partial_ = std::fopen(partial_path_.c_str(), "ab");
+      SPECD_CHECK(partial_ != nullptr, "cannot write ", partial_path_);
+    }
+    if (record_) {
+      if (sequences_.empty()) std::ofstream(top_partial_path_, std::ios::binary | std::ios::trunc);
+      top_partial_ = std::fopen(top_partial_path_.c_str(), "ab");
+      SPECD_CHECK(top_partial_ != nullptr, "cannot write ", top_partial_path_);
+    }
+  }
+
+  void Generate() {
+    ThreadPool pool(r_.threads);
+    const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
+    auto teacher = LoadTeacher(r_.teacher_gguf, r_.run, &ctx_kernels);
+    const int batch = r_.run.batch;
+    auto kv = teacher->NewKvCache({batch, static_cast<int>(length_), DType::kF16});
+    auto prompt_kv =
+        record_ ? teacher->NewKvCache({1, static_cast<int>(length_), DType::kF16}) : nullptr;
+    Timer timer;
+    const int64_t resumed = static_cast<int64_t>(sequences_.size());
+    for (int64_t first = resumed; first < n_sequences_; first += batch) {
+      GenerateBatch(*teacher, ctx_kernels, *kv, prompt_kv.get(), first);
+      std::fprintf(
+          stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s", ::isatty(2) ? "\r" : "",
+          static_cast<long long>(sequences_.size()), static_cast<long long>(n_sequences_),
+          (sequences_.size() - resumed) * (length_ - kPrefix) / (timer.ElapsedMs() / 1000.0),
+          ::isatty(2) ? "" : "\n");
+    }
+    std::fprintf(stderr, "\n");
+  }
+
+  void GenerateBatch(Model& teacher, const KernelContext& ctx_kernels, KvCache& kv,
+                     KvCache* prompt_kv, int64_t first) {
+    const int batch = r_.run.batch;
+    const int64_t count = std::min<int64_t>(batch, n_sequences_ - first);
+    // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
+    // greedy code, sampled code, greedy chat, sampled chat).
+    const bool chat = TakesTurn(first / batch / 2, r_.chat_share);
+    GenerateRequest request = TeacherBatchRequest(r_.stream, kPrefix, length_, first, count,
+                                                  r_.seed, chat, r_.chat_prompts);
+    const bool sampled = TakesTurn(first / batch, r_.sampled_share);
+    request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, r_.seed + first};
+    if (record_) request.logprobs = r_.top_k.k;
+    const GenerateResult result = GenerateAutoregressive(teacher, ctx_kernels, kv, request);
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<int32_t> seq = request.prompts[i];
+      const auto& tokens = result.sequences[i].tokens;
+      seq.insert(seq.end(), tokens.begin(), tokens.end());
+      seq.resize(std::min<size_t>(seq.size(), length_));
+      SPECD_CHECK(static_cast<int64_t>(seq.size()) == length_, "teacher text: sequence of ",
+                  seq.size(), " tokens, expected ", length_);
+      if (partial_ != nullptr) {
+        SPECD_CHECK(std::fwrite(seq.data(), sizeof(int32_t), seq.size(), partial_) == seq.size(),
+                    "cannot write ", partial_path_);
+      }
+      if (record_) {
+        WrittenSequenceTopK(teacher, ctx_kernels, *prompt_kv, request.prompts[i],
+                            result.sequences[i], r_.ctx, r_.top_k.k, &top_ids_, &top_probs_);
+        SPECD_CHECK(std::fwrite(top_ids_.data(), sizeof(int32_t), top_ids_.size(), top_partial_) ==
+                            top_ids_.size() &&
+                        std::fwrite(top_probs_.data(), sizeof(float), top_probs_.size(),
+                                    top_partial_) == top_probs_.size(),
+                    "cannot write ", top_partial_path_);
+      }
+      sequences_.push_back(std::move(seq));
+    }
+    // The top-k file first: a batch counts as written once its text is.
+    if (top_partial_ != nullptr) {
+      SPECD_CHECK(std::fflush(top_partial_) == 0, "cannot write ", top_partial_path_);
+    }
+    if (partial_ != nullptr) std::fflush(partial_);
+  }
+
+  // The partial files become the caches, each with its recipe.
+  void Finish() {
+    if (top_partial_ != nullptr) {
+      SPECD_CHECK(std::fclose(top_partial_) == 0, "cannot write ", top_partial_path_);
+      fs::rename(top_partial_path_, r_.top_k.cache_path);
+      std::ofstream top_recipe(r_.top_k.cache_path + ".recipe", std::ios::binary | std::ios::trunc);
+      top_recipe << TopKRecipe(r_.top_k.k, sequences_, r_.ctx, r_.run);
+      SPECD_CHECK(top_recipe.good(), "cannot write ", r_.top_k.cache_path, ".recipe");
+    }
+    if (partial_ != nullptr) {
+      SPECD_CHECK(std::fclose(partial_) == 0, "cannot write ", partial_path_);
+      fs::rename(partial_path_, r_.cache_path);
+      std::ofstream recipe_file(recipe_path_, std::ios::binary | std::ios::trunc);
+      recipe_file << recipe_tag_ << "\n";
+      SPECD_CHECK(recipe_file.good(), "cannot write ", recipe_path_);
+    }
+  }
+
+  const Request& r_;
+  const bool record_;
+  const int64_t length_;  // tokens per sequence: ctx + 1
+  const int64_t sequence_bytes_;
+  const int64_t top_bytes_;
+  const int64_t n_sequences_;
+  std::string recipe_tag_, recipe_path_, partial_path_, top_partial_path_;
+  std::vector<std::vector<int32_t>> sequences_;
+  std::FILE* partial_ = nullptr;
+  std::FILE* top_partial_ = nullptr;
+  std::vector<int32_t> top_ids_;  // [ctx, k]
+  std::vector<float> top_probs_;  // [ctx, k]
+};
+
+}  // namespace
+
 std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<int32_t>& stream, int64_t n_tokens,
                                               int64_t ctx, int threads, uint64_t seed,
@@ -175,160 +404,10 @@ std::vector<std::vector<int32_t>> TeacherText(const std::string& teacher_gguf,
                                               const std::vector<std::vector<int32_t>>& chat_prompts,
                                               double chat_share, const TeacherRun& run,
                                               const TopKRecording& top_k) {
-  SPECD_CHECK(sampled_share >= 0.0 && sampled_share <= 1.0,
-              "the sampled share of teacher text must be in [0, 1], got ", sampled_share);
-  SPECD_CHECK(chat_share >= 0.0 && chat_share <= 1.0,
-              "the chat share of teacher text must be in [0, 1], got ", chat_share);
-  SPECD_CHECK(chat_share == 0.0 || !chat_prompts.empty(), "a chat share of ", chat_share,
-              " needs chat prompts");
-  SPECD_CHECK(run.batch >= 1, "the teacher's batch must be at least 1, got ", run.batch);
-  const bool record = top_k.k > 0;
-  SPECD_CHECK(!record || (top_k.k <= 256 && !cache_path.empty() && !top_k.cache_path.empty()),
-              "recording the teacher's top-k needs k in 1..256 and cache files");
-  constexpr int64_t kPrefix = 32;
-  const int kBatch = run.batch;
-  const int64_t length = ctx + 1;
-  const int64_t sequence_bytes = length * static_cast<int64_t>(sizeof(int32_t));
-  const int64_t top_bytes = TopKSequenceBytes(ctx, top_k.k);
-  const int64_t n_sequences = std::max<int64_t>(1, n_tokens / length);
-  // Reads whole sequences from a file of int32 tokens.
-  auto read_sequences = [&](const std::string& path, int64_t count) {
-    const std::string bytes = ReadFileBytes(path);
-    std::vector<std::vector<int32_t>> out;
-    for (int64_t i = 0; i < count; ++i) {
-      std::vector<int32_t> seq(length);
-      std::memcpy(seq.data(), bytes.data() + i * sequence_bytes, sequence_bytes);
-      out.push_back(std::move(seq));
-    }
-    return out;
-  };
-  // seed.sequences.sampled-share: the recipe file's text and the partial file's suffix.
-  char recipe_tag[96];
-  std::snprintf(recipe_tag, sizeof recipe_tag, "%llu.%lld.%g",
-                static_cast<unsigned long long>(seed), static_cast<long long>(n_sequences),
-                sampled_share);
-  if (chat_share > 0.0) {
-    const size_t used = std::strlen(recipe_tag);
-    std::snprintf(recipe_tag + used, sizeof recipe_tag - used, ".chat%g.%zu", chat_share,
-                  chat_prompts.size());
-  }
-  // Batches of 16 and stored weights were the only recipe once: their tag stays as it was.
-  if (run.batch != 16 || run.int8_weights) {
-    const size_t used = std::strlen(recipe_tag);
-    std::snprintf(recipe_tag + used, sizeof recipe_tag - used, ".b%d%s", run.batch,
-                  run.int8_weights ? ".i8" : "");
-  }
-  const std::string recipe = StrCat(recipe_tag, "\n");
-  const std::string recipe_path = cache_path.empty() ? "" : cache_path + ".recipe";
-  // Caches from before recipes were kept are matched by size alone.
-  const bool same_recipe =
-      recipe_path.empty() || !fs::exists(recipe_path) || ReadFileBytes(recipe_path) == recipe;
-  if (!cache_path.empty() && fs::exists(cache_path) && same_recipe &&
-      static_cast<int64_t>(fs::file_size(cache_path)) == n_sequences * sequence_bytes) {
-    std::fprintf(stderr, "teacher text: %lld sequences from %s\n",
-                 static_cast<long long>(n_sequences), cache_path.c_str());
-    return read_sequences(cache_path, n_sequences);
-  }
-  const std::string partial_path =
-      cache_path.empty() ? "" : StrCat(cache_path, ".partial.", recipe_tag);
-  const std::string top_partial_path =
-      record ? StrCat(top_k.cache_path, ".partial.", recipe_tag, ".k", top_k.k) : "";
-  // Whole batches only: a batch's seeds and its greedy / sampled turn follow its index.
-  int64_t done = WholeBatchesIn(partial_path, sequence_bytes, kBatch, n_sequences);
-  if (record)
-    done = std::min(done, WholeBatchesIn(top_partial_path, top_bytes, kBatch, n_sequences));
-  std::vector<std::vector<int32_t>> sequences;
-  if (!partial_path.empty() && fs::exists(partial_path)) {
-    sequences = read_sequences(partial_path, done);
-    fs::resize_file(partial_path, done * sequence_bytes);
-    if (record && fs::exists(top_partial_path)) fs::resize_file(top_partial_path, done * top_bytes);
-    std::fprintf(stderr, "teacher text: continuing after %lld sequences in %s\n",
-                 static_cast<long long>(done), partial_path.c_str());
-  }
-  std::FILE* partial = nullptr;
-  std::FILE* top_partial = nullptr;
-  if (!partial_path.empty()) {
-    partial = std::fopen(partial_path.c_str(), "ab");
-    SPECD_CHECK(partial != nullptr, "cannot write ", partial_path);
-  }
-  if (record) {
-    if (done == 0) std::ofstream(top_partial_path, std::ios::binary | std::ios::trunc);
-    top_partial = std::fopen(top_partial_path.c_str(), "ab");
-    SPECD_CHECK(top_partial != nullptr, "cannot write ", top_partial_path);
-  }
-  ThreadPool pool(threads);
-  const KernelContext ctx_kernels{&pool, CpuFeatures::Detect()};
-  auto teacher = LoadTeacher(teacher_gguf, run, &ctx_kernels);
-  for (const auto& p : chat_prompts) {
-    SPECD_CHECK(!p.empty() && static_cast<int64_t>(p.size()) < length, "a chat prompt of ",
-                p.size(), " tokens does not fit a sequence of ", length);
-  }
-  auto kv = teacher->NewKvCache({kBatch, static_cast<int>(length), DType::kF16});
-  auto prompt_kv =
-      record ? teacher->NewKvCache({1, static_cast<int>(length), DType::kF16}) : nullptr;
-  std::vector<int32_t> top_ids;  // [ctx, k]
-  std::vector<float> top_probs;  // [ctx, k]
-  Timer timer;
-  const int64_t resumed = static_cast<int64_t>(sequences.size());
-  for (int64_t first = resumed; first < n_sequences; first += kBatch) {
-    const int64_t count = std::min<int64_t>(kBatch, n_sequences - first);
-    // Batches alternate code / chat in pairs, greedy / sampled within a pair (at shares of 0.5:
-    // greedy code, sampled code, greedy chat, sampled chat).
-    const bool chat = TakesTurn(first / kBatch / 2, chat_share);
-    GenerateRequest request =
-        TeacherBatchRequest(stream, kPrefix, length, first, count, seed, chat, chat_prompts);
-    const bool sampled = TakesTurn(first / kBatch, sampled_share);
-    request.sampling = {sampled ? 1.0f : 0.0f, 0, sampled ? 0.95f : 1.0f, seed + first};
-    if (record) request.logprobs = top_k.k;
-    const GenerateResult result = GenerateAutoregressive(*teacher, ctx_kernels, *kv, request);
-    for (int64_t i = 0; i < count; ++i) {
-      std::vector<int32_t> seq = request.prompts[i];
-      const auto& tokens = result.sequences[i].tokens;
-      seq.insert(seq.end(), tokens.begin(), tokens.end());
-      seq.resize(std::min<size_t>(seq.size(), length));
-      SPECD_CHECK(static_cast<int64_t>(seq.size()) == length, "teacher text: sequence of ",
-                  seq.size(), " tokens, expected ", length);
-      if (partial != nullptr) {
-        SPECD_CHECK(std::fwrite(seq.data(), sizeof(int32_t), seq.size(), partial) == seq.size(),
-                    "cannot write ", partial_path);
-      }
-      if (record) {
-        WrittenSequenceTopK(*teacher, ctx_kernels, *prompt_kv, request.prompts[i],
-                            result.sequences[i], ctx, top_k.k, &top_ids, &top_probs);
-        SPECD_CHECK(std::fwrite(top_ids.data(), sizeof(int32_t), top_ids.size(), top_partial) ==
-                            top_ids.size() &&
-                        std::fwrite(top_probs.data(), sizeof(float), top_probs.size(),
-                                    top_partial) == top_probs.size(),
-                    "cannot write ", top_partial_path);
-      }
-      sequences.push_back(std::move(seq));
-    }
-    // The top-k file first: a batch counts as written once its text is.
-    if (top_partial != nullptr)
-      SPECD_CHECK(std::fflush(top_partial) == 0, "cannot write ", top_partial_path);
-    if (partial != nullptr) std::fflush(partial);
-    std::fprintf(stderr, "%steacher text: %lld / %lld sequences (%.0f tok/s)%s",
-                 ::isatty(2) ? "\r" : "", static_cast<long long>(sequences.size()),
-                 static_cast<long long>(n_sequences),
-                 (sequences.size() - resumed) * (length - kPrefix) / (timer.ElapsedMs() / 1000.0),
-                 ::isatty(2) ? "" : "\n");
-  }
-  std::fprintf(stderr, "\n");
-  if (top_partial != nullptr) {
-    SPECD_CHECK(std::fclose(top_partial) == 0, "cannot write ", top_partial_path);
-    fs::rename(top_partial_path, top_k.cache_path);
-    std::ofstream top_recipe(top_k.cache_path + ".recipe", std::ios::binary | std::ios::trunc);
-    top_recipe << TopKRecipe(top_k.k, sequences, ctx, run);
-    SPECD_CHECK(top_recipe.good(), "cannot write ", top_k.cache_path, ".recipe");
-  }
-  if (partial != nullptr) {
-    SPECD_CHECK(std::fclose(partial) == 0, "cannot write ", partial_path);
-    fs::rename(partial_path, cache_path);
-    std::ofstream recipe_file(recipe_path, std::ios::binary | std::ios::trunc);
-    recipe_file << recipe;
-    SPECD_CHECK(recipe_file.good(), "cannot write ", recipe_path);
-  }
-  return sequences;
+  const TeacherTextWriter::Request request{teacher_gguf, stream,        ctx,        threads,
+                                           seed,         sampled_share, cache_path, chat_prompts,
+                                           chat_share,   run,           top_k};
+  return TeacherTextWriter(request, n_tokens).Make();
 }
 
 std::vector<std::vector<int32_t>> ChatPrompts(const std::string& teacher_gguf,
@@ -433,26 +512,29 @@ std::string FormatTrainLoss(double loss, const char* if_unknown) {
   return text;
 }
 
-TrainResult Train(const TrainOptions& o) {
-  const FolderLock lock(o.checkpoint_dir);
-  torch::set_num_threads(o.threads);
-  torch::manual_seed(o.seed);
+namespace {
+
+// What a draft trains on: the corpus's token streams and, with a teacher, its text and top-k.
+struct TrainingText {
+  std::vector<int32_t> train_stream, valid_stream;
+  std::vector<std::vector<int32_t>> teacher_text;
+  TeacherTopK teacher_top;
+};
+
+TrainingText LoadTrainingText(const TrainOptions& o) {
+  TrainingText t;
   const Corpus corpus = ListCorpus(o.corpus_dir, {".py"}, o.validation_every);
-  const std::vector<int32_t> train_stream = TokenizeFiles(corpus.train_files, o.tokenizer);
-  const std::vector<int32_t> valid_stream = TokenizeFiles(corpus.validation_files, o.tokenizer);
-  SPECD_CHECK(static_cast<int64_t>(train_stream.size()) > o.shape.ctx * 4,
+  t.train_stream = TokenizeFiles(corpus.train_files, o.tokenizer);
+  t.valid_stream = TokenizeFiles(corpus.validation_files, o.tokenizer);
+  SPECD_CHECK(static_cast<int64_t>(t.train_stream.size()) > o.shape.ctx * 4,
               "the corpus is too small for a context of ", o.shape.ctx);
   std::fprintf(stderr,
                "corpus: %zu training files (%zu tokens), %zu held out (%zu tokens), "
                "fingerprint %016llx\n",
-               corpus.train_files.size(), train_stream.size(), corpus.validation_files.size(),
-               valid_stream.size(), static_cast<unsigned long long>(corpus.fingerprint));
-
-  SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
-              "stopping at a step needs a checkpoint folder to resume from");
+               corpus.train_files.size(), t.train_stream.size(), corpus.validation_files.size(),
+               t.valid_stream.size(), static_cast<unsigned long long>(corpus.fingerprint));
   // Teacher text comes first, before LibTorch starts its own threads: specd's spinning pool
   // runs several times slower next to them on 2 cores.
-  std::vector<std::vector<int32_t>> teacher_text;
   if (!o.teacher.empty() && o.teacher_text_tokens > 0) {
     std::vector<std::vector<int32_t>> chat_prompts;
     if (!o.teacher_chat_file.empty()) {
@@ -460,43 +542,116 @@ TrainResult Train(const TrainOptions& o) {
     }
     // Soft targets are recorded while the text is written, when both are cached.
     TopKRecording record;
-    if (!o.checkpoint_dir.empty())
+    if (!o.checkpoint_dir.empty()) {
       record = {o.teacher_top_k, o.checkpoint_dir + "/teacher_topk.bin"};
-    teacher_text = TeacherText(
-        o.teacher, train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
+    }
+    t.teacher_text = TeacherText(
+        o.teacher, t.train_stream, o.teacher_text_tokens, o.shape.ctx, o.threads, o.seed,
         o.teacher_text_sampled_share,
         o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_text.bin", chat_prompts,
         chat_prompts.empty() ? 0.0 : o.teacher_chat_share, o.teacher_run, record);
   }
-  TeacherTopK teacher_top;
   if (o.teacher_top_k > 0) {
-    SPECD_CHECK(!teacher_text.empty(), "--teacher-top-k needs teacher text (--teacher-text)");
+    SPECD_CHECK(!t.teacher_text.empty(), "--teacher-top-k needs teacher text (--teacher-text)");
     SPECD_CHECK(o.soft_weight >= 0.0 && o.soft_weight <= 1.0,
                 "--soft-weight must be in [0, 1], got ", o.soft_weight);
-    teacher_top = ComputeTeacherTopK(
-        o.teacher, teacher_text, o.shape.ctx, o.teacher_top_k, o.threads, o.teacher_run,
+    t.teacher_top = ComputeTeacherTopK(
+        o.teacher, t.teacher_text, o.shape.ctx, o.teacher_top_k, o.threads, o.teacher_run,
         o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/teacher_topk.bin");
   }
+  return t;
+}
+
+// The teacher's logits for distillation, or null: without a distillation term the teacher is
+// only the author of the teacher text.
+Llama DistillationTeacher(const TrainOptions& o) {
+  if (o.teacher.empty() || o.distill_alpha <= 0.0) return Llama{nullptr};
+  Llama teacher = ImportGguf(o.teacher);
+  SPECD_CHECK(teacher->shape.n_vocab == o.shape.n_vocab, "the teacher's vocabulary (",
+              teacher->shape.n_vocab, ") differs from the draft's (", o.shape.n_vocab, ")");
+  teacher->eval();
+  for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+  return teacher;
+}
+
+// One step's loss: cross-entropy on the batch's next tokens, mixed with the KL to the teacher's
+// distribution (distillation) and with the recorded top-k soft targets on teacher-text steps.
+// *ce gets the plain cross-entropy.
+torch::Tensor StepLoss(const TrainOptions& o, const TrainingText& text, Llama& model,
+                       Llama& teacher, int64_t step, double* ce) {
+  const bool teacher_step = !text.teacher_text.empty() && TakesTurn(step, o.teacher_text_share);
+  std::vector<int64_t> picked;
+  auto [x, y] =
+      teacher_step ? SampleSequences(text.teacher_text, o.batch, o.shape.ctx, o.seed, step, &picked)
+                   : SampleBatch(text.train_stream, o.batch, o.shape.ctx, o.seed, step);
+  torch::Tensor logits, teacher_logits;
+  {
+    Autocast autocast(o.bf16);
+    logits = model->forward(x);
+    if (teacher) {
+      torch::NoGradGuard no_grad;
+      teacher_logits = teacher->forward(x);
+    }
+  }
+  const auto flat = logits.to(torch::kFloat32).view({-1, logits.size(-1)});
+  auto loss = torch::nn::functional::cross_entropy(flat, model->HeadTargets(y).view({-1}));
+  *ce = loss.item<double>();
+  if (teacher) {
+    if (model->has_head()) teacher_logits = teacher_logits.index_select(-1, model->head_tokens);
+    const auto target =
+        torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, logits.size(-1)}), -1);
+    const auto kl = torch::nn::functional::kl_div(
+        torch::log_softmax(flat, -1), target,
+        torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
+    loss = o.distill_alpha * kl + (1.0 - o.distill_alpha) * loss;
+  }
+  if (teacher_step && text.teacher_top.k > 0) {
+    const auto soft = SoftTargetLoss(torch::log_softmax(flat, -1), text.teacher_top, picked, model);
+    loss = o.soft_weight * soft + (1.0 - o.soft_weight) * loss;
+  }
+  return loss;
+}
+
+// The end of a finished run: held-out loss, and the draft exported when asked for.
+void FinishTraining(const TrainOptions& o, const TrainingText& text, Llama& model, int64_t step,
+                    TrainResult* result) {
+  result->steps = step;
+  result->finished = true;
+  result->validation_loss =
+      HeldOutLoss(model, text.valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+  result->validation_perplexity = std::exp(result->validation_loss);
+  std::fprintf(stderr,
+               "%sdone: %lld steps, train loss %s, validation loss %.4f (perplexity %.2f)\n",
+               ::isatty(2) ? "\n" : "", static_cast<long long>(step),
+               FormatTrainLoss(result->train_loss, "unknown").c_str(), result->validation_loss,
+               result->validation_perplexity);
+  if (!o.out.empty()) {
+    ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out, {}, o.embedding_type);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+}
+
+}  // namespace
+
+TrainResult Train(const TrainOptions& o) {
+  const FolderLock lock(o.checkpoint_dir);
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
+              "stopping at a step needs a checkpoint folder to resume from");
+  const TrainingText text = LoadTrainingText(o);
   Llama model = o.init_from.empty() ? Llama(o.shape) : ImportDraftToContinue(o);
   if (o.head_vocab > 0 && o.init_from.empty()) {
     model->SetHeadTokens(
-        MostFrequentTokens(train_stream, teacher_text, o.shape.n_vocab, o.head_vocab));
+        MostFrequentTokens(text.train_stream, text.teacher_text, o.shape.n_vocab, o.head_vocab));
   }
-  Llama teacher{nullptr};
-  // Without a distillation term the teacher is only the author of the teacher text.
-  if (!o.teacher.empty() && o.distill_alpha > 0.0) {
-    teacher = ImportGguf(o.teacher);
-    SPECD_CHECK(teacher->shape.n_vocab == o.shape.n_vocab, "the teacher's vocabulary (",
-                teacher->shape.n_vocab, ") differs from the draft's (", o.shape.n_vocab, ")");
-    teacher->eval();
-    for (auto& p : teacher->parameters()) p.set_requires_grad(false);
-  }
+  Llama teacher = DistillationTeacher(o);
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch) * o.shape.ctx;
   const int64_t total_steps =
       o.max_steps > 0
           ? o.max_steps
           : std::max<int64_t>(
-                1, static_cast<int64_t>(o.epochs * train_stream.size() / tokens_per_step));
+                1, static_cast<int64_t>(o.epochs * text.train_stream.size() / tokens_per_step));
   auto optimizer = MakeAdamW(model, o.lr, o.weight_decay);
   int64_t step = 0;
   // Smoothed training loss; carried in the checkpoint so that a resumed run (or a re-export of a
@@ -505,11 +660,10 @@ TrainResult Train(const TrainOptions& o) {
   Checkpoint checkpoint(o.checkpoint_dir);
   checkpoint.Load(model, *optimizer, &step, &smoothed);
   auto save_checkpoint = [&] { checkpoint.Save(model, *optimizer, step, smoothed); };
-
   std::fprintf(stderr, "model: %lld parameters; %lld steps of %lld tokens (%.2f epochs)%s\n",
                static_cast<long long>(model->NumParameters()), static_cast<long long>(total_steps),
                static_cast<long long>(tokens_per_step),
-               double(total_steps) * tokens_per_step / train_stream.size(),
+               double(total_steps) * tokens_per_step / text.train_stream.size(),
                teacher ? ", distilling from the teacher" : "");
   const bool tty = ::isatty(2);
   TrainResult result;
@@ -521,36 +675,8 @@ TrainResult Train(const TrainOptions& o) {
   while (step < total_steps) {
     const double lr_scale = LearningRateScale(step, o.warmup_steps, total_steps, o.min_lr_ratio);
     SetLearningRate(*optimizer, o.lr * lr_scale);
-    const bool teacher_step = !teacher_text.empty() && TakesTurn(step, o.teacher_text_share);
-    std::vector<int64_t> picked;
-    auto [x, y] = teacher_step
-                      ? SampleSequences(teacher_text, o.batch, o.shape.ctx, o.seed, step, &picked)
-                      : SampleBatch(train_stream, o.batch, o.shape.ctx, o.seed, step);
-    torch::Tensor logits, teacher_logits;
-    {
-      Autocast autocast(o.bf16);
-      logits = model->forward(x);
-      if (teacher) {
-        torch::NoGradGuard no_grad;
-        teacher_logits = teacher->forward(x);
-      }
-    }
-    const auto flat = logits.to(torch::kFloat32).view({-1, logits.size(-1)});
-    auto loss = torch::nn::functional::cross_entropy(flat, model->HeadTargets(y).view({-1}));
-    const double ce = loss.item<double>();
-    if (teacher) {
-      if (model->has_head()) teacher_logits = teacher_logits.index_select(-1, model->head_tokens);
-      const auto target =
-          torch::softmax(teacher_logits.to(torch::kFloat32).view({-1, logits.size(-1)}), -1);
-      const auto kl = torch::nn::functional::kl_div(
-          torch::log_softmax(flat, -1), target,
-          torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
-      loss = o.distill_alpha * kl + (1.0 - o.distill_alpha) * loss;
-    }
-    if (teacher_step && teacher_top.k > 0) {
-      const auto soft = SoftTargetLoss(torch::log_softmax(flat, -1), teacher_top, picked, model);
-      loss = o.soft_weight * soft + (1.0 - o.soft_weight) * loss;
-    }
+    double ce = 0.0;
+    torch::Tensor loss = StepLoss(o, text, model, teacher, step, &ce);
     optimizer->zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), o.grad_clip);
@@ -558,11 +684,10 @@ TrainResult Train(const TrainOptions& o) {
     ++step;
     smoothed = std::isnan(smoothed) ? ce : 0.98 * smoothed + 0.02 * ce;
     result.train_loss = smoothed;
-
     const double elapsed_s = timer.ElapsedMs() / 1000.0;
-    const double tps = double(step - first_step) * tokens_per_step / std::max(elapsed_s, 1e-9);
-    result.tokens_per_s = tps;
-    ReportProgress(step, total_steps, smoothed, o.lr * lr_scale, tps, tokens_per_step);
+    result.tokens_per_s = double(step - first_step) * tokens_per_step / std::max(elapsed_s, 1e-9);
+    ReportProgress(step, total_steps, smoothed, o.lr * lr_scale, result.tokens_per_s,
+                   tokens_per_step);
     if (step == o.stop_at_step && step < total_steps) {
       save_checkpoint();
       result.steps = step;
@@ -572,26 +697,14 @@ TrainResult Train(const TrainOptions& o) {
       return result;
     }
     if (step % o.checkpoint_every == 0) save_checkpoint();
-    if (step % o.eval_every == 0 && !valid_stream.empty()) {
-      const double v = HeldOutLoss(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
+    if (step % o.eval_every == 0 && !text.valid_stream.empty()) {
+      const double v = HeldOutLoss(model, text.valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
       std::fprintf(stderr, "%sstep %lld: validation loss %.4f, perplexity %.2f\n", tty ? "\n" : "",
                    static_cast<long long>(step), v, std::exp(v));
     }
   }
   save_checkpoint();
-  result.steps = step;
-  result.finished = true;
-  result.validation_loss = HeldOutLoss(model, valid_stream, o.shape.ctx, o.eval_windows, o.bf16);
-  result.validation_perplexity = std::exp(result.validation_loss);
-  std::fprintf(stderr,
-               "%sdone: %lld steps, train loss %s, validation loss %.4f (perplexity %.2f)\n",
-               tty ? "\n" : "", static_cast<long long>(step),
-               FormatTrainLoss(result.train_loss, "unknown").c_str(), result.validation_loss,
-               result.validation_perplexity);
-  if (!o.out.empty()) {
-    ExportGguf(model, o.tokenizer, o.export_type, o.name, o.out, {}, o.embedding_type);
-    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
-  }
+  FinishTraining(o, text, model, step, &result);
   return result;
 }
 

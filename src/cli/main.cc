@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     return RunSubcommandExecutable(argc, argv);
   }
   CLI::App app{"specd: speculative decoding inference engine for GGUF Llama-family models"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.require_subcommand(1);
   app.set_version_flag("--version", "specd 0.1.0");
   // Each command registers its own flags (in its own file) and says how it runs.

@@ -154,71 +154,78 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
   const int batch = DecidingBatch(n_sequences);
   double best_rate = 0.0;
   const int best = BestMeasured(batch, &best_rate);
-  // Where to start: small batches usually gain from drafting, large ones often do not (their
-  // verification is compute-bound), so the first steps start the climb from there.
-  // A batch size met later (sequences finishing) starts from the best K of the nearest one
-  // measured.
-  if (best < 0) {
-    int nearest = -1;
-    for (const auto& [key, t] : times_) {
-      if (nearest < 0 || std::abs(key.first - n_sequences) < std::abs(nearest - n_sequences)) {
-        nearest = key.first;
-      }
-    }
-    // Only a batch size within a factor of 2 says much: the server met 32 sequences after 1 and
-    // 2, whose K = 2 started a climb through K = 1..4 where plain steps won.
-    double rate = 0.0;
-    if (nearest >= 0 && 2 * std::min(nearest, n_sequences) >= std::max(nearest, n_sequences) &&
-        BestMeasured(nearest, &rate) >= 0) {
-      return BestMeasured(nearest, &rate);
-    }
-    return std::min(k_max_, n_sequences == 1 ? 2 : n_sequences <= 4 ? 1 : 0);
-  }
+  if (best < 0) return StartingK(n_sequences);
   // The best K measured only once is measured again at once (one slow step could be what
   // made the others look worse, or this one better).
   if (Time(batch, best)->count < kTrusted) return best;
+  if (const int k = ClimbingK(batch, best, remaining_tokens); k >= 0) return k;
+  if (best > 0) return WhileDrafting(batch, best, best_rate, n_sequences, remaining_tokens);
+  return WhilePlain(batch, best_rate, remaining_tokens);
+}
+
+int CostAwareDraftLength::StartingK(int n_sequences) const {
+  // Small batches usually gain from drafting, large ones often do not (their verification is
+  // compute-bound), so the first steps start the climb from there. A batch size met later
+  // (sequences finishing) starts from the best K of the nearest one measured.
+  int nearest = -1;
+  for (const auto& [key, t] : times_) {
+    if (nearest < 0 || std::abs(key.first - n_sequences) < std::abs(nearest - n_sequences)) {
+      nearest = key.first;
+    }
+  }
+  // Only a batch size within a factor of 2 says much: the server met 32 sequences after 1 and
+  // 2, whose K = 2 started a climb through K = 1..4 where plain steps won.
+  double rate = 0.0;
+  if (nearest >= 0 && 2 * std::min(nearest, n_sequences) >= std::max(nearest, n_sequences)) {
+    if (const int k = BestMeasured(nearest, &rate); k >= 0) return k;
+  }
+  return std::min(k_max_, n_sequences == 1 ? 2 : n_sequences <= 4 ? 1 : 0);
+}
+
+int CostAwareDraftLength::ClimbingK(int batch, int best, int remaining_tokens) const {
   // Climb while the longest K tried is the best: to twice the draft length (then the lengths
   // in between are tried as neighbours of the best).
   const int next = std::min(k_max_, std::max(best + 1, 2 * best));
-  if (next > best && Time(batch, next) == nullptr) {
-    bool longest = true;
-    for (int k = best + 1; k <= k_max_; ++k) longest = longest && Time(batch, k) == nullptr;
-    // From plain steps only while the draft has not fallen behind (catching up on every token
-    // the plain steps wrote is what a probe costs; probes are rationed below).
-    if (longest && (best > 0 || (plain_steps_ == 0 && remaining_tokens > kFirstProbe))) {
-      return next;
-    }
+  if (next <= best || Time(batch, next) != nullptr) return -1;
+  for (int k = best + 1; k <= k_max_; ++k) {
+    if (Time(batch, k) != nullptr) return -1;  // not the longest tried
   }
-  if (best > 0) {
-    // A neighbour of the best never tried (the climb skipped it), or, beyond 4 sequences (where
-    // plain steps often win), plain steps when this batch size started from another's best K (a
-    // first plain step after drafting is not timed: it then comes again): try it now.
-    for (int k : {best + 1, best - 1, n_sequences > 4 ? 0 : -1}) {
-      if (k >= 0 && k <= k_max_ && Time(batch, k) == nullptr && remaining_tokens > 2) return k;
-    }
-    plain_steps_ = 0;
-    probe_after_ = kFirstProbe;
-    probes_ = 0;
-    if (std::exchange(plain_refresh_pending_, false)) return 0;  // the timed one
-    if (++drafting_steps_ >= refresh_after_) {
-      drafting_steps_ = 0;
-      refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
-      // In turn: the longer neighbour, the shorter one, plain steps.
-      // Plain steps never measured at this batch size come first: drafting may lose to them at
-      // every K (the climb starts from K = 2 at batch 1 and meets K = 0 only via K = 1).
-      const bool plain_unknown = Time(batch, 0) == nullptr;
-      refresh_turn_ = plain_unknown ? 2 : (refresh_turn_ + 1) % 3;
-      const int k = refresh_turn_ == 2 ? 0 : std::clamp(best + 1 - 2 * refresh_turn_, 0, k_max_);
-      if (k == 0 &&
-          (plain_unknown || ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate) &&
-          remaining_tokens > 2) {
-        plain_refresh_pending_ = true;
-        return 0;
-      }
-      if (k > 0 && k != best) return k;
-    }
-    return best;
+  // From plain steps only while the draft has not fallen behind (catching up on every token
+  // the plain steps wrote is what a probe costs; probes are rationed in WhilePlain).
+  if (best > 0 || (plain_steps_ == 0 && remaining_tokens > kFirstProbe)) return next;
+  return -1;
+}
+
+int CostAwareDraftLength::WhileDrafting(int batch, int best, double best_rate, int n_sequences,
+                                        int remaining_tokens) {
+  // A neighbour of the best never tried (the climb skipped it), or, beyond 4 sequences (where
+  // plain steps often win), plain steps when this batch size started from another's best K (a
+  // first plain step after drafting is not timed: it then comes again): try it now.
+  for (int k : {best + 1, best - 1, n_sequences > 4 ? 0 : -1}) {
+    if (k >= 0 && k <= k_max_ && Time(batch, k) == nullptr && remaining_tokens > 2) return k;
   }
+  plain_steps_ = 0;
+  probe_after_ = kFirstProbe;
+  probes_ = 0;
+  if (std::exchange(plain_refresh_pending_, false)) return 0;  // the timed one
+  if (++drafting_steps_ < refresh_after_) return best;
+  drafting_steps_ = 0;
+  refresh_after_ = std::min(kRefreshEvery, 2 * refresh_after_);
+  // In turn: the longer neighbour, the shorter one, plain steps.
+  // Plain steps never measured at this batch size come first: drafting may lose to them at
+  // every K (the climb starts from K = 2 at batch 1 and meets K = 0 only via K = 1).
+  const bool plain_unknown = Time(batch, 0) == nullptr;
+  refresh_turn_ = plain_unknown ? 2 : (refresh_turn_ + 1) % 3;
+  const int k = refresh_turn_ == 2 ? 0 : std::clamp(best + 1 - 2 * refresh_turn_, 0, k_max_);
+  if (k == 0 && (plain_unknown || ExpectedTokensPerMs(0, batch) >= kPlainWithinReach * best_rate) &&
+      remaining_tokens > 2) {
+    plain_refresh_pending_ = true;
+    return 0;
+  }
+  return k > 0 && k != best ? k : best;
+}
+
+int CostAwareDraftLength::WhilePlain(int batch, double best_rate, int remaining_tokens) {
   // Plain steps win on the estimate. Probe the best drafting K now and then (less often each
   // time) where it is close enough that a change in acceptance could tip it, unless the request
   // is about to end.

@@ -120,6 +120,13 @@ class CostAwareDraftLength {
   double OptimisticAcceptance() const;
   // The measured K with the highest expected rate at `batch` (-1 if none).
   int BestMeasured(int batch, double* rate) const;
+  // Next's cases: nothing measured at this batch size yet; the climb to longer drafts (-1 when
+  // it is over); drafting is the best (neighbours, refreshes); plain steps are the best
+  // (second looks, optimism while drafts are few, probes).
+  int StartingK(int n_sequences) const;
+  int ClimbingK(int batch, int best, int remaining_tokens) const;
+  int WhileDrafting(int batch, int best, double best_rate, int n_sequences, int remaining_tokens);
+  int WhilePlain(int batch, double best_rate, int remaining_tokens);
 
   int k_max_;
   double prior_acceptance_;

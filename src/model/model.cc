@@ -771,21 +771,36 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits,
                     const ForwardExtras& extras) {
-  const LayerGroups* fuzzy = extras.fuzzy;
   SPECD_CHECK(extras.input_rows != nullptr || !config_.eagle,
               "an EAGLE head's forward needs its input rows");
   Validate(batch, kv);
-  if (fuzzy != nullptr) fuzzy->Validate(config_.n_layer);
+  if (extras.fuzzy != nullptr) extras.fuzzy->Validate(config_.n_layer);
   ProfileMarks marks(profile_);
-  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   if (profile_ != nullptr) ++profile_->n_forwards;
+  logits->resize(batch.n_outputs() * config_.n_vocab);  // fully written by the output matmul
+  if (batch.size() == 0) return;
+
+  InputRows(batch, extras.input_rows);
+  marks.Mark(ForwardProfile::kEmbed);
+  PrepareAttentionRows(batch, kv);
+  RunLayers(ctx, batch, kv, attention, extras.fuzzy);
+  marks.Skip();  // the blocks charged their own time
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
+  if (extras.hidden != nullptr) {
+    extras.hidden->resize(m * d);  // [m, n_embd]
+    RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, config_.rms_eps);
+  }
+  OutputLogits(ctx, batch, logits);
+  marks.Mark(ForwardProfile::kLogits);
+  AdvanceCache(batch, kv);
+}
+
+void Model::InputRows(const Batch& batch, const float* input_rows) {
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
   const int half = c.rope.rotary_dim / 2;
-  logits->resize(batch.n_outputs() * c.n_vocab);  // fully written by the output matmul
-  if (m == 0) return;
-
   x_.ResizeForOverwrite(m * d);            // [m, n_embd] residual stream
   xb_.ResizeForOverwrite(m * d);           // [m, n_embd] normalized
   gate_.ResizeForOverwrite(m * c.n_ff);    // [m, n_ff]
@@ -793,15 +808,14 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   ffn_.ResizeForOverwrite(m * d);          // [m, n_embd]
   rope_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
   rope_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
-
   const bool local_rope = c.sliding_window > 0;
   if (local_rope) {
-    rope_local_cos_.ResizeForOverwrite(m * half);
-    rope_local_sin_.ResizeForOverwrite(m * half);
+    rope_local_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+    rope_local_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
     window_first_.resize(m);
   }
-  if (extras.input_rows != nullptr) {
-    std::copy(extras.input_rows, extras.input_rows + m * d, x_.data());
+  if (input_rows != nullptr) {
+    std::copy(input_rows, input_rows + m * d, x_.data());
   } else {
     EmbedTokens(batch.tokens, x_.data());
   }
@@ -814,8 +828,11 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       window_first_[r] = std::max(0, pos + 1 - c.sliding_window);
     }
   }
-  mark(ForwardProfile::kEmbed);
+}
 
+void Model::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
+  const ModelConfig& c = config_;
+  const int64_t m = batch.size();
   AttentionRows& rows = attn_.rows;
   rows = AttentionRows{};
   rows.n_rows = m;
@@ -831,9 +848,14 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     for (auto* t : {&trace_->hidden, &trace_->attn_input, &trace_->q, &trace_->k, &trace_->v})
       t->assign(c.n_layer, {});
   }
+}
 
+void Model::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                      AttentionMode attention, const LayerGroups* fuzzy) {
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
   size_t next_group = 0;
-  for (int il = 0; il < c.n_layer;) {
+  for (int il = 0; il < config_.n_layer;) {
     if (fuzzy != nullptr && next_group < fuzzy->groups.size() &&
         fuzzy->groups[next_group].first == il) {
       const int count = fuzzy->groups[next_group++].second;
@@ -848,16 +870,15 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     FfnBlock(ctx, il, m);
     ++il;
   }
-  marks.Skip();  // the blocks charged their own time
+}
 
-  if (extras.hidden != nullptr) {
-    extras.hidden->resize(m * d);  // [m, n_embd]
-    RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, c.rms_eps);
-  }
+void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.n_embd;
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();
   out_rows_.ResizeForOverwrite(n_out * d);  // [n_out, n_embd]
-  for (int64_t r = 0, o = 0; r < m; ++r) {
+  for (int64_t r = 0, o = 0; r < batch.size(); ++r) {
     if (batch.output[r]) {
       RmsNorm(x_.data() + r * d, output_norm_.data(), out_rows_.data() + o * d, 1, d, c.rms_eps);
       ++o;
@@ -867,20 +888,22 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   if (c.head_tokens.empty()) {
     Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
     AddHeadLora(ctx, out_rows_.data(), n_out, logits->data());
-  } else {
-    // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
-    const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
-    head_logits_.ResizeForOverwrite(n_out * n_head);
-    Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
-    std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
-    for (int64_t o = 0; o < n_out; ++o) {
-      float* row = logits->data() + o * c.n_vocab;
-      const float* head_row = head_logits_.data() + o * n_head;
-      for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
-    }
+    return;
   }
-  mark(ForwardProfile::kLogits);
+  // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
+  const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
+  head_logits_.ResizeForOverwrite(n_out * n_head);  // [n_out, n_head_tokens]
+  Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
+  std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
+  for (int64_t o = 0; o < n_out; ++o) {
+    float* row = logits->data() + o * c.n_vocab;
+    const float* head_row = head_logits_.data() + o * n_head;
+    for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
+  }
+}
 
+void Model::AdvanceCache(const Batch& batch, KvCache& kv) {
+  const int64_t m = batch.size();
   int32_t prev = -1;
   for (int64_t r = 0; r < m; ++r) {
     if (batch.seq_ids[r] != prev) {

@@ -307,6 +307,17 @@ class Model {
   void Validate(const Batch& batch, const KvCache& kv) const;
   // Reads the hyper-parameters of config_.arch from the file's metadata.
   void ReadConfig(const GgufFile& f);
+  // Forward's stages over a batch of m rows. InputRows: the residual stream x_ [m, n_embd]
+  // from the tokens (or the given rows) and the rows' rotary angles; PrepareAttentionRows: the
+  // rows' attention setup in attn_.rows; RunLayers: every layer (fuzzy groups at once);
+  // OutputLogits: the rows that want logits through the final norm and the head;
+  // AdvanceCache: each sequence's KV length by its rows.
+  void InputRows(const Batch& batch, const float* input_rows);
+  void PrepareAttentionRows(const Batch& batch, const KvCache& kv);
+  void RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
+                 const LayerGroups* fuzzy);
+  void OutputLogits(const KernelContext& ctx, const Batch& batch, std::vector<float>* logits);
+  static void AdvanceCache(const Batch& batch, KvCache& kv);
   // Parts of Forward over m rows. The attention block reads x ([m, n_embd]) and leaves its
   // output in s.out; s.rows holds the rows' attention setup.
   void AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,

@@ -149,11 +149,10 @@ ModelShape ShapeByName(const std::string& name) {
   Fail("unknown model shape '", name, "' (known: ", known, ")");
 }
 
-void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const std::string& path,
-                         ThreadPool* pool) {
-  SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0, "shape '", s.name,
-              "' has inconsistent head counts");
-  GgufWriter w;
+namespace {
+
+// The hyper-parameters and a vocabulary, as llama.cpp's converters write them.
+void WriteShapeMetadata(const ModelShape& s, DType type, GgufWriter& w) {
   const std::string& a = s.arch;
   w.Set("general.architecture", GgufValue::Str(a));
   w.Set("general.name", GgufValue::Str("specd-synthetic-" + s.name));
@@ -173,7 +172,38 @@ void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const s
   w.Set(a + ".rope.dimension_count", GgufValue::U32(head_dim));
   w.Set(a + ".vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
   AddVocabulary(w, s.n_vocab);
+}
 
+// Llama 3.1's rotary scaling (factor 8, low 1, high 4, original context 8192): factor 1 for high
+// frequencies, 8 for low ones, a smooth ramp between. [head_dim / 2]
+std::vector<float> Llama3RopeFactors(const ModelShape& s, int head_dim) {
+  std::vector<float> factors(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double freq = std::pow(double(s.rope_base), -2.0 * i / head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    const double low_wavelen = 8192.0 / 1.0, high_wavelen = 8192.0 / 4.0;
+    if (wavelen < high_wavelen) {
+      factors[i] = 1.0f;
+    } else if (wavelen > low_wavelen) {
+      factors[i] = 8.0f;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      factors[i] = static_cast<float>(1.0 / ((1 - smooth) / 8.0 + smooth));
+    }
+  }
+  return factors;
+}
+
+}  // namespace
+
+void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const std::string& path,
+                         ThreadPool* pool) {
+  SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0, "shape '", s.name,
+              "' has inconsistent head counts");
+  GgufWriter w;
+  WriteShapeMetadata(s, type, w);
+  const std::string& a = s.arch;
+  const int head_dim = s.n_embd / s.n_head;
   uint64_t tensor_index = 0;
   // A [cols, rows] matrix (ggml order) whose row r is seeded by (seed, tensor, r), so the result
   // does not depend on the thread count.
@@ -210,22 +240,7 @@ void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const s
     matrix("output.weight", s.n_embd, s.n_vocab, 1.0f / std::sqrt(float(s.n_embd)), type);
   }
   if (s.llama3_rope_factors) {
-    // Llama 3.1 scaling (factor 8, low 1, high 4, original context 8192): factor 1 for high
-    // frequencies, 8 for low ones, a smooth ramp between.
-    std::vector<float> factors(head_dim / 2);
-    for (int i = 0; i < head_dim / 2; ++i) {
-      const double freq = std::pow(double(s.rope_base), -2.0 * i / head_dim);
-      const double wavelen = 2 * M_PI / freq;
-      const double low_wavelen = 8192.0 / 1.0, high_wavelen = 8192.0 / 4.0;
-      if (wavelen < high_wavelen) {
-        factors[i] = 1.0f;
-      } else if (wavelen > low_wavelen) {
-        factors[i] = 8.0f;
-      } else {
-        const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
-        factors[i] = static_cast<float>(1.0 / ((1 - smooth) / 8.0 + smooth));
-      }
-    }
+    const std::vector<float> factors = Llama3RopeFactors(s, head_dim);
     std::vector<uint8_t> data(factors.size() * 4);
     std::memcpy(data.data(), factors.data(), data.size());
     w.AddTensor("rope_freqs.weight", DType::kF32, {head_dim / 2}, std::move(data));

@@ -171,96 +171,127 @@ int32_t Argmax(std::span<const float> logits) {
   return at < 0 ? 0 : static_cast<int32_t>(at);  // -1: no comparable value (all NaN)
 }
 
-std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const SamplingParams& params) {
-  SPECD_CHECK(!logits.empty(), "cannot sample from an empty vocabulary");
-  if (params.greedy()) return {{Argmax(logits), 1.0f}};
-  const int64_t n = static_cast<int64_t>(logits.size());
-  const float inv_t = 1.0f / params.temperature;
-  std::vector<float> weight(n);
-  const float max = MaxScaled(logits.data(), n, inv_t);
-  const double total = ExpWeights(logits.data(), n, inv_t, max, weight.data());
-  SPECD_CHECK(std::isfinite(max) && std::isfinite(total) && total > 0.0,
-              "the model's logits are not finite numbers (NaN or infinity): the model file is "
-              "probably damaged");
-  const auto before = [&](int32_t a, int32_t b) {
+namespace {
+
+// ProcessLogits' working set: weights exp((logit - max) / T) in [0, 1], the most likely 1.
+struct Weights {
+  std::vector<float> weight;  // [n_vocab]
+  double total = 0.0;
+  // The kept order: by weight, ties by the lower id.
+  bool Before(int32_t a, int32_t b) const {
     return weight[a] != weight[b] ? weight[a] > weight[b] : a < b;
-  };
+  }
+};
+
+// The candidates the kept set lies among: order[0, keep) (top-k's k of them selected first)
+// with kept_total the mass top-p is relative to.
+struct Candidates {
+  std::vector<int32_t> order;
+  int64_t keep = 0;
+  double kept_total = 0.0;
+};
+
+// Candidates: tokens whose weight reaches a threshold. Every other token weighs strictly less
+// than every candidate, so when the candidates hold k tokens (top-k) and enough mass (top-p),
+// the kept set lies among them and only they need sorting. Otherwise the threshold drops, down
+// to 0 (every token). With min-p no token below min_p is ever kept: the candidates are complete
+// at that threshold.
+Candidates SelectCandidates(const Weights& w, const SamplingParams& params) {
+  const int64_t n = static_cast<int64_t>(w.weight.size());
+  const auto before = [&w](int32_t a, int32_t b) { return w.Before(a, b); };
   const bool top_k = params.top_k > 0 && params.top_k < n;
   const bool top_p = params.top_p < 1.0f;
   const bool min_p = params.min_p > 0.0f;
-  // Candidates: tokens whose weight (relative to the most likely token's 1) reaches a
-  // threshold. Every other token weighs strictly less than every candidate, so when the
-  // candidates hold k tokens (top-k) and enough mass (top-p), the kept set lies among them and
-  // only they need sorting. Otherwise the threshold drops, down to 0 (every token).
-  // With min-p no token below min_p is ever kept: the candidates are complete at that threshold.
   float threshold = min_p ? params.min_p : top_k || top_p ? 1e-3f : 0.0f;
-  std::vector<int32_t> order;
-  order.reserve(n);
-  int64_t keep = 0;
-  double kept_total = total;
+  Candidates c;
+  c.order.reserve(n);
   for (;;) {
-    order.clear();
+    c.order.clear();
     for (int64_t i = 0; i < n; ++i) {
-      if (weight[i] >= threshold) order.push_back(static_cast<int32_t>(i));
+      if (w.weight[i] >= threshold) c.order.push_back(static_cast<int32_t>(i));
     }
-    const int64_t count = static_cast<int64_t>(order.size());
+    const int64_t count = static_cast<int64_t>(c.order.size());
     bool enough = true;
-    keep = count;
-    kept_total = total;
+    c.keep = count;
+    c.kept_total = w.total;
     if (top_k) {
       enough = count >= params.top_k || min_p;
       if (count >= params.top_k) {
-        keep = params.top_k;
-        std::nth_element(order.begin(), order.begin() + keep - 1, order.end(), before);
-        kept_total = 0.0;
-        for (int64_t i = 0; i < keep; ++i) kept_total += weight[order[i]];
+        c.keep = params.top_k;
+        std::nth_element(c.order.begin(), c.order.begin() + c.keep - 1, c.order.end(), before);
+        c.kept_total = 0.0;
+        for (int64_t i = 0; i < c.keep; ++i) c.kept_total += w.weight[c.order[i]];
       }
     }
     if (enough && top_p && threshold > 0.0f && !min_p) {
       double mass = 0.0;
-      for (int64_t i = 0; i < keep; ++i) mass += weight[order[i]];
-      enough = mass >= params.top_p * kept_total;
+      for (int64_t i = 0; i < c.keep; ++i) mass += w.weight[c.order[i]];
+      enough = mass >= params.top_p * c.kept_total;
     }
     if (enough || threshold == 0.0f || min_p) break;
     threshold = threshold < 1e-30f ? 0.0f : threshold * 1e-4f;
   }
   // Top-p's mass is over the top-k set (or everything), candidates below the threshold too.
-  if (top_k && keep < params.top_k) {
-    kept_total = 0.0;
-    std::vector<float> rest;
-    for (int64_t i = 0; i < n; ++i) rest.push_back(weight[i]);
+  if (top_k && c.keep < params.top_k) {
+    std::vector<float> rest(w.weight);
     std::nth_element(rest.begin(), rest.begin() + params.top_k - 1, rest.end(), std::greater<>());
-    for (int64_t i = 0; i < params.top_k; ++i) kept_total += rest[i];
+    c.kept_total = 0.0;
+    for (int64_t i = 0; i < params.top_k; ++i) c.kept_total += rest[i];
   }
-  if (top_p) {
-    // The shortest sorted prefix whose cumulative probability reaches top_p.
-    const double target = params.top_p * kept_total;
-    const int64_t sorted = SortTopReaching(order, keep, weight.data(), target, before);
-    double cumulative = 0.0;
-    int64_t i = 0;
-    while (i < sorted && cumulative < target) cumulative += weight[order[i++]];
-    if (cumulative < target && sorted < keep) {
-      // The sorted top's mass, summed in another order, fell short by rounding: sort it all.
-      std::sort(order.begin(), order.begin() + keep, before);
-      while (i < keep && cumulative < target) cumulative += weight[order[i++]];
-    }
-    keep = std::max<int64_t>(i, 1);
-  } else if (top_k || min_p) {
-    std::sort(order.begin(), order.begin() + keep, before);
+  return c;
+}
+
+// Sorts the candidates' top and returns the length of the shortest sorted prefix whose mass
+// reaches top_p of kept_total (at least 1).
+int64_t TopPKeep(const Weights& w, float top_p, Candidates& c) {
+  const auto before = [&w](int32_t a, int32_t b) { return w.Before(a, b); };
+  const double target = top_p * c.kept_total;
+  const int64_t sorted = SortTopReaching(c.order, c.keep, w.weight.data(), target, before);
+  double cumulative = 0.0;
+  int64_t i = 0;
+  while (i < sorted && cumulative < target) cumulative += w.weight[c.order[i++]];
+  if (cumulative < target && sorted < c.keep) {
+    // The sorted top's mass, summed in another order, fell short by rounding: sort it all.
+    std::sort(c.order.begin(), c.order.begin() + c.keep, before);
+    while (i < c.keep && cumulative < target) cumulative += w.weight[c.order[i++]];
+  }
+  return std::max<int64_t>(i, 1);
+}
+
+}  // namespace
+
+std::vector<TokenProb> ProcessLogits(std::span<const float> logits, const SamplingParams& params) {
+  SPECD_CHECK(!logits.empty(), "cannot sample from an empty vocabulary");
+  if (params.greedy()) return {{Argmax(logits), 1.0f}};
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const float inv_t = 1.0f / params.temperature;
+  Weights w;
+  w.weight.resize(n);
+  const float max = MaxScaled(logits.data(), n, inv_t);
+  w.total = ExpWeights(logits.data(), n, inv_t, max, w.weight.data());
+  SPECD_CHECK(std::isfinite(max) && std::isfinite(w.total) && w.total > 0.0,
+              "the model's logits are not finite numbers (NaN or infinity): the model file is "
+              "probably damaged");
+  Candidates c = SelectCandidates(w, params);
+  if (params.top_p < 1.0f) {
+    c.keep = TopPKeep(w, params.top_p, c);
+  } else if ((params.top_k > 0 && params.top_k < n) || params.min_p > 0.0f) {
+    std::sort(c.order.begin(), c.order.begin() + c.keep,
+              [&w](int32_t a, int32_t b) { return w.Before(a, b); });
   }
   // Otherwise every token is kept, in id order: sorting a whole vocabulary (~5 ms for 49152
   // tokens) for every sampled token would cost more than the model's forward at batch 1.
   if (params.min_p > 0.0f) {
     // Weights are relative to the most likely token's (1), which is always kept.
     int64_t i = 1;
-    while (i < keep && weight[order[i]] >= params.min_p) ++i;
-    keep = i;
+    while (i < c.keep && w.weight[c.order[i]] >= params.min_p) ++i;
+    c.keep = i;
   }
-  std::vector<TokenProb> kept(keep);
+  std::vector<TokenProb> kept(c.keep);
   double norm = 0.0;
-  for (int64_t i = 0; i < keep; ++i) norm += weight[order[i]];
-  for (int64_t i = 0; i < keep; ++i) {
-    kept[i] = {order[i], static_cast<float>(weight[order[i]] / norm)};
+  for (int64_t i = 0; i < c.keep; ++i) norm += w.weight[c.order[i]];
+  for (int64_t i = 0; i < c.keep; ++i) {
+    kept[i] = {c.order[i], static_cast<float>(w.weight[c.order[i]] / norm)};
   }
   return kept;
 }

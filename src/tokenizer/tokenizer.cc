@@ -35,137 +35,155 @@ std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
   } else {
     Fail(f.path(), ": tokenizer model '", model, "' is not supported (llama = SPM, gpt2 = BPE)");
   }
+  t->ReadVocabulary(f);
+  t->ReadSpecialIds(f);
+  t->IndexSpecialAndByteTokens();
+  if (t->kind_ == TokenizerKind::kSpm) {
+    t->PrepareSpm();
+  } else {
+    t->PrepareBpe(f);
+  }
+  return t;
+}
+
+void Tokenizer::ReadVocabulary(const GgufFile& f) {
   const GgufArray& tokens = f.Get("tokenizer.ggml.tokens").AsArray("tokenizer.ggml.tokens");
   SPECD_CHECK(!tokens.items.empty() && tokens.items.size() < (1u << 31), f.path(),
               ": tokenizer.ggml.tokens has ", tokens.items.size(), " entries");
   const size_t n = tokens.items.size();
-  t->tokens_.reserve(n);
-  for (const auto& item : tokens.items) t->tokens_.push_back(item.AsString("a token"));
-  t->scores_.assign(n, 0.0f);
+  tokens_.reserve(n);
+  for (const auto& item : tokens.items) tokens_.push_back(item.AsString("a token"));
+  scores_.assign(n, 0.0f);
   if (const GgufValue* v = f.Find("tokenizer.ggml.scores")) {
     const GgufArray& scores = v->AsArray("tokenizer.ggml.scores");
     SPECD_CHECK(scores.items.size() == n, f.path(), ": ", scores.items.size(), " scores for ", n,
                 " tokens");
     for (size_t i = 0; i < n; ++i)
-      t->scores_[i] = static_cast<float>(scores.items[i].AsFloat("a score"));
+      scores_[i] = static_cast<float>(scores.items[i].AsFloat("a score"));
   }
-  t->types_.assign(n, TokenType::kNormal);
+  types_.assign(n, TokenType::kNormal);
   if (const GgufValue* v = f.Find("tokenizer.ggml.token_type")) {
     const GgufArray& types = v->AsArray("tokenizer.ggml.token_type");
     SPECD_CHECK(types.items.size() == n, f.path(), ": ", types.items.size(), " token types for ", n,
                 " tokens");
     for (size_t i = 0; i < n; ++i) {
       const int64_t type = types.items[i].AsInt("a token type");
-      t->types_[i] =
-          (type >= 0 && type <= 6) ? static_cast<TokenType>(type) : TokenType::kUndefined;
+      types_[i] = (type >= 0 && type <= 6) ? static_cast<TokenType>(type) : TokenType::kUndefined;
     }
   }
   for (size_t i = 0; i < n; ++i) {
     // Later duplicates win, as in llama.cpp.
-    t->token_to_id_[t->tokens_[i]] = static_cast<int32_t>(i);
+    token_to_id_[tokens_[i]] = static_cast<int32_t>(i);
   }
-  const bool spm = t->kind_ == TokenizerKind::kSpm;
+}
+
+void Tokenizer::ReadSpecialIds(const GgufFile& f) {
+  const bool spm = kind_ == TokenizerKind::kSpm;
+  const size_t n = tokens_.size();
   auto token_id = [&](const char* key, int64_t fallback) {
     const int64_t id = f.GetInt(key, fallback);
     SPECD_CHECK(id >= -1 && id < static_cast<int64_t>(n), f.path(), ": ", key, " = ", id,
                 " is outside the vocabulary of ", n);
     return static_cast<int32_t>(id);
   };
-  t->bos_ = token_id("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
-  t->eos_ = token_id("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
-  t->unk_ = token_id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
-  t->add_bos_ = f.GetBool("tokenizer.ggml.add_bos_token", spm);
-  t->add_eos_ = f.GetBool("tokenizer.ggml.add_eos_token", false);
-  t->add_space_prefix_ = f.GetBool("tokenizer.ggml.add_space_prefix", spm);
+  bos_ = token_id("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+  eos_ = token_id("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+  unk_ = token_id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+  add_bos_ = f.GetBool("tokenizer.ggml.add_bos_token", spm);
+  add_eos_ = f.GetBool("tokenizer.ggml.add_eos_token", false);
+  add_space_prefix_ = f.GetBool("tokenizer.ggml.add_space_prefix", spm);
   if (const GgufValue* v = f.Find("tokenizer.ggml.pre"))
-    t->pre_name_ = v->AsString("tokenizer.ggml.pre");
+    pre_name_ = v->AsString("tokenizer.ggml.pre");
+}
 
-  for (size_t i = 0; i < n; ++i) {
-    const TokenType type = t->types_[i];
+void Tokenizer::IndexSpecialAndByteTokens() {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const TokenType type = types_[i];
     if ((type == TokenType::kControl || type == TokenType::kUserDefined ||
          type == TokenType::kUnknown) &&
-        !t->tokens_[i].empty()) {
-      t->special_tokens_.push_back(static_cast<int32_t>(i));
+        !tokens_[i].empty()) {
+      special_tokens_.push_back(static_cast<int32_t>(i));
     }
   }
-  std::stable_sort(t->special_tokens_.begin(), t->special_tokens_.end(), [&](int32_t a, int32_t b) {
-    return t->tokens_[a].size() > t->tokens_[b].size();
-  });
-
-  std::fill(std::begin(t->codepoint_byte_), std::end(t->codepoint_byte_), int16_t{-1});
-  for (int b = 0; b < 256; ++b) t->codepoint_byte_[ByteToCodepoint(static_cast<uint8_t>(b))] = b;
+  // Longest first: a special token's text wins over those it contains.
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  std::fill(std::begin(codepoint_byte_), std::end(codepoint_byte_), int16_t{-1});
+  for (int b = 0; b < 256; ++b) codepoint_byte_[ByteToCodepoint(static_cast<uint8_t>(b))] = b;
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
-    t->byte_tokens_[b] = t->Find(hex);
+    byte_tokens_[b] = Find(hex);
   }
+}
 
-  if (spm) {
-    std::unordered_set<std::string_view> in_pieces;
-    for (const std::string& token : t->tokens_) {
-      const bool multi =
-          static_cast<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[0]))) < token.size();
-      for (size_t i = 0; i < token.size();) {
-        const size_t len = std::min<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[i])),
-                                            token.size() - i);
-        const std::string_view ch(token.data() + i, len);
-        if (multi) in_pieces.insert(ch);
-        i += len;
-      }
-    }
-    const std::string_view space = "\xE2\x96\x81";
-    t->spm_split_before_space_ = true;
-    for (const std::string& token : t->tokens_) {
-      for (size_t at = token.find(space, 1); at != std::string::npos;
-           at = token.find(space, at + 1)) {
-        if (at < 3 || std::string_view(token).substr(at - 3, 3) != space) {
-          t->spm_split_before_space_ = false;
-          break;
-        }
-      }
-      if (!t->spm_split_before_space_) break;
-    }
-    for (const char* candidate : {"\n", "\t", "\r"}) {
-      if (in_pieces.count(candidate) == 0) t->spm_separators_.insert(candidate);
+void Tokenizer::PrepareSpm() {
+  // Characters that occur inside multi-character pieces.
+  std::unordered_set<std::string_view> in_pieces;
+  for (const std::string& token : tokens_) {
+    const bool multi =
+        static_cast<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[0]))) < token.size();
+    for (size_t i = 0; i < token.size();) {
+      const size_t len =
+          std::min<size_t>(utf8::SequenceLength(static_cast<uint8_t>(token[i])), token.size() - i);
+      const std::string_view ch(token.data() + i, len);
+      if (multi) in_pieces.insert(ch);
+      i += len;
     }
   }
-  if (!spm) {
-    t->pre_ = PreTokenizer::ByName(t->pre_name_);
-    t->ignore_merges_ = t->pre_->ignore_merges();
-    // Symbols: token ids, or virtual ids for texts that are not tokens.
-    std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> virtual_ids;
-    auto symbol = [&](const std::string& text) -> int32_t {
-      const int32_t id = t->Find(text);
-      if (id >= 0) return id;
-      const auto it = virtual_ids.find(text);
-      if (it != virtual_ids.end()) return it->second;
-      const int32_t v = static_cast<int32_t>(n + t->virtual_text_.size());
-      t->virtual_text_.push_back(text);
-      virtual_ids[text] = v;
-      return v;
-    };
-    for (int b = 0; b < 256; ++b) {
-      std::string ch;
-      utf8::Append(ByteToCodepoint(static_cast<uint8_t>(b)), &ch);
-      t->byte_symbol_[b] = symbol(ch);
+  const std::string_view space = "\xE2\x96\x81";
+  spm_split_before_space_ = true;
+  for (const std::string& token : tokens_) {
+    for (size_t at = token.find(space, 1); at != std::string::npos;
+         at = token.find(space, at + 1)) {
+      if (at < 3 || std::string_view(token).substr(at - 3, 3) != space) {
+        spm_split_before_space_ = false;
+        break;
+      }
     }
-    const GgufValue* merges_value = f.Find("tokenizer.ggml.merges");
-    SPECD_CHECK(merges_value != nullptr, f.path(), ": a BPE tokenizer needs tokenizer.ggml.merges");
-    const GgufArray& merges = merges_value->AsArray("tokenizer.ggml.merges");
-    t->merges_.reserve(merges.items.size());
-    for (size_t rank = 0; rank < merges.items.size(); ++rank) {
-      const std::string& line = merges.items[rank].AsString("a merge");
-      // "left right"; the separator is the first space after the first character.
-      const size_t space = line.find(' ', 1);
-      SPECD_CHECK(space != std::string::npos, f.path(), ": merge ", rank, " ('", line,
-                  "') is not 'left right'");
-      const std::string left = line.substr(0, space), right = line.substr(space + 1);
-      const uint64_t key =
-          (static_cast<uint64_t>(symbol(left)) << 32) | static_cast<uint32_t>(symbol(right));
-      t->merges_.emplace(key, Merge{static_cast<int32_t>(rank), symbol(left + right)});
-    }
+    if (!spm_split_before_space_) break;
   }
-  return t;
+  for (const char* candidate : {"\n", "\t", "\r"}) {
+    if (in_pieces.count(candidate) == 0) spm_separators_.insert(candidate);
+  }
+}
+
+void Tokenizer::PrepareBpe(const GgufFile& f) {
+  pre_ = PreTokenizer::ByName(pre_name_);
+  ignore_merges_ = pre_->ignore_merges();
+  const size_t n = tokens_.size();
+  // Symbols: token ids, or virtual ids for texts that are not tokens.
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> virtual_ids;
+  auto symbol = [&](const std::string& text) -> int32_t {
+    const int32_t id = Find(text);
+    if (id >= 0) return id;
+    const auto it = virtual_ids.find(text);
+    if (it != virtual_ids.end()) return it->second;
+    const int32_t v = static_cast<int32_t>(n + virtual_text_.size());
+    virtual_text_.push_back(text);
+    virtual_ids[text] = v;
+    return v;
+  };
+  for (int b = 0; b < 256; ++b) {
+    std::string ch;
+    utf8::Append(ByteToCodepoint(static_cast<uint8_t>(b)), &ch);
+    byte_symbol_[b] = symbol(ch);
+  }
+  const GgufValue* merges_value = f.Find("tokenizer.ggml.merges");
+  SPECD_CHECK(merges_value != nullptr, f.path(), ": a BPE tokenizer needs tokenizer.ggml.merges");
+  const GgufArray& merges = merges_value->AsArray("tokenizer.ggml.merges");
+  merges_.reserve(merges.items.size());
+  for (size_t rank = 0; rank < merges.items.size(); ++rank) {
+    const std::string& line = merges.items[rank].AsString("a merge");
+    // "left right"; the separator is the first space after the first character.
+    const size_t space = line.find(' ', 1);
+    SPECD_CHECK(space != std::string::npos, f.path(), ": merge ", rank, " ('", line,
+                "') is not 'left right'");
+    const std::string left = line.substr(0, space), right = line.substr(space + 1);
+    const uint64_t key =
+        (static_cast<uint64_t>(symbol(left)) << 32) | static_cast<uint32_t>(symbol(right));
+    merges_.emplace(key, Merge{static_cast<int32_t>(rank), symbol(left + right)});
+  }
 }
 
 int32_t Tokenizer::Find(std::string_view text) const {

@@ -73,6 +73,13 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  // FromGguf's parts: tokens, scores and types; BOS / EOS / UNK and the add flags; the special
+  // tokens (longest first) and byte tokens; SPM's space and separator rules; BPE's merges.
+  void ReadVocabulary(const GgufFile& f);
+  void ReadSpecialIds(const GgufFile& f);
+  void IndexSpecialAndByteTokens();
+  void PrepareSpm();
+  void PrepareBpe(const GgufFile& f);
   void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;
   void EncodeSpmSegment(std::string_view text, std::vector<int32_t>* out) const;
   void EncodeBpe(std::string_view text, std::vector<int32_t>* out) const;

@@ -12,8 +12,8 @@
 
 #include "base/error.h"
 #include "base/file_util.h"
-#include "draft/cost_aware.h"
-#include "draft/draft_length.h"
+#include "policy/cost_aware.h"
+#include "policy/draft_length.h"
 #include "draft/step_trace.h"
 #include "tests/test_util.h"
 

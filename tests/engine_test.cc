@@ -190,7 +190,7 @@ TEST(Engine, CoupledSpeculativeSamplingEqualsPlainSamplingTokenForToken) {
   ModelPair p(DType::kQ8_0, 99);
   std::vector<std::unique_ptr<DraftLengthPolicy>> policies;
   policies.push_back(std::make_unique<FixedDraftLength>(4));
-  policies.push_back(std::make_unique<AdaptiveDraftLength>());
+  policies.push_back(std::make_unique<BassDraftLength>());
   policies.push_back(std::make_unique<CostAwarePolicy>(6));
   policies.push_back(std::make_unique<ScheduledDraftLength>(std::vector<int>{0, 3, 0, 5, 1, 2}));
   for (auto& policy : policies) {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "draft/draft_length.h"
+#include "policy/draft_length.h"
 
 namespace specd {
 

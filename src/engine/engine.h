@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/timer.h"
-#include "decode/step.h"
+#include "engine/step.h"
 
 namespace specd {
 

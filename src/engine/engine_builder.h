@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "draft/draft_length.h"
+#include "policy/draft_length.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/proposer.h"
 #include "draft/sdsat_proposer.h"

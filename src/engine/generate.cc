@@ -18,7 +18,7 @@ std::unique_ptr<DraftLengthPolicy> MakeUntracedPolicy(const SpeculativeOptions& 
   SPECD_CHECK(o.draft_max >= 1 && o.draft_max <= 64 && o.l_limit >= 1 && o.l_limit <= 64,
               "draft length must be in 1..64");
   if (o.adaptive) {
-    return std::make_unique<AdaptiveDraftLength>(o.draft_max, o.l_incre, o.l_mod, o.l_limit);
+    return std::make_unique<BassDraftLength>(o.draft_max, o.l_incre, o.l_mod, o.l_limit);
   }
   if (o.cost_aware) return std::make_unique<CostAwarePolicy>(o.draft_max);
   return std::make_unique<FixedDraftLength>(o.draft_max);
@@ -36,7 +36,7 @@ int NextDraftLength(int current, const std::vector<int>& accepted, const Specula
                     int* decreasing) {
   int max_accepted = 0;
   for (int x : accepted) max_accepted = std::max(max_accepted, x);
-  return AdaptiveDraftLength::NextLength(current, max_accepted, o.l_incre, o.l_mod, o.l_limit,
+  return BassDraftLength::NextLength(current, max_accepted, o.l_incre, o.l_mod, o.l_limit,
                                          decreasing);
 }
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "decode/generation.h"
-#include "decode/step.h"
+#include "engine/generation.h"
+#include "engine/step.h"
 #include "draft/draft_model_proposer.h"
 #include "engine/engine.h"
 

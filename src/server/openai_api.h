@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/timer.h"
-#include "decode/step.h"
+#include "engine/step.h"
 #include "server/fim_prompt.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "draft/cost_aware.h"
+#include "policy/cost_aware.h"
 
 #include <algorithm>
 #include <cmath>

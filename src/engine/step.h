@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "draft/draft_length.h"
+#include "policy/draft_length.h"
 #include "draft/proposer.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"

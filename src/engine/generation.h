@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/step.h"
+#include "engine/step.h"
 #include "kernels/kernels.h"
 #include "sampling/sampler.h"
 

@@ -1,4 +1,4 @@
-#include "draft/draft_length.h"
+#include "policy/draft_length.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 
 namespace specd {
 
-int AdaptiveDraftLength::NextLength(int current, int max_accepted, int l_incre, int l_mod,
+int BassDraftLength::NextLength(int current, int max_accepted, int l_incre, int l_mod,
                                     int l_limit, int* decreasing) {
   if (max_accepted >= current) {
     *decreasing = 0;
@@ -17,7 +17,7 @@ int AdaptiveDraftLength::NextLength(int current, int max_accepted, int l_incre, 
   return std::max({1, max_accepted, next});
 }
 
-void AdaptiveDraftLength::Observe(const StepObservation& step) {
+void BassDraftLength::Observe(const StepObservation& step) {
   if (step.verified.empty()) return;
   int max_accepted = 0;
   for (const auto& [drafted, accepted] : step.verified)

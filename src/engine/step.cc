@@ -1,4 +1,4 @@
-#include "decode/step.h"
+#include "engine/step.h"
 
 #include <algorithm>
 

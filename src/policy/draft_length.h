@@ -1,6 +1,6 @@
 // Draft-length policies behind one interface: how many tokens to draft at the next step.
 //   FixedDraftLength     K every step;
-//   AdaptiveDraftLength  BASS Algorithm 1 (l0 = 7, l_incre = 2, l_mod = 10, l_limit = 32);
+//   BassDraftLength      BASS Algorithm 1 (l0 = 7, l_incre = 2, l_mod = 10, l_limit = 32);
 //   CostAwareDraftLength K from measured costs and acceptance, 0 when drafting does not pay
 //                        (cost_aware.h; adapted here);
 //   ScheduledDraftLength a given cycle of lengths (tests, experiments).
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "draft/cost_aware.h"
+#include "policy/cost_aware.h"
 
 namespace specd {
 
@@ -56,9 +56,9 @@ class FixedDraftLength : public DraftLengthPolicy {
 
 // BASS Algorithm 1: grow by l_incre after a step where some sequence accepted everything; shrink
 // by ceil(l / l_mod) (and one more after consecutive decreases) otherwise.
-class AdaptiveDraftLength : public DraftLengthPolicy {
+class BassDraftLength : public DraftLengthPolicy {
  public:
-  explicit AdaptiveDraftLength(int l0 = 7, int l_incre = 2, int l_mod = 10, int l_limit = 32)
+  explicit BassDraftLength(int l0 = 7, int l_incre = 2, int l_mod = 10, int l_limit = 32)
       : current_(l0), l_incre_(l_incre), l_mod_(l_mod), l_limit_(l_limit) {}
   int Next(int, int) override { return current_; }
   void Observe(const StepObservation& step) override;

@@ -43,9 +43,9 @@ LayerGroups LayerGroups::Parse(const std::string& spec, int n_layer, int size) {
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     const size_t dash = item.find('-');
     const int first = ParseLayer(item.substr(0, dash), spec);
-    const int last = dash == std::string_view::npos ? first : ParseLayer(item.substr(dash + 1), spec);
-    SPECD_CHECK(last >= first, "layer groups '", spec, "': range ", first, "-", last,
-                " is empty");
+    const int last =
+        dash == std::string_view::npos ? first : ParseLayer(item.substr(dash + 1), spec);
+    SPECD_CHECK(last >= first, "layer groups '", spec, "': range ", first, "-", last, " is empty");
     plan.groups.emplace_back(first, last - first + 1);
   }
   plan.Validate(n_layer);

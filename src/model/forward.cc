@@ -1,0 +1,513 @@
+// The forward pass: a batch of rows of any sequences through every layer, logits for the rows
+// that want them. Architecture differences are fields of ModelConfig read here (norms, biases,
+// rotary pairs, activations, sliding windows), not branches on the architecture's name.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+#include "model/model.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+// Charges the time since the previous mark to an op of a profile; no clock reads without one.
+class ProfileMarks {
+  using Clock = std::chrono::steady_clock;
+
+ public:
+  explicit ProfileMarks(ForwardProfile* profile) : profile_(profile) {
+    if (profile_ != nullptr) last_ = Clock::now();
+  }
+  void Mark(ForwardProfile::Op op) {
+    if (profile_ == nullptr) return;
+    const Clock::time_point now = Clock::now();
+    profile_->ms[op] += std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+  }
+  // Restarts the clock without charging anything (time already charged by inner marks).
+  void Skip() {
+    if (profile_ != nullptr) last_ = Clock::now();
+  }
+
+ private:
+  ForwardProfile* profile_;
+  Clock::time_point last_{};
+};
+
+}  // namespace
+
+int64_t Batch::n_outputs() const {
+  int64_t n = 0;
+  for (uint8_t o : output) n += o != 0;
+  return n;
+}
+
+std::unique_ptr<KvCache> Model::NewKvCache(const KvCacheConfig& config) const {
+  return std::make_unique<KvCache>(config, config_.n_layer, config_.kv_dim());
+}
+
+void Model::Validate(const Batch& batch, const KvCache& kv) const {
+  const int64_t n = batch.size();
+  SPECD_CHECK(batch.positions.size() == static_cast<size_t>(n) &&
+                  batch.seq_ids.size() == static_cast<size_t>(n) &&
+                  batch.output.size() == static_cast<size_t>(n) &&
+                  (batch.parents.empty() || batch.parents.size() == static_cast<size_t>(n)),
+              "batch: token, position, sequence, output and parent arrays differ in length");
+  SPECD_CHECK(kv.kv_dim() == config_.kv_dim(), "KV cache was made for another model");
+  std::vector<bool> seen(kv.n_slots(), false);
+  for (int64_t r = 0; r < n;) {
+    const int32_t seq = batch.seq_ids[r];
+    SPECD_CHECK(kv.InUse(seq), "batch row ", r, ": sequence ", seq, " is not an active sequence");
+    SPECD_CHECK(!seen[seq], "batch: the rows of sequence ", seq, " are not contiguous");
+    seen[seq] = true;
+    const int64_t first_row = r;
+    const int32_t kv_length = kv.Length(seq);
+    for (; r < n && batch.seq_ids[r] == seq; ++r) {
+      SPECD_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < config_.n_vocab, "batch row ", r,
+                  ": token ", batch.tokens[r], " is outside the vocabulary of ", config_.n_vocab);
+      const int32_t parent = batch.parents.empty() ? -1 : batch.parents[r];
+      SPECD_CHECK(
+          parent == -1 || parent == Batch::kCommittedParent || (parent >= first_row && parent < r),
+          "batch row ", r, ": parent row ", parent, " is not an earlier row of sequence ", seq);
+      const int32_t expected = parent >= 0 ? batch.positions[parent] + 1
+                               : r == first_row || parent == Batch::kCommittedParent
+                                   ? kv_length
+                                   : batch.positions[r - 1] + 1;
+      SPECD_CHECK(batch.positions[r] == expected, "batch row ", r, ": sequence ", seq,
+                  " expects position ", expected, ", got ", batch.positions[r]);
+      SPECD_CHECK(kv_length + (r - first_row) < kv.n_ctx(), "sequence ", seq,
+                  " would exceed the context of ", kv.n_ctx(), " tokens");
+    }
+  }
+}
+
+void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows) {
+  const int64_t m = batch.size();
+  kv_index_.resize(m);
+  rows->n_visible.resize(m);
+  rows->key_mask.clear();
+  rows->key_mask_offset.clear();
+  bool tree = false;
+  for (int32_t p : batch.parents) tree = tree || p != -1;
+  int64_t first_row = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) {
+      first_row = r;
+      rows->seq_row_begin.push_back(r);
+    }
+    kv_index_[r] = kv.Length(batch.seq_ids[r]) + static_cast<int32_t>(r - first_row);
+    rows->n_visible[r] = kv_index_[r] + 1;
+    if (!tree) continue;
+    // Committed keys and the row's ancestors (a chain row's parent is the row before it).
+    const int32_t committed = kv.Length(batch.seq_ids[r]);
+    rows->key_mask_offset.push_back(static_cast<int64_t>(rows->key_mask.size()));
+    rows->key_mask.resize(rows->key_mask.size() + rows->n_visible[r], 0);
+    uint8_t* mask = rows->key_mask.data() + rows->key_mask_offset.back();
+    std::fill(mask, mask + committed, 1);
+    for (int64_t a = r; a >= first_row;) {
+      mask[committed + (a - first_row)] = 1;
+      const int32_t parent = batch.parents[a];
+      a = parent >= 0 ? parent : parent == Batch::kCommittedParent ? first_row - 1 : a - 1;
+    }
+  }
+  rows->seq_row_begin.push_back(m);
+}
+
+const char* ForwardProfile::Name(int op) {
+  static constexpr const char* kNames[kCount] = {"embed + rope angles",
+                                                 "rms norm",
+                                                 "q/k/v matmul",
+                                                 "rope + kv write",
+                                                 "attention",
+                                                 "attention out matmul",
+                                                 "gate/up matmul + swiglu",
+                                                 "down matmul",
+                                                 "residual adds",
+                                                 "output norm + logits matmul",
+                                                 "layer-parallel attention"};
+  return op >= 0 && op < kCount ? kNames[op] : "?";
+}
+
+void Model::WarmUp(const KernelContext& ctx, int rows) {
+  auto kv = NewKvCache({1, rows});
+  const int seq = kv->Acquire();
+  std::vector<float> logits;
+  ForwardExtras extras;
+  std::vector<float> input_rows;  // [rows, n_embd], an EAGLE head's input
+  if (config_.eagle) {
+    input_rows.assign(static_cast<size_t>(rows) * config_.n_embd, 0.0f);
+    extras.input_rows = input_rows.data();
+  }
+  for (int n : {1, rows}) {
+    // A one-row forward (the decode shape), then `rows` rows (a verification's shape).
+    kv->Truncate(seq, 0);
+    Batch batch;
+    for (int i = 0; i < n; ++i)
+      batch.Add(config_.bos_token >= 0 ? config_.bos_token : 0, i, seq, true);
+    Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits, extras);
+  }
+}
+
+void Model::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
+  SPECD_CHECK(!config_.eagle, "an EAGLE head has no token embedding");
+  const int64_t d = config_.n_embd;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const int32_t token = tokens[r];
+    SPECD_CHECK(token >= 0 && token < config_.n_vocab, "token ", token,
+                " is outside the vocabulary");
+    float* xr = out + r * d;
+    DequantizeRow(token_embd_.type, token_embd_.Row(token), xr, d);
+    if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
+      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[token];
+    }
+    if (const float* delta = embedding_lora_.Find(token)) {
+      for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];
+    }
+    if (config_.embd_scale != 1.0f) {
+      for (int64_t i = 0; i < d; ++i) xr[i] *= config_.embd_scale;
+    }
+  }
+}
+
+void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                    AttentionMode attention, std::vector<float>* logits, const LayerGroups* fuzzy) {
+  ForwardExtras extras;
+  extras.fuzzy = fuzzy;
+  Forward(ctx, batch, kv, attention, logits, extras);
+}
+
+void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                    AttentionMode attention, std::vector<float>* logits,
+                    const ForwardExtras& extras) {
+  SPECD_CHECK(extras.input_rows != nullptr || !config_.eagle,
+              "an EAGLE head's forward needs its input rows");
+  Validate(batch, kv);
+  if (extras.fuzzy != nullptr) extras.fuzzy->Validate(config_.n_layer);
+  ProfileMarks marks(profile_);
+  if (profile_ != nullptr) ++profile_->n_forwards;
+  logits->resize(batch.n_outputs() * config_.n_vocab);  // fully written by the output matmul
+  if (batch.size() == 0) return;
+
+  InputRows(batch, extras.input_rows);
+  marks.Mark(ForwardProfile::kEmbed);
+  PrepareAttentionRows(batch, kv);
+  RunLayers(ctx, batch, kv, attention, extras.fuzzy);
+  marks.Skip();  // the blocks charged their own time
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
+  if (extras.hidden != nullptr) {
+    extras.hidden->resize(m * d);  // [m, n_embd]
+    RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, config_.rms_eps);
+  }
+  OutputLogits(ctx, batch, logits);
+  marks.Mark(ForwardProfile::kLogits);
+  AdvanceCache(batch, kv);
+}
+
+void Model::InputRows(const Batch& batch, const float* input_rows) {
+  const ModelConfig& c = config_;
+  const int64_t m = batch.size();
+  const int64_t d = c.n_embd;
+  const int half = c.rope.rotary_dim / 2;
+  x_.ResizeForOverwrite(m * d);            // [m, n_embd] residual stream
+  xb_.ResizeForOverwrite(m * d);           // [m, n_embd] normalized
+  gate_.ResizeForOverwrite(m * c.n_ff);    // [m, n_ff]
+  up_.ResizeForOverwrite(m * c.n_ff);      // [m, n_ff]
+  ffn_.ResizeForOverwrite(m * d);          // [m, n_embd]
+  rope_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+  rope_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+  const bool local_rope = c.sliding_window > 0;
+  if (local_rope) {
+    rope_local_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+    rope_local_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+    window_first_.resize(m);
+  }
+  if (input_rows != nullptr) {
+    std::copy(input_rows, input_rows + m * d, x_.data());
+  } else {
+    EmbedTokens(batch.tokens, x_.data());
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    const int32_t pos = batch.positions[r];
+    RopeAngles(c.rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+    if (local_rope) {
+      RopeAngles(c.rope_local, pos, rope_local_cos_.data() + r * half,
+                 rope_local_sin_.data() + r * half);
+      window_first_[r] = std::max(0, pos + 1 - c.sliding_window);
+    }
+  }
+}
+
+void Model::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
+  const ModelConfig& c = config_;
+  const int64_t m = batch.size();
+  AttentionRows& rows = attn_.rows;
+  rows = AttentionRows{};
+  rows.n_rows = m;
+  rows.n_head = c.n_head;
+  rows.n_head_kv = c.n_head_kv;
+  rows.head_dim = c.head_dim;
+  rows.scale = c.attn_scale;
+  rows.kv_type = kv.type();
+  rows.k.resize(m);
+  rows.v.resize(m);
+  SetUpAttention(batch, kv, &rows);
+  if (trace_ != nullptr) {
+    for (auto* t : {&trace_->hidden, &trace_->attn_input, &trace_->q, &trace_->k, &trace_->v})
+      t->assign(c.n_layer, {});
+  }
+}
+
+void Model::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                      AttentionMode attention, const LayerGroups* fuzzy) {
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
+  size_t next_group = 0;
+  for (int il = 0; il < config_.n_layer;) {
+    if (fuzzy != nullptr && next_group < fuzzy->groups.size() &&
+        fuzzy->groups[next_group].first == il) {
+      const int count = fuzzy->groups[next_group++].second;
+      FuzzyGroup(ctx, il, count, batch, kv, attention);
+      il += count;
+      continue;
+    }
+    if (trace_ != nullptr) trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
+    AttentionBlock(ctx, il, batch, kv, x_.data(), attn_, attention, profile_);
+    TraceLayer(il, attn_, m);
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += attn_.out[i];
+    FfnBlock(ctx, il, m);
+    ++il;
+  }
+}
+
+void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.n_embd;
+  // Only the rows that want logits go through the (large) output matrix.
+  const int64_t n_out = batch.n_outputs();
+  out_rows_.ResizeForOverwrite(n_out * d);  // [n_out, n_embd]
+  for (int64_t r = 0, o = 0; r < batch.size(); ++r) {
+    if (batch.output[r]) {
+      RmsNorm(x_.data() + r * d, output_norm_.data(), out_rows_.data() + o * d, 1, d, c.rms_eps);
+      ++o;
+    }
+  }
+  if (maxima_ != nullptr) RecordMax(out_rows_.data(), n_out, d, &maxima_->output_in);
+  if (c.head_tokens.empty()) {
+    Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
+    AddHeadLora(ctx, out_rows_.data(), n_out, logits->data());
+    return;
+  }
+  // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
+  const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
+  head_logits_.ResizeForOverwrite(n_out * n_head);  // [n_out, n_head_tokens]
+  Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
+  std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
+  for (int64_t o = 0; o < n_out; ++o) {
+    float* row = logits->data() + o * c.n_vocab;
+    const float* head_row = head_logits_.data() + o * n_head;
+    for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
+  }
+}
+
+void Model::AdvanceCache(const Batch& batch, KvCache& kv) {
+  const int64_t m = batch.size();
+  int32_t prev = -1;
+  for (int64_t r = 0; r < m; ++r) {
+    if (batch.seq_ids[r] != prev) {
+      prev = batch.seq_ids[r];
+      int64_t count = 0;
+      while (r + count < m && batch.seq_ids[r + count] == prev) ++count;
+      kv.Advance(prev, static_cast<int>(count));
+    }
+  }
+}
+
+void Model::FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
+                       KvCache& kv, AttentionMode attention) {
+  ProfileMarks marks(profile_);
+  const int64_t m = batch.size();
+  const int64_t d = config_.n_embd;
+  const int n_threads = ctx.pool->size();
+  while (static_cast<int>(lanes_.size()) < count) {
+    lanes_.push_back(std::make_unique<AttentionScratch>());
+  }
+  while (static_cast<int>(lane_pools_.size()) < n_threads) {
+    lane_pools_.push_back(std::make_unique<ThreadPool>(1));
+  }
+  for (int j = 0; j < count; ++j) lanes_[j]->rows = attn_.rows;  // the same rows, own buffers
+  ctx.pool->RunOnAll([&](int t) {
+    const KernelContext lane_ctx{lane_pools_[t].get(), ctx.cpu};
+    for (int j = t; j < count; j += n_threads) {
+      AttentionBlock(lane_ctx, first + j, batch, kv, x_.data(), *lanes_[j], attention, nullptr);
+    }
+  });
+  marks.Mark(ForwardProfile::kParallelAttention);
+  for (int j = 0; j < count; ++j) {
+    const int il = first + j;
+    if (trace_ != nullptr) {
+      trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
+      TraceLayer(il, *lanes_[j], m);
+    }
+    for (int64_t i = 0; i < m * d; ++i) x_[i] += lanes_[j]->out[i];
+    marks.Mark(ForwardProfile::kResidual);
+    FfnBlock(ctx, il, m);
+    marks.Skip();
+  }
+}
+
+void Model::TraceLayer(int il, const AttentionScratch& s, int64_t m) {
+  if (trace_ == nullptr) return;
+  const int64_t d = config_.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(config_.n_head) * config_.head_dim;
+  const int64_t kv_dim = config_.kv_dim();
+  trace_->attn_input[il].assign(s.xb.data(), s.xb.data() + m * d);
+  trace_->q[il].assign(s.q.data(), s.q.data() + m * q_dim);
+  trace_->k[il].assign(s.k.data(), s.k.data() + m * kv_dim);
+  trace_->v[il].assign(s.v.data(), s.v.data() + m * kv_dim);
+}
+
+void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
+                           const float* x, AttentionScratch& s, AttentionMode attention,
+                           ForwardProfile* profile) {
+  ProfileMarks marks(profile);
+  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
+  const ModelConfig& c = config_;
+  const Layer& l = layers_[il];
+  const int64_t m = batch.size();
+  const int64_t d = c.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = c.kv_dim();
+  const int half = c.rope.rotary_dim / 2;
+  const bool local = c.IsLocalLayer(il);
+  s.xb.ResizeForOverwrite(m * d);       // [m, n_embd] normalized
+  s.q.ResizeForOverwrite(m * q_dim);    // [m, n_head * head_dim]
+  s.k.ResizeForOverwrite(m * kv_dim);   // [m, kv_dim]
+  s.v.ResizeForOverwrite(m * kv_dim);   // [m, kv_dim]
+  s.att.ResizeForOverwrite(m * q_dim);  // [m, n_head * head_dim]
+  s.out.ResizeForOverwrite(m * d);      // [m, n_embd]
+  AttentionRows& rows = s.rows;
+  rows.q = s.q.data();
+  rows.out = s.att.data();
+  RmsNorm(x, l.attn_norm.data(), s.xb.data(), m, d, c.rms_eps);
+  if (maxima_ != nullptr) RecordMax(s.xb.data(), m, d, &maxima_->qkv_in[il]);
+  mark(ForwardProfile::kNorm);
+  if (ctx.cpu.packed_kernels() && l.wqkv.packed != nullptr) {
+    const int64_t width = q_dim + 2 * kv_dim;
+    s.stacked.ResizeForOverwrite(m * width);  // [m, q_dim + 2 kv_dim]
+    Matmul(ctx, s.xb.data(), m, l.wqkv, s.stacked.data(), &s.matmul);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* row = s.stacked.data() + r * width;
+      std::copy(row, row + q_dim, s.q.data() + r * q_dim);
+      std::copy(row + q_dim, row + q_dim + kv_dim, s.k.data() + r * kv_dim);
+      std::copy(row + q_dim + kv_dim, row + width, s.v.data() + r * kv_dim);
+    }
+  } else {
+    Matmul(ctx, s.xb.data(), m, l.wq, s.q.data(), &s.matmul);
+    Matmul(ctx, s.xb.data(), m, l.wk, s.k.data(), &s.matmul);
+    Matmul(ctx, s.xb.data(), m, l.wv, s.v.data(), &s.matmul);
+  }
+  AddLowRank(ctx,
+             {{&l.lora[kLoraQ], s.q.data(), q_dim},
+              {&l.lora[kLoraK], s.k.data(), kv_dim},
+              {&l.lora[kLoraV], s.v.data(), kv_dim}},
+             s.xb.data(), m, &s.lora);
+  mark(ForwardProfile::kQkv);
+  if (c.qk_norm) {  // per head: rows of head_dim values
+    RmsNorm(s.q.data(), l.q_norm.data(), s.q.data(), m * c.n_head, c.head_dim, c.rms_eps);
+    RmsNorm(s.k.data(), l.k_norm.data(), s.k.data(), m * c.n_head_kv, c.head_dim, c.rms_eps);
+  }
+  const RopeConfig& rope = local ? c.rope_local : c.rope;
+  const float* cos_all = local ? rope_local_cos_.data() : rope_cos_.data();
+  const float* sin_all = local ? rope_local_sin_.data() : rope_sin_.data();
+  for (int64_t r = 0; r < m; ++r) {
+    float* qr = s.q.data() + r * q_dim;
+    float* kr = s.k.data() + r * kv_dim;
+    float* vr = s.v.data() + r * kv_dim;
+    if (c.qkv_bias) {
+      for (int64_t i = 0; i < q_dim; ++i) qr[i] += l.bq[i];
+      for (int64_t i = 0; i < kv_dim; ++i) kr[i] += l.bk[i];
+      for (int64_t i = 0; i < kv_dim; ++i) vr[i] += l.bv[i];
+    }
+    Rope(rope, cos_all + r * half, sin_all + r * half, qr, c.n_head);
+    Rope(rope, cos_all + r * half, sin_all + r * half, kr, c.n_head_kv);
+    const int32_t seq = batch.seq_ids[r];
+    const int64_t at = static_cast<int64_t>(kv_index_[r]) * RowBytes(kv.type(), kv_dim);
+    StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
+    StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
+    rows.k[r] = kv.K(il, seq);
+    rows.v[r] = kv.V(il, seq);
+  }
+  if (local) {
+    rows.first_visible = window_first_;
+  } else {
+    rows.first_visible.clear();
+  }
+  mark(ForwardProfile::kRopeKvWrite);
+  Attention(ctx, rows, attention);
+  if (maxima_ != nullptr) RecordMax(s.att.data(), m, q_dim, &maxima_->wo_in[il]);
+  mark(ForwardProfile::kAttention);
+  Matmul(ctx, s.att.data(), m, l.wo, s.out.data(), &s.matmul);
+  AddLowRank(ctx, {{&l.lora[kLoraO], s.out.data(), d}}, s.att.data(), m, &s.lora);
+  mark(ForwardProfile::kAttnOut);
+  if (c.post_norms) RmsNorm(s.out.data(), l.post_attn_norm.data(), s.out.data(), m, d, c.rms_eps);
+  mark(ForwardProfile::kResidual);
+}
+
+void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
+  ProfileMarks marks(profile_);
+  auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
+  const ModelConfig& c = config_;
+  const Layer& l = layers_[il];
+  const int64_t d = c.n_embd;
+  auto glu = [&](const float* gate, const float* up, float* y, int64_t n) {
+    if (c.activation == FfnActivation::kGeluTanh) {
+      GeGlu(ctx, gate, up, y, n);
+    } else {
+      SwiGlu(ctx, gate, up, y, n);
+    }
+  };
+  RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
+  mark(ForwardProfile::kNorm);
+  if (ctx.cpu.packed_kernels() && l.w_gate_up.packed != nullptr) {
+    stacked_.ResizeForOverwrite(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
+    Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
+    AddLowRank(ctx,
+               {{&l.lora[kLoraGate], stacked_.data(), 2 * c.n_ff},
+                {&l.lora[kLoraUp], stacked_.data() + c.n_ff, 2 * c.n_ff}},
+               xb_.data(), m, &lora_scratch_);
+    // Rows on the pool's threads (an exp and a few multiplies per value: ~8 multiply-adds).
+    ctx.pool->ParallelFor(
+        m, 1,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* row = stacked_.data() + r * 2 * c.n_ff;
+            glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
+          }
+        },
+        MinItemsPerThread(8 * c.n_ff));
+  } else {
+    Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
+    Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+    AddLowRank(ctx,
+               {{&l.lora[kLoraGate], gate_.data(), c.n_ff}, {&l.lora[kLoraUp], up_.data(), c.n_ff}},
+               xb_.data(), m, &lora_scratch_);
+    glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+  }
+  if (maxima_ != nullptr) {
+    RecordMax(xb_.data(), m, d, &maxima_->gate_up_in[il]);
+    RecordMax(gate_.data(), m, c.n_ff, &maxima_->down_in[il]);
+  }
+  mark(ForwardProfile::kGateUp);
+  Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
+  AddLowRank(ctx, {{&l.lora[kLoraDown], ffn_.data(), d}}, gate_.data(), m, &lora_scratch_);
+  mark(ForwardProfile::kDown);
+  if (c.post_norms) RmsNorm(ffn_.data(), l.post_ffn_norm.data(), ffn_.data(), m, d, c.rms_eps);
+  for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  mark(ForwardProfile::kResidual);
+}
+
+}  // namespace specd

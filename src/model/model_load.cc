@@ -1,0 +1,203 @@
+// Loading a model: its tensors viewed in the mapped file, adapters, packing for the fast
+// kernels, and what the weights cost per token.
+#include <cmath>
+#include <memory>
+
+#include "base/error.h"
+#include "kernels/onednn_int8.h"
+#include "model/model.h"
+#include "model/model_file.h"
+#include "tensor/quantize.h"
+
+namespace specd {
+namespace {
+
+using model_file::GetInt;
+using model_file::Key;
+using model_file::Matrix;
+using model_file::ShapeString;
+using model_file::Vector;
+
+int64_t MatrixBytes(const WeightView& w) { return RowBytes(w.type, w.cols) * w.rows; }
+
+}  // namespace
+
+std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx,
+                                   const ModelLoadOptions& options) {
+  return FromGguf(GgufFile::Open(path), ctx, options);
+}
+
+std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const KernelContext* ctx,
+                                       const ModelLoadOptions& options) {
+  std::unique_ptr<Model> model(new Model());
+  const GgufFile& f = *file;
+  model->ReadConfig(f);
+  ModelConfig& c = model->config_;
+  c.eagle = f.Find("specd.eagle") != nullptr;
+  if (c.eagle) {
+    SPECD_CHECK(c.arch == "llama" && f.FindTensor("token_embd.weight") == nullptr &&
+                    f.FindTensor("output.weight") != nullptr,
+                f.path(), ": an EAGLE head (specd.eagle) is a llama file with output.weight and ",
+                "no token_embd.weight");
+    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
+    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": llama.vocab_size ",
+                c.n_vocab, " is out of range");
+  } else {
+    const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
+    SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
+                ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
+                ", n_vocab]");
+    c.n_vocab = embd.shape[1];
+  }
+  if (const GgufValue* v = f.Find(Key(c.arch, "vocab_size"))) {
+    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
+                v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
+  }
+  model_file::CheckSpecialTokens(f, &c);
+
+  if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
+    SPECD_CHECK(freqs->type == DType::kF32, f.path(), ": rope_freqs.weight must be f32");
+    c.rope.freq_factors = Vector(f, "rope_freqs.weight", c.rope.rotary_dim / 2);
+  }
+
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  if (c.eagle) {
+    model->eagle_fc_ = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
+  } else {
+    model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  }
+  model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  if (const GgufValue* head = f.Find("specd.head_tokens")) {
+    std::vector<char> seen(c.n_vocab, 0);
+    for (const GgufValue& v : head->AsArray("specd.head_tokens").items) {
+      const int64_t id = v.AsInt("specd.head_tokens");
+      SPECD_CHECK(id >= 0 && id < c.n_vocab && !seen[id], f.path(),
+                  ": specd.head_tokens has a token id out of range or twice (", id, ")");
+      seen[id] = 1;
+      c.head_tokens.push_back(static_cast<int32_t>(id));
+    }
+    SPECD_CHECK(!c.head_tokens.empty() && !c.tied_embeddings, f.path(),
+                ": specd.head_tokens needs an output.weight with one row per listed token");
+  }
+  const int64_t n_output_rows = c.head_tokens.empty() ? c.n_vocab : c.head_tokens.size();
+  model->output_ =
+      c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    Layer l;
+    l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
+    l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
+    if (c.post_norms) {
+      l.post_attn_norm = Vector(f, p + "post_attention_norm.weight", c.n_embd);
+      l.post_ffn_norm = Vector(f, p + "post_ffw_norm.weight", c.n_embd);
+    }
+    if (c.qk_norm) {
+      l.q_norm = Vector(f, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = Vector(f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    l.wq = Matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
+    l.wk = Matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+    l.wv = Matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+    l.wo = Matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
+    l.w_gate = Matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    l.w_up = Matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+    l.w_down = Matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.qkv_bias) {
+      l.bq = Vector(f, p + "attn_q.bias", q_dim);
+      l.bk = Vector(f, p + "attn_k.bias", c.kv_dim());
+      l.bv = Vector(f, p + "attn_v.bias", c.kv_dim());
+    }
+    model->layers_.push_back(std::move(l));
+  }
+  model->LoadLora(options.lora, options.lora_apply);
+  const bool fast = ctx != nullptr && ctx->cpu.packed_kernels();
+  // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
+  // those layouts and the i8 matrices are packed instead.
+  if (fast) model->PackWeights(*ctx);
+  // A file written in i8 keeps its own conversion: no calibration, no second packing.
+  const bool all_i8 = model->MatrixType() == DType::kI8 && model->output_.type == DType::kI8;
+  if (options.int8_weights && !all_i8) {
+    model->ConvertAllToI8(ctx, options);
+    if (fast) model->PackWeights(*ctx);
+  }
+  model->file_ = std::move(file);
+  return model;
+}
+
+const GgufValue* Model::FindMetadata(const std::string& key) const {
+  for (auto it = adapters_.rbegin(); it != adapters_.rend(); ++it) {
+    if (const GgufValue* v = (*it)->Find(key)) return v;
+  }
+  return file_->Find(key);
+}
+
+void Model::PackWeights(const KernelContext& ctx) {
+  // oneDNN's copy of i8 matrices, when it runs them (--int8-kernel onednn).
+  const bool onednn = ctx.int8_backend == Int8Backend::kOneDnn;
+  auto with_onednn = [&](PackedInt8Weights* packed, const std::vector<const WeightView*>& parts) {
+    if (onednn && packed->row_scales) packed->onednn = MakeOneDnnInt8Weights(parts);
+  };
+  auto pack = [&](WeightView& w) {
+    if (!IsPackable(w.type) || w.cols % 32 != 0) return;
+    packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool)));
+    w.packed = packed_.back().get();
+    with_onednn(packed_.back().get(), {&w});
+  };
+  // Projections of the same input are stacked into one matrix when their types allow it.
+  auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
+    auto packed = std::make_unique<PackedInt8Weights>();
+    if (!StackPackedInt8({parts.begin(), parts.end()}, ctx.pool, packed.get())) {
+      for (WeightView* w : parts) pack(*w);
+      return;
+    }
+    *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
+    stacked->col_scales = parts.front()->col_scales;  // shared by the parts (one input)
+    with_onednn(packed.get(), {parts.begin(), parts.end()});
+    packed_.push_back(std::move(packed));
+  };
+  for (Layer& l : layers_) {
+    stack({&l.wq, &l.wk, &l.wv}, &l.wqkv);
+    stack({&l.w_gate, &l.w_up}, &l.w_gate_up);
+    for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
+  }
+  pack(output_);
+  if (config_.eagle) pack(eagle_fc_);
+}
+
+int64_t Model::WeightBytesPerToken() const {
+  int64_t bytes = MatrixBytes(output_);
+  if (config_.eagle) {
+    bytes += MatrixBytes(eagle_fc_);
+  } else {
+    bytes += RowBytes(token_embd_.type, token_embd_.cols);
+  }
+  for (const LowRankTerm& t : output_lora_) bytes += t.Bytes();
+  for (const Layer& l : layers_) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      bytes += MatrixBytes(*w);
+    }
+    for (const auto& terms : l.lora) {
+      for (const LowRankTerm& t : terms) bytes += t.Bytes();
+    }
+  }
+  return bytes;
+}
+
+int64_t Model::MatmulMacsPerToken() const {
+  int64_t macs = output_.rows * output_.cols + eagle_fc_.rows * eagle_fc_.cols;
+  for (const Layer& l : layers_) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      macs += w->rows * w->cols;
+    }
+  }
+  return macs;
+}
+
+int64_t Model::NumParameters() const {
+  int64_t n = 0;
+  for (const GgufTensorInfo& t : file_->tensors()) n += t.NumElements();
+  return n;
+}
+
+}  // namespace specd

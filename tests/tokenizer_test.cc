@@ -1,5 +1,6 @@
-// Tokenizers against the ids that each model's original tokenizer produces
-// (../shared/data/vocab, from llama.cpp), plus streaming and bad-input behaviour.
+// Tokenizers against the ids that each model's original tokenizer produces (llama.cpp's
+// vocabulary test vectors, fetched into .cache/vocab by scripts/get-test-data.sh), plus
+// streaming and bad-input behaviour.
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,7 @@
 namespace specd {
 namespace {
 
-const std::string kVocabDir = std::string(SPECD_SOURCE_DIR) + "/../shared/data/vocab";
+const std::string kVocabDir = std::string(SPECD_SOURCE_DIR) + "/.cache/vocab";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -64,7 +65,7 @@ class VocabTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VocabTest, EveryCaseMatchesTheOriginalTokenizer) {
   if (!std::filesystem::exists(kVocabDir)) {
-    GTEST_SKIP() << kVocabDir << " is absent: the tokenizer reference data lives in shared/";
+    GTEST_SKIP() << kVocabDir << " is absent: scripts/get-test-data.sh fetches it (network)";
   }
   const std::string name = GetParam();
   const auto tokenizer = Load(name);
@@ -83,7 +84,7 @@ TEST_P(VocabTest, EveryCaseMatchesTheOriginalTokenizer) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, VocabTest,
                          ::testing::Values("llama-spm", "phi-3", "gpt-2", "starcoder",
-                                           "deepseek-coder", "falcon"));
+                                           "deepseek-coder", "falcon", "qwen2", "llama-bpe"));
 
 bool Available() { return std::filesystem::exists(kVocabDir); }
 

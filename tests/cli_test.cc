@@ -615,8 +615,15 @@ TEST(Cli, BenchForwardTimesRowsAfterAContext) {
   EXPECT_EQ(report["context"], 100);
   EXPECT_EQ(report["cache_type"], "f16");
   const auto& model = report["models"][0];
-  EXPECT_GT(model["rows"]["3"]["ms"].get<double>(), 0.0);
-  EXPECT_GT(model["profile"]["3"]["attention"].get<double>(), 0.0);
+  // Each M's cost is reported relative to the first M's, and the profile's total is its ops.
+  const auto& rows = model["rows"];
+  EXPECT_DOUBLE_EQ(rows["3"]["relative"].get<double>(),
+                   rows["3"]["ms"].get<double>() / rows["1"]["ms"].get<double>());
+  double ops_ms = 0.0;
+  for (const auto& [op, ms] : model["profile"]["3"].items()) {
+    if (op != "total" && op != "forwards") ops_ms += ms.get<double>();
+  }
+  EXPECT_NEAR(model["profile"]["3"]["total"].get<double>(), ops_ms, 1e-9 + 1e-9 * ops_ms);
   // The per-op times are of the one timed forward of 3 rows (--reps 1), not also of the
   // 100-position prefill and the warm-up.
   EXPECT_EQ(model["profile"]["3"]["forwards"], 1);

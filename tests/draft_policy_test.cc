@@ -12,9 +12,9 @@
 
 #include "base/error.h"
 #include "base/file_util.h"
+#include "draft/step_trace.h"
 #include "policy/cost_aware.h"
 #include "policy/draft_length.h"
-#include "draft/step_trace.h"
 #include "tests/test_util.h"
 
 namespace specd {

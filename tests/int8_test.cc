@@ -102,9 +102,25 @@ std::vector<float> RunMatmul(const KernelContext& ctx, const std::vector<float>&
   return y;
 }
 
+// Tests run twice: on every path but AMX's, and on AMX's (skipped where the CPU has no AMX-INT8),
+// so that a CPU without AMX shows a skipped test, not a pass that tested less.
+class Int8Paths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (amx() && !CpuFeatures::Detect().amx_int8) GTEST_SKIP() << "this CPU has no AMX-INT8";
+  }
+  bool amx() const { return GetParam(); }
+  // Whether this instance runs `backend`'s paths.
+  bool Runs(Int8Backend backend) const { return (backend == Int8Backend::kAmx) == amx(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Int8, Int8Paths, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Amx" : "NotAmx"; });
+
 // Every path, every row count 1..64, 1 or 2 threads, with and without SmoothQuant's column
 // scales: the reference's bits.
-TEST(Int8, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
+TEST_P(Int8Paths, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
+  testing::UntestedPaths untested;
   const CpuFeatures cpu = CpuFeatures::Detect();
   // An odd number of row groups, the last partial; 11 blocks (AMX's tiles of 64 leave a half).
   const int64_t rows = 69, cols = 352, max_m = 64;
@@ -134,8 +150,9 @@ TEST(Int8, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
                                Path{"specd-vnni", true, Int8Backend::kSpecd},
                                Path{"specd-amx", true, Int8Backend::kAmx},
                                Path{"onednn", true, Int8Backend::kOneDnn}}) {
-        if (path.avx512 && !cpu.avx512) continue;
-        if (path.backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
+        if (!Runs(path.backend) || !untested.Check(!path.avx512 || cpu.avx512, "avx512")) {
+          continue;
+        }
         KernelContext ctx{&pool, cpu, path.backend};
         ctx.cpu.avx512 = path.avx512;
         const WeightView& view = path.avx512 ? fast : w.view;
@@ -151,9 +168,11 @@ TEST(Int8, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
       }
     }
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
-TEST(Int8, StackedI8EqualsSeparateMatmulsBitForBit) {
+TEST_P(Int8Paths, StackedI8EqualsSeparateMatmulsBitForBit) {
+  testing::UntestedPaths untested;
   const CpuFeatures cpu = CpuFeatures::Detect();
   if (!cpu.avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   ThreadPool pool(2);
@@ -165,7 +184,7 @@ TEST(Int8, StackedI8EqualsSeparateMatmulsBitForBit) {
   const int64_t m = 9;
   const auto x = RandomVector(m * 96, 8);
   for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kAmx, Int8Backend::kOneDnn}) {
-    if (backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
+    if (!Runs(backend)) continue;
     const KernelContext ctx{&pool, cpu, backend};
     const std::vector<float> together = RunMatmul(ctx, x, 0, m, stacked_view);
     int64_t offset = 0;
@@ -179,6 +198,7 @@ TEST(Int8, StackedI8EqualsSeparateMatmulsBitForBit) {
       offset += w->view.rows;
     }
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Int8, FastActivationQuantizationEqualsTheReference) {
@@ -245,11 +265,13 @@ struct I8Pair {
 // The merge gate for i8: greedy speculative output equals plain greedy output, at batch 1
 // (several draft lengths and the cost-aware policy) and batch 8 (BASS, ragged acceptance), on
 // specd's kernel and on oneDNN.
-TEST(I8Model, GreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
+TEST_P(Int8Paths, I8ModelGreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
+  testing::UntestedPaths untested;
   const CpuFeatures cpu = CpuFeatures::Detect();
   for (Int8Backend backend : {Int8Backend::kSpecd, Int8Backend::kAmx, Int8Backend::kOneDnn}) {
-    if (backend != Int8Backend::kSpecd && !cpu.avx512) continue;
-    if (backend == Int8Backend::kAmx && !cpu.amx_int8) continue;
+    if (!Runs(backend) || !untested.Check(backend == Int8Backend::kSpecd || cpu.avx512, "avx512")) {
+      continue;
+    }
     I8Pair p(backend, true);
     ASSERT_EQ(p.target->MatrixType(), DType::kI8);
     const int n = 8;
@@ -289,6 +311,7 @@ TEST(I8Model, GreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
       for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
     }
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 // The tiny target written as an i8 file once (its weights then do not depend on the kernels
@@ -307,7 +330,8 @@ std::string TinyI8File() {
 // batch; on specd's VNNI kernel and on oneDNN alike. (The portable path is batch invariant too,
 // but its attention and activation kernels round differently from the AVX-512 ones, so it is
 // compared with itself; its matmul equals the others' in the kernel tests above.)
-TEST(I8Model, RowLogitsDoNotDependOnBatchBackendOrKernel) {
+TEST_P(Int8Paths, I8ModelRowLogitsDoNotDependOnBatchBackendOrKernel) {
+  testing::UntestedPaths untested;
   const CpuFeatures cpu = CpuFeatures::Detect();
   const std::vector<int32_t> seq_a = testing::Prompt(12, 1), seq_b = testing::Prompt(5, 2);
   std::vector<float> reference;  // [12, n_vocab] sequence a, one forward per token
@@ -316,8 +340,11 @@ TEST(I8Model, RowLogitsDoNotDependOnBatchBackendOrKernel) {
                                   Int8Backend::kAmx};
   for (int path = 0; path < 4; ++path) {
     const bool avx512 = path > 0;
-    if (avx512 && !cpu.avx512) continue;
-    if (backends[path] == Int8Backend::kAmx && !cpu.amx_int8) continue;
+    // AMX's instance compares with specd's VNNI path (path 1) too.
+    if ((!Runs(backends[path]) && !(amx() && path == 1)) ||
+        !untested.Check(!avx512 || cpu.avx512, "avx512")) {
+      continue;
+    }
     ThreadPool pool(2);
     KernelContext ctx{&pool, cpu, backends[path]};
     ctx.cpu.avx512 = avx512;
@@ -349,6 +376,7 @@ TEST(I8Model, RowLogitsDoNotDependOnBatchBackendOrKernel) {
     EXPECT_EQ(0, std::memcmp(logits.data(), reference.data() + 4 * n_vocab, 8 * n_vocab * 4))
         << "path " << path;
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 // specd quantize --type i8 writes the conversion --weights i8 makes at load (SmoothQuant on the

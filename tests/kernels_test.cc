@@ -92,72 +92,151 @@ void ExpectInt8ActivationsExact(const std::vector<float>& x, int64_t m, const We
   EXPECT_GT(RelativeError(got, off_by_one), 10 * kTolerance) << DTypeName(w.type);
 }
 
-class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+// The matmul kernels a type can run on: AVX-512 on the source layout (f32 / f16 / bf16 / q8_0 /
+// q4_0), AVX-512 or AVX2 on the packed layout (every quantized type), scalar.
+enum class MatmulPath { kAvx512Source, kAvx512Packed, kAvx2Packed, kScalar };
+
+const char* MatmulPathName(MatmulPath p) {
+  switch (p) {
+    case MatmulPath::kAvx512Source:
+      return "avx512_source";
+    case MatmulPath::kAvx512Packed:
+      return "avx512_packed";
+    case MatmulPath::kAvx2Packed:
+      return "avx2_packed";
+    case MatmulPath::kScalar:
+      return "scalar";
+  }
+  return "?";
+}
+
+bool PathApplies(DType type, MatmulPath p) {
+  const bool packed = p == MatmulPath::kAvx512Packed || p == MatmulPath::kAvx2Packed;
+  if (packed) return IsPackable(type);
+  if (p == MatmulPath::kAvx512Source) {
+    return !IsPackable(type) || type == DType::kQ8_0 || type == DType::kQ4_0;
+  }
+  return true;
+}
+
+// A context running `path`, or "" when this CPU can; else the reason it cannot.
+std::string ContextFor(MatmulPath path, ThreadPool* pool, KernelContext* ctx) {
+  *ctx = KernelContext{pool, CpuFeatures::Detect()};
+  const bool avx512 = path == MatmulPath::kAvx512Source || path == MatmulPath::kAvx512Packed;
+  if (avx512 && !ctx->cpu.avx512) return "this CPU has no AVX-512";
+  if (path == MatmulPath::kAvx2Packed && !ctx->cpu.avx2) return "this CPU has no AVX2";
+  ctx->cpu.avx512 = avx512;
+  ctx->cpu.avx2 = path == MatmulPath::kAvx2Packed;
+  return "";
+}
+
+// 96: an odd number of 32-blocks (the tail path); K-quants come in rows of 256.
+std::vector<int64_t> MatmulWidths(DType type) {
+  return BlockElements(type) == kSuperBlock ? std::vector<int64_t>{256, 512}
+                                            : std::vector<int64_t>{32, 96, 256};
+}
+
+// `type`'s test weights of `cols` columns, 37 rows (not a multiple of 16: a partial row group),
+// packed when the path reads the packed layout; and max_m activation rows.
+struct MatmulCase {
+  static constexpr int64_t kRows = 37;
+  static constexpr int64_t kMaxM = 17;  // two full 8-row tiles and a remainder
+  MatmulCase(DType type, int64_t cols, bool packed, ThreadPool* pool)
+      : w(MakeWeights(type, kRows, cols, 11 + cols)), x(RandomVector(kMaxM * cols, 3 + cols)) {
+    if (packed) {
+      packed_weights = PackInt8(w.view, pool);
+      w.view.packed = &packed_weights;
+    }
+  }
+  std::vector<float> Run(const KernelContext& ctx, int64_t m) {
+    std::vector<float> out(m * kRows);
+    const int64_t cols = w.view.cols;
+    Matmul(ctx, x.data() + (kMaxM - m) * cols, m, w.view, out.data(), &scratch);
+    return out;
+  }
+  Weights w;
+  PackedInt8Weights packed_weights;
+  std::vector<float> x;  // [kMaxM, cols]
+  MatmulScratch scratch;
+};
+
+class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, int, MatmulPath>> {};
 
 TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
-  const auto [type, threads] = GetParam();
+  const auto [type, threads, path] = GetParam();
   ThreadPool pool(threads);
-  // Paths: AVX-512 on the source layout (f32 / f16 / bf16 / q8_0 / q4_0), AVX-512 on the packed
-  // layout (every quantized type), AVX2 on the packed layout, scalar. The two packed kernels give
-  // the same bits.
-  const bool super_blocks = BlockElements(type) == kSuperBlock;
-  std::map<int64_t, std::vector<float>> packed_avx512;  // by cols
-  for (int path = 0; path < 4; ++path) {
-    KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if (path < 2 && !ctx.cpu.avx512) continue;
-    if (path == 2 && !ctx.cpu.avx2) continue;
-    const bool packed = path == 1 || path == 2;
-    if (packed && !IsPackable(type)) continue;
-    if (path == 0 && IsPackable(type) && type != DType::kQ8_0 && type != DType::kQ4_0) continue;
-    ctx.cpu.avx512 = path < 2;
-    ctx.cpu.avx2 = path == 2;
-    const bool avx512 = ctx.cpu.avx512;
-    // 96: an odd number of 32-blocks (the tail path); K-quants come in rows of 256.
-    const std::vector<int64_t> widths =
-        super_blocks ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 96, 256};
-    for (int64_t cols : widths) {
-      const int64_t rows = 37;  // not a multiple of 16: a partial row group
-      Weights w = MakeWeights(type, rows, cols, 11 + cols);
-      PackedInt8Weights packed_weights;
-      if (packed) {
-        packed_weights = PackInt8(w.view, &pool);
-        w.view.packed = &packed_weights;
-      }
-      const int64_t max_m = 17;  // two full 8-row tiles and a remainder
-      const auto x = RandomVector(max_m * cols, 3 + cols);
-      std::vector<float> expected(max_m * rows);
-      reference::Matmul(x.data(), max_m, w.view, expected.data());
-      MatmulScratch scratch;
-      std::vector<float> all(max_m * rows);
-      Matmul(ctx, x.data(), max_m, w.view, all.data(), &scratch);
-      EXPECT_LT(RelativeError(all, expected), Tolerance(type))
-          << DTypeName(type) << " cols=" << cols << " avx512=" << avx512 << " packed=" << packed;
-      if ((avx512 || packed) && IsPackable(type)) {
-        ExpectInt8ActivationsExact(x, max_m, w.view, all);
-      }
-      if (path == 1) packed_avx512[cols] = all;
-      if (path == 2 && packed_avx512.count(cols) != 0) {
-        EXPECT_EQ(all, packed_avx512[cols]) << DTypeName(type) << " cols=" << cols;
-      }
-      // Each row computed alone, or in any smaller batch, gives bit-identical results.
-      for (int64_t m = 1; m <= max_m; ++m) {
-        std::vector<float> part(m * rows);
-        Matmul(ctx, x.data() + (max_m - m) * cols, m, w.view, part.data(), &scratch);
-        ASSERT_EQ(0, std::memcmp(part.data(), all.data() + (max_m - m) * rows,
-                                 part.size() * sizeof(float)))
-            << DTypeName(type) << " m=" << m << " cols=" << cols << " path=" << path;
-      }
+  KernelContext ctx;
+  if (const std::string why = ContextFor(path, &pool, &ctx); !why.empty()) GTEST_SKIP() << why;
+  const bool packed = path == MatmulPath::kAvx512Packed || path == MatmulPath::kAvx2Packed;
+  for (int64_t cols : MatmulWidths(type)) {
+    MatmulCase c(type, cols, packed, &pool);
+    std::vector<float> expected(MatmulCase::kMaxM * MatmulCase::kRows);
+    reference::Matmul(c.x.data(), MatmulCase::kMaxM, c.w.view, expected.data());
+    const std::vector<float> all = c.Run(ctx, MatmulCase::kMaxM);
+    EXPECT_LT(RelativeError(all, expected), Tolerance(type))
+        << DTypeName(type) << " cols=" << cols << " " << MatmulPathName(path);
+    if (path != MatmulPath::kScalar && IsPackable(type)) {
+      ExpectInt8ActivationsExact(c.x, MatmulCase::kMaxM, c.w.view, all);
+    }
+    // Each row computed alone, or in any smaller batch, gives bit-identical results.
+    for (int64_t m = 1; m <= MatmulCase::kMaxM; ++m) {
+      const std::vector<float> part = c.Run(ctx, m);
+      ASSERT_EQ(0,
+                std::memcmp(part.data(), all.data() + (MatmulCase::kMaxM - m) * MatmulCase::kRows,
+                            part.size() * sizeof(float)))
+          << DTypeName(type) << " m=" << m << " cols=" << cols << " " << MatmulPathName(path);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Combine(::testing::ValuesIn(kAllDTypes),
-                                            ::testing::Values(1, 2)),
+std::vector<std::tuple<DType, int, MatmulPath>> ApplicableMatmulCases() {
+  std::vector<std::tuple<DType, int, MatmulPath>> cases;
+  for (DType type : kAllDTypes) {
+    for (int threads : {1, 2}) {
+      for (MatmulPath p : {MatmulPath::kAvx512Source, MatmulPath::kAvx512Packed,
+                           MatmulPath::kAvx2Packed, MatmulPath::kScalar}) {
+        if (PathApplies(type, p)) cases.emplace_back(type, threads, p);
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(ApplicableMatmulCases()),
                          [](const auto& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "threads";
+                                  std::to_string(std::get<1>(info.param)) + "threads_" +
+                                  MatmulPathName(std::get<2>(info.param));
                          });
+
+// The two packed kernels give the same bits.
+class PackedKernelsTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedKernelsTest, Avx2AndAvx512AgreeBitForBit) {
+  const DType type = GetParam();
+  ThreadPool pool(2);
+  KernelContext avx512, avx2;
+  for (const auto& [path, ctx] :
+       {std::pair{MatmulPath::kAvx512Packed, &avx512}, std::pair{MatmulPath::kAvx2Packed, &avx2}}) {
+    if (const std::string why = ContextFor(path, &pool, ctx); !why.empty()) GTEST_SKIP() << why;
+  }
+  for (int64_t cols : MatmulWidths(type)) {
+    MatmulCase c(type, cols, /*packed=*/true, &pool);
+    EXPECT_EQ(c.Run(avx512, MatmulCase::kMaxM), c.Run(avx2, MatmulCase::kMaxM))
+        << DTypeName(type) << " cols=" << cols;
+  }
+}
+
+std::vector<DType> PackableTypes() {
+  std::vector<DType> types;
+  for (DType t : kAllDTypes) {
+    if (IsPackable(t)) types.push_back(t);
+  }
+  return types;
+}
+
+INSTANTIATE_TEST_SUITE_P(Packable, PackedKernelsTest, ::testing::ValuesIn(PackableTypes()),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 // Packing reads every type's levels and scales exactly: the packed values, scale * (u - offset)
 // + min, equal ggml's dequantization to float rounding (the two round the same real number in
@@ -326,7 +405,8 @@ TEST(Kernels, RopeMatchesReference) {
 void CheckGluMatchesReference(void (*fast_fn)(const KernelContext&, const float*, const float*,
                                               float*, int64_t),
                               void (*reference_fn)(const float*, const float*, float*, int64_t),
-                              const std::vector<float>& g, const std::vector<float>& u) {
+                              const std::vector<float>& g, const std::vector<float>& u,
+                              testing::UntestedPaths* untested) {
   const int64_t n = static_cast<int64_t>(g.size());
   std::vector<float> ref(n);
   reference_fn(g.data(), u.data(), ref.data(), n);
@@ -335,7 +415,9 @@ void CheckGluMatchesReference(void (*fast_fn)(const KernelContext&, const float*
   std::map<std::string, std::vector<float>> by_isa;
   for (const std::string isa : {"scalar", "avx2", "avx512"}) {
     KernelContext ctx{&pool, cpu};
-    if ((isa == "avx2" && !cpu.avx2) || (isa == "avx512" && !cpu.avx512)) continue;
+    if (!untested->Check(!(isa == "avx2" && !cpu.avx2) && !(isa == "avx512" && !cpu.avx512), isa)) {
+      continue;
+    }
     ctx.cpu.avx512 = isa == "avx512";
     ctx.cpu.avx2 = isa == "avx2";
     std::vector<float> fast(n, 7.0f);
@@ -355,7 +437,9 @@ TEST(Kernels, SoftmaxAndSwiGluMatchReference) {
   reference::Softmax(y.data(), 1000);
   EXPECT_LT(RelativeError(x, y), 1e-5);
   const auto g = RandomVector(103, 1, 8.0f), u = RandomVector(103, 2);
-  CheckGluMatchesReference(SwiGlu, reference::SwiGlu, g, u);
+  testing::UntestedPaths untested;
+  CheckGluMatchesReference(SwiGlu, reference::SwiGlu, g, u, &untested);
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, GeGluMatchesReference) {
@@ -366,7 +450,9 @@ TEST(Kernels, GeGluMatchesReference) {
   reference::GeGlu(x, one, y, 2);
   EXPECT_NEAR(y[0], 0.841192f, 1e-6f);
   EXPECT_NEAR(y[1], -0.0454023f, 1e-6f);
-  CheckGluMatchesReference(GeGlu, reference::GeGlu, g, u);
+  testing::UntestedPaths untested;
+  CheckGluMatchesReference(GeGlu, reference::GeGlu, g, u, &untested);
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, VectorExpMatchesStdExpAndUnderflowsToZero) {
@@ -414,8 +500,8 @@ struct AttentionShape {
   std::vector<int> rows_per_seq = {1, 4, 2};
 };
 
-void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree_seed = 0,
-                                    const AttentionShape& shape = {}) {
+void CheckAttentionMatchesReference(testing::UntestedPaths* untested, DType kv_type, int window = 0,
+                                    uint64_t tree_seed = 0, const AttentionShape& shape = {}) {
   const int n_head = shape.n_head, n_head_kv = shape.n_head_kv, head_dim = shape.head_dim;
   const int n_ctx = shape.n_ctx;
   const int kv_dim = n_head_kv * head_dim;
@@ -472,8 +558,9 @@ void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree
     for (const char* isa : {"avx512", "avx2", "scalar"}) {
       ThreadPool pool(threads);
       KernelContext ctx{&pool, CpuFeatures::Detect()};
-      if ((isa == std::string("avx512") && !ctx.cpu.avx512) ||
-          (isa == std::string("avx2") && !ctx.cpu.avx2)) {
+      if (!untested->Check(!(isa == std::string("avx512") && !ctx.cpu.avx512) &&
+                               !(isa == std::string("avx2") && !ctx.cpu.avx2),
+                           isa)) {
         continue;
       }
       ctx.cpu.Cap(isa);
@@ -496,6 +583,7 @@ void CheckAttentionMatchesReference(DType kv_type, int window = 0, uint64_t tree
 // The block kernel's tiles: head_dim 64 and 128 (one and two 64-wide output chunks), 3 and 5
 // heads per KV head (query tiles of 6 split unevenly), a long and a single sequence.
 TEST(Kernels, BassAttentionBlocksEqualTheRowRoutineForEveryShape) {
+  testing::UntestedPaths untested;
   AttentionShape wide;
   wide.n_head = 9;
   wide.n_head_kv = 3;
@@ -518,35 +606,45 @@ TEST(Kernels, BassAttentionBlocksEqualTheRowRoutineForEveryShape) {
   prompt_chunk.lengths = {75, 30};
   prompt_chunk.rows_per_seq = {60, 30};
   for (const AttentionShape& shape : {wide, deep, prompt_chunk}) {
-    CheckAttentionMatchesReference(DType::kF32, 0, 0, shape);
-    CheckAttentionMatchesReference(DType::kF16, 0, 0, shape);
+    CheckAttentionMatchesReference(&untested, DType::kF32, 0, 0, shape);
+    CheckAttentionMatchesReference(&untested, DType::kF16, 0, 0, shape);
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, AttentionPadAndSplitMatchReferenceAndEachOther) {
-  CheckAttentionMatchesReference(DType::kF32);
+  testing::UntestedPaths untested;
+  CheckAttentionMatchesReference(&untested, DType::kF32);
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, AttentionOverAnF16CacheMatchesReference) {
-  CheckAttentionMatchesReference(DType::kF16);
+  testing::UntestedPaths untested;
+  CheckAttentionMatchesReference(&untested, DType::kF16);
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, TreeMaskedAttentionMatchesReference) {
+  testing::UntestedPaths untested;
   for (uint64_t seed : {1, 2, 3}) {
-    CheckAttentionMatchesReference(DType::kF32, 0, seed);
-    CheckAttentionMatchesReference(DType::kF16, 0, seed);
-    CheckAttentionMatchesReference(DType::kF32, 8, seed);  // with a window as well
+    CheckAttentionMatchesReference(&untested, DType::kF32, 0, seed);
+    CheckAttentionMatchesReference(&untested, DType::kF16, 0, seed);
+    CheckAttentionMatchesReference(&untested, DType::kF32, 8, seed);  // with a window as well
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, SlidingWindowAttentionMatchesReference) {
+  testing::UntestedPaths untested;
   for (int window : {1, 3, 8, 30}) {
-    CheckAttentionMatchesReference(DType::kF32, window);
-    CheckAttentionMatchesReference(DType::kF16, window);
+    CheckAttentionMatchesReference(&untested, DType::kF32, window);
+    CheckAttentionMatchesReference(&untested, DType::kF16, window);
   }
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {
+  testing::UntestedPaths untested;
   // Ties, subnormals, overflow to infinity, signed zero: the fast conversion rounds like the
   // scalar one (to nearest even), bit for bit.
   auto x = RandomVector(1000, 11, 4.0f);
@@ -571,8 +669,9 @@ TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {
   // AVX-512, F16C (AVX2 CPUs) and the portable conversion, where the CPU has them.
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
     KernelContext ctx{&pool, CpuFeatures::Detect()};
-    if ((isa == std::string("avx512") && !ctx.cpu.avx512) ||
-        (isa == std::string("avx2") && !ctx.cpu.f16c)) {
+    if (!untested.Check(!(isa == std::string("avx512") && !ctx.cpu.avx512) &&
+                            !(isa == std::string("avx2") && !ctx.cpu.f16c),
+                        isa)) {
       continue;
     }
     ctx.cpu.Cap(isa);
@@ -585,6 +684,7 @@ TEST(Kernels, StoreKvRowF16MatchesReferenceRounding) {
   StoreKvRow(KernelContext{&pool, CpuFeatures::Detect()}, x.data(), x.size(), DType::kF32,
              f32.data());
   EXPECT_EQ(f32, x);
+  SPECD_SKIP_IF_UNTESTED(untested);
 }
 
 TEST(Kernels, AttentionMasksPaddingWithMinusInfinityNotZero) {

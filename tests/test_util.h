@@ -66,4 +66,25 @@ CliRun RunSpecd(const std::string& args, const std::string& stdin_text = "",
 // sequence; notes on stderr come before it), parsed.
 nlohmann::json FirstJsonLine(const CliRun& run);
 
+// Kernel paths a test could not run on this CPU (an ISA it lacks), reported at the test's end as
+// a skip naming them (SPECD_SKIP_IF_UNTESTED), so that a machine without AVX-512 shows a skipped
+// test instead of a pass that tested less. Failures of the paths that ran still fail the test.
+class UntestedPaths {
+ public:
+  // Records `path` as untested when `available` is false; returns `available`.
+  bool Check(bool available, const std::string& path) {
+    if (!available && reason_.find(path) == std::string::npos) {
+      reason_ += (reason_.empty() ? "" : ", ") + path;
+    }
+    return available;
+  }
+  bool empty() const { return reason_.empty(); }
+  std::string Reason() const { return "not tested on this CPU: " + reason_; }
+
+ private:
+  std::string reason_;
+};
+#define SPECD_SKIP_IF_UNTESTED(untested) \
+  if (!(untested).empty()) GTEST_SKIP() << (untested).Reason()
+
 }  // namespace specd::testing

@@ -661,9 +661,7 @@ TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
   ASSERT_FALSE(corpus.validation_files.empty());
   const DraftReport same = MeasureDraft(options.out, options.out, corpus.validation_files, 2, 3, 1);
   EXPECT_EQ(same.acceptance_rate, 1.0);
-  EXPECT_GT(same.mean_accepted_length, 3.5);  // up to 3 drafted + the target's own token
-  EXPECT_GT(same.draft_ms_per_token, 0.0);
-  EXPECT_GT(same.target_ms_per_token, 0.0);
+  EXPECT_GT(same.mean_accepted_length, 3.5);       // up to 3 drafted + the target's own token
   EXPECT_EQ(same.acceptance_standard_error, 0.0);  // every prompt accepts everything
   EXPECT_EQ(same.accepted_at_position, std::vector<double>(3, 1.0));
   EXPECT_GT(same.n_prompts, 0);

@@ -664,5 +664,49 @@ TEST(Cli, LlamaCppSpellingsOfANewUser) {
   EXPECT_NE(r.out.find("generate"), std::string::npos) << r.out;
 }
 
+// More of a new user's rough edges: -np N is the batch, flags only speculation reads are refused
+// where nothing speculates, decode speed is reported apart from the prompt's, a greedy run prints
+// no seed, "tokens per step" is called that, --help shows defaults, and chat on a file without a
+// template says which format it guessed.
+TEST(Cli, FlagsWithoutEffectAreRefusedAndTheSummaryReadsAsLlamaCpps) {
+  const std::string model = SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf";
+  CliRun r = RunSpecd("generate -m " + model + " -p x -n 4 -np 2 --temp 0 --json --strategy ar");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"index\":1"), std::string::npos) << r.out;  // two sequences
+  for (const std::string flags : {"--strategy ar --draft-max 3", "--strategy ar --spec-type ngram",
+                                  "--strategy ar --draft-auto"}) {
+    r = RunSpecd("generate -m " + model + " -p x -n 2 " + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.out.find("only speculative decoding reads"), std::string::npos) << r.out;
+  }
+  r = RunSpecd("generate -m " + model + " -p 'def f(x):' -n 8 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("decode 7 tokens in"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("seed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens per step"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("mean accepted length"), std::string::npos) << r.out;
+  r = RunSpecd("generate -m " + model + " -p 'def f(x):' -n 8 --temp 0.7 --seed 3");
+  EXPECT_NE(r.out.find(", seed 3"), std::string::npos) << r.out;
+  r = RunSpecd("serve --help");
+  EXPECT_NE(r.out.find("--parallel INT:INT in [1 - 256]=4"), std::string::npos) << r.out;
+  // SmolLM2's vocabulary without its template: ChatML, said on stderr.
+  auto file = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf");
+  GgufWriter w;
+  for (const auto& [key, value] : file->metadata()) {
+    if (key != "tokenizer.chat_template") w.Set(key, value);
+  }
+  for (const GgufTensorInfo& t : file->tensors()) {
+    w.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  }
+  const std::string base = testing::TempDir() + "/no-template.gguf";
+  w.Write(base);
+  r = RunSpecd("generate -m " + base + " --chat -p hi -n 2 --temp 0 --strategy ar");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("has no chat template (tokenizer.chat_template): its vocabulary has "
+                       "ChatML's turn tokens"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace
 }  // namespace specd

@@ -64,6 +64,7 @@ int RunInteractiveChat(const GenerateOptions& options) {
               " has no tokenizer metadata: chat needs one");
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
   const ChatTemplate chat = ChatTemplate::FromGguf(model->gguf(), *tokenizer);
+  if (chat.from_vocabulary()) std::fprintf(stderr, "note: %s\n", chat.GuessNote(o.model).c_str());
   const int n_ctx = o.ctx > 0 ? o.ctx : std::min(model->config().n_ctx_train, 4096);
   SPECD_CHECK(n_ctx <= model->config().n_ctx_train, "-c ", n_ctx, " exceeds the ",
               model->config().n_ctx_train, " positions the model was trained on");

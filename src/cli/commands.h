@@ -69,7 +69,9 @@ struct GenerateOptions {
   // plain or speculative, then samples by Gumbel-max) or "rejection".
   std::string spec_sampling = "coupled";
   std::string spec_type = "draft";  // draft (a draft model, -md) or ngram (prompt lookup)
-  int ngram_min = 1;                // n-gram sizes the lookup tries, longest first
+  // Flags given that only speculation reads: refused when the run does not speculate.
+  std::vector<std::string> speculation_flags_given;
+  int ngram_min = 1;  // n-gram sizes the lookup tries, longest first
   int ngram_max = 3;
   DraftFlags
       draft_flags;  // EasySpec: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree

@@ -77,6 +77,16 @@ ProposerKind ProposerFor(const GenerateOptions& o, bool draft_given) {
   SPECD_CHECK(o.trace_steps.empty() || kind != ProposerKind::kNone,
               "--trace-steps traces speculative steps: this run decodes without a draft (give "
               "-md DRAFT.gguf, --spec-type ngram or --strategy sdsat)");
+  if (kind == ProposerKind::kNone && !o.speculation_flags_given.empty()) {
+    std::string flags;
+    for (const std::string& f : o.speculation_flags_given) flags += (flags.empty() ? "" : ", ") + f;
+    Fail(flags, ": only speculative decoding reads ",
+         o.speculation_flags_given.size() > 1 ? "these" : "this",
+         ", and this run does not speculate (",
+         o.strategy == "ar" ? "--strategy ar"
+                            : "no draft model: give -md DRAFT.gguf or --spec-type ngram",
+         ")");
+  }
   return kind;
 }
 
@@ -155,6 +165,9 @@ void ReadPrompts(const GenerateOptions& o, const LoadedModels& models, GenerateR
                                            : "the prompt file '" + o.prompt_file + "' is empty");
     if (o.chat) {
       const ChatTemplate chat = ChatTemplate::FromGguf(models.target->gguf(), *tokenizer);
+      if (chat.from_vocabulary()) {
+        std::fprintf(stderr, "note: %s\n", chat.GuessNote(o.model).c_str());
+      }
       std::vector<ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system});
       messages.push_back({"user", *prompt_text});
@@ -302,7 +315,8 @@ void PrintJsonSummary(const GenerateOptions& o, const GenerateRequest& request,
     summary["n_drafted"] = stats.n_drafted;
     summary["n_accepted"] = stats.n_accepted;
     summary["acceptance_rate"] = stats.acceptance_rate();
-    summary["mean_accepted_length"] = stats.mean_accepted_length();
+    summary["mean_accepted_length"] = stats.mean_accepted_length();  // tokens per step
+    summary["tokens_per_step"] = stats.mean_accepted_length();
     summary["acceptance_by_position"] = AcceptanceByPosition(stats);
     summary["t_draft_ms"] = stats.t_draft_ms;
     summary["t_verify_ms"] = stats.t_verify_ms;
@@ -312,20 +326,28 @@ void PrintJsonSummary(const GenerateOptions& o, const GenerateRequest& request,
 
 void PrintTextSummary(const EngineConfig& config, const GenerateRequest& request,
                       const GenerateResult& result, const RunSummary& run, EngineStack& stack) {
-  const double total_ms = result.t_prefill_ms + result.t_decode_ms;
   std::cout << std::flush;  // the text before the statistics, also under 2>&1
+  // As llama.cpp reports them: the prompt's rate, then decoding's alone (the step that finishes
+  // a prompt writes each sequence's first token: those are the prefill's).
+  const auto rate = [](double tokens, double ms) { return ms > 0 ? tokens / (ms / 1000.0) : 0.0; };
+  const int64_t decoded = std::max<int64_t>(0, result.n_tokens - run.n_seq);
+  const std::string seed =
+      request.sampling.greedy()
+          ? ""
+          : ", seed " + std::to_string(static_cast<unsigned long long>(request.sampling.seed));
   std::fprintf(stderr,
-               "strategy %s, batch %d: %lld tokens in %.1f ms (%.1f tok/s); prefill %.1f ms, "
-               "decode %.1f ms, seed %llu\n",
-               run.strategy.c_str(), run.n_seq, static_cast<long long>(result.n_tokens), total_ms,
-               total_ms > 0 ? result.n_tokens / (total_ms / 1000.0) : 0.0, result.t_prefill_ms,
-               result.t_decode_ms, static_cast<unsigned long long>(request.sampling.seed));
+               "strategy %s, batch %d: prefill %zu tokens in %.1f ms (%.1f tok/s); decode %lld "
+               "tokens in %.1f ms (%.1f tok/s)%s\n",
+               run.strategy.c_str(), run.n_seq, run.prompt_tokens, result.t_prefill_ms,
+               rate(static_cast<double>(run.prompt_tokens), result.t_prefill_ms),
+               static_cast<long long>(decoded), result.t_decode_ms,
+               rate(static_cast<double>(decoded), result.t_decode_ms), seed.c_str());
   std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n",
                run.latency.first_ms, run.latency.last_ms, run.latency.all_ms);
   if (!stack.speculative()) return;
   const SpeculativeStats& stats = stack.engine().stats();
   std::fprintf(stderr,
-               "draft %s, draft length %s: acceptance %.3f (%lld of %lld), mean accepted length "
+               "draft %s, draft length %s: acceptance %.3f (%lld of %lld), tokens per step "
                "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
                DescribeProposer(config).c_str(), DescribeDraftLength(stack.speculation()).c_str(),
                stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),

@@ -152,7 +152,9 @@ void AddLlamaCppNoOpFlags(CLI::App* g, GenerateCommandState* state) {
 
 void AddEngineFlags(CLI::App* g, GenerateOptions* o) {
   AddThreadsFlag(g, &o->threads);
-  g->add_option("--batch", o->batch, "sequences decoded together")->check(CLI::Range(1, 4096));
+  g->add_option("--batch,--parallel", o->batch,
+                "sequences decoded together (llama.cpp's -np / --parallel)")
+      ->check(CLI::Range(1, 4096));
   g->add_option("-c,--ctx,--ctx-size", o->ctx, "context positions per sequence (default: fit)")
       ->check(CLI::Range(1, 1 << 20));
   g->add_option("--attention", o->attention,
@@ -184,7 +186,12 @@ Command AddGenerateCommand(CLI::App& app) {
             for (const std::string& note : state->ignored_flags) {
               std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
             }
-            return RunGenerate(o);
+            GenerateOptions run = o;
+            for (const char* flag : {"--spec-type", "--draft-max", "--draft-auto",
+                                     "--draft-adaptive", "--spec-sampling"}) {
+              if (g->count(flag) > 0) run.speculation_flags_given.push_back(flag);
+            }
+            return RunGenerate(run);
           }};
 }
 

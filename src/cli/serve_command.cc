@@ -130,7 +130,11 @@ EngineConfig EngineConfigFor(const ServeOptions& o) {
 // The server's chat template, or null (said on stderr) when the model has none.
 std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Tokenizer& tokenizer) {
   try {
-    return std::make_unique<ChatTemplate>(ChatTemplate::FromGguf(model.gguf(), tokenizer));
+    auto chat = std::make_unique<ChatTemplate>(ChatTemplate::FromGguf(model.gguf(), tokenizer));
+    if (chat->from_vocabulary()) {
+      std::fprintf(stderr, "note: %s\n", chat->GuessNote(model.gguf().path()).c_str());
+    }
+    return chat;
   } catch (const Error& e) {
     std::fprintf(stderr, "note: no chat template (%s): /v1/chat/completions answers 400\n",
                  e.what());

@@ -45,6 +45,12 @@ std::string ChatMlDefaultSystem(const std::string& tmpl) {
 
 }  // namespace
 
+std::string ChatTemplate::GuessNote(const std::string& path) const {
+  return path + " has no chat template (tokenizer.chat_template): its vocabulary has " +
+         (format_ == ChatFormat::kChatMl ? "ChatML's" : "Gemma's") +
+         " turn tokens, so chat uses that format (a base model may not follow it)";
+}
+
 ChatTemplate ChatTemplate::FromGguf(const GgufFile& file, const Tokenizer& tokenizer) {
   ChatTemplate t;
   std::string tmpl;
@@ -71,6 +77,7 @@ ChatTemplate ChatTemplate::FromGguf(const GgufFile& file, const Tokenizer& token
          ": unknown chat template (specd knows ChatML and Gemma's turns): ", tmpl.substr(0, 120),
          tmpl.size() > 120 ? "..." : "");
   }
+  t.from_vocabulary_ = tmpl.empty();
   const int32_t eot = tokenizer.Find(end_of_turn);
   SPECD_CHECK(eot >= 0, file.path(), ": the chat template uses ", end_of_turn,
               " but the vocabulary has no such token");

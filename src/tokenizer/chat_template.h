@@ -27,6 +27,11 @@ class ChatTemplate {
 
   ChatFormat format() const { return format_; }
   const char* name() const { return format_ == ChatFormat::kChatMl ? "chatml" : "gemma"; }
+  // True when the file has no tokenizer.chat_template and the format was recognised from the
+  // vocabulary's turn tokens (a base model's file, often): edges say so.
+  bool from_vocabulary() const { return from_vocabulary_; }
+  // The note an edge prints when from_vocabulary(), naming the file.
+  std::string GuessNote(const std::string& path) const;
   // The system message the template adds when a conversation has none ("" if it adds none).
   const std::string& default_system() const { return default_system_; }
   // Tokens that end an assistant turn (the end-of-turn token and EOS).
@@ -47,6 +52,7 @@ class ChatTemplate {
 
  private:
   ChatFormat format_ = ChatFormat::kChatMl;
+  bool from_vocabulary_ = false;
   std::string default_system_;
   std::vector<int32_t> stop_tokens_;
 };

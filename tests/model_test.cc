@@ -35,9 +35,10 @@ std::vector<int32_t> Tokens(int n, int salt) {
   return t;
 }
 
-// Logits of every row of `tokens`, run alone as one sequence in one forward.
+// Logits of every row of `tokens`, run alone as one sequence in one forward (64 positions per
+// sequence, as the ragged batches below: with LongRoPE the context chooses the factors).
 std::vector<float> AloneLogits(Fixture& f, const std::vector<int32_t>& tokens, AttentionMode mode) {
-  auto kv = f.model->NewKvCache({1, 128});
+  auto kv = f.model->NewKvCache({1, 64});
   const int seq = kv->Acquire();
   Batch b;
   for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, true);
@@ -104,9 +105,54 @@ TEST_P(RaggedTest, RaggedBatchEqualsEachSequenceAlone) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RaggedTest,
-    ::testing::Combine(::testing::Values("tiny", "tiny-qwen2"),
+    ::testing::Combine(::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
                        ::testing::Values(AttentionMode::kPad, AttentionMode::kSplit)));
+
+// Logits of every row of `tokens` as one sequence in a cache of n_ctx positions per sequence.
+std::vector<float> LogitsWithContext(Fixture& f, const std::vector<int32_t>& tokens, int n_ctx) {
+  auto kv = f.model->NewKvCache({1, n_ctx});
+  const int seq = kv->Acquire();
+  Batch b;
+  for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, true);
+  std::vector<float> logits;
+  f.model->Forward(f.ctx, b, *kv, AttentionMode::kSplit, &logits);
+  return logits;
+}
+
+// phi3's fused attn_qkv and gate-up matrices are read as views of their rows: the same weights
+// written apart give the same bits (packed, stacked, on every path).
+TEST(Architectures, Phi3FusedMatricesEqualTheSameWeightsApart) {
+  Fixture fused("tiny-phi3"), apart("tiny-phi3-apart");
+  ASSERT_EQ(fused.model->config().arch, "phi3");
+  EXPECT_EQ(fused.model->config().rope.rotary_dim, 12);  // partial rotary: 12 of 16
+  for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
+    EXPECT_EQ(AloneLogits(fused, Tokens(20, 1), mode), AloneLogits(apart, Tokens(20, 1), mode));
+  }
+}
+
+// LongRoPE as llama.cpp chooses it: the short factors while a sequence's context is within the
+// original one (64 here), the long factors beyond; the attention factor scales both.
+TEST(Architectures, LongRopeFactorsFollowTheContextSize) {
+  Fixture f("tiny-phi3");
+  const ModelConfig& c = f.model->config();
+  EXPECT_EQ(c.rope_original_ctx, 64);
+  EXPECT_FLOAT_EQ(c.rope.attn_factor, 1.1f);
+  EXPECT_NE(c.rope.freq_factors, c.rope_long.freq_factors);
+  const std::vector<int32_t> tokens = Tokens(24, 2);
+  EXPECT_EQ(LogitsWithContext(f, tokens, 32), LogitsWithContext(f, tokens, 64));
+  EXPECT_NE(LogitsWithContext(f, tokens, 64), LogitsWithContext(f, tokens, 65));
+  EXPECT_EQ(LogitsWithContext(f, tokens, 65), LogitsWithContext(f, tokens, 256));
+}
+
+// qwen3's per-head q / k norms are read and change the output (a model without them would not
+// tell them apart from qwen2 without biases).
+TEST(Architectures, Qwen3ReadsItsQkNorms) {
+  Fixture f("tiny-qwen3");
+  EXPECT_EQ(f.model->config().arch, "qwen3");
+  EXPECT_TRUE(f.model->config().qk_norm);
+  EXPECT_FALSE(f.model->config().qkv_bias);
+}
 
 TEST(Model, TruncateThenDecodeEqualsNeverHavingDecoded) {
   Fixture f;

@@ -72,6 +72,29 @@ TEST(SpeculativeGreedy, EqualsPlainGreedyTokenForToken) {
   }
 }
 
+// The merge gate on the newer architectures: qwen3 and phi3 pairs (fused matrices, partial
+// rotary, LongRoPE) decode greedily exactly as plain decoding does, under every policy.
+TEST(SpeculativeGreedy, Qwen3AndPhi3PairsEqualPlainGreedy) {
+  for (const std::string shape : {"tiny-qwen3", "tiny-phi3"}) {
+    ThreadPool pool(2);
+    const KernelContext ctx{&pool, CpuFeatures::Detect()};
+    auto target = Model::Load(testing::TinyModel(shape, DType::kQ8_0, 7), &ctx);
+    auto draft = Model::Load(testing::TinyModel(shape, DType::kQ8_0, 99), &ctx);
+    auto target_kv = target->NewKvCache({1, 256});  // beyond tiny-phi3's 64: the long factors
+    auto draft_kv = draft->NewKvCache({1, 256});
+    for (int salt = 0; salt < 2; ++salt) {
+      const auto request = Greedy(Prompt(5 + salt * 4, salt), 40);
+      const auto plain = GenerateAutoregressive(*target, ctx, *target_kv, request);
+      for (const auto& [name, options] : EveryPolicy()) {
+        const auto spec = GenerateSpeculative(*target, *draft, ctx, *target_kv, *draft_kv, request,
+                                              options, nullptr);
+        EXPECT_EQ(spec.sequences[0].tokens, plain.sequences[0].tokens)
+            << shape << " " << name << " prompt " << salt;
+      }
+    }
+  }
+}
+
 TEST(SpeculativeGreedy, IdenticalDraftIsAcceptedCompletely) {
   Pair p(DType::kQ4_0, /*draft_seed=*/7);  // the same weights as the target
   auto target_kv = p.target->NewKvCache({1, 256});

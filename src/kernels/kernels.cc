@@ -277,8 +277,8 @@ void RopeAngles(const RopeConfig& c, int64_t pos, float* cos_out, float* sin_out
   for (int i = 0; i < half; ++i) {
     double theta = pos * std::pow(static_cast<double>(c.freq_base), -2.0 * i / c.rotary_dim);
     if (!c.freq_factors.empty()) theta /= c.freq_factors[i];
-    cos_out[i] = static_cast<float>(std::cos(theta));
-    sin_out[i] = static_cast<float>(std::sin(theta));
+    cos_out[i] = static_cast<float>(std::cos(theta)) * c.attn_factor;
+    sin_out[i] = static_cast<float>(std::sin(theta)) * c.attn_factor;
   }
 }
 

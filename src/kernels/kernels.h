@@ -188,7 +188,8 @@ struct RopeConfig {
   int rotary_dim = 0;  // leading dims of each head that rotate (usually head_dim)
   float freq_base = 10000.0f;
   bool neox = false;                // pairs (i, i + d/2) instead of (2i, 2i+1)
-  std::vector<float> freq_factors;  // Llama 3 long-context factors (rotary_dim / 2), or empty
+  std::vector<float> freq_factors;  // Llama 3 / LongRoPE frequency divisors (rotary_dim / 2), or empty
+  float attn_factor = 1.0f;         // scales cos and sin (LongRoPE's attention factor)
 };
 // cos/sin of the rotation angles for position pos: [rotary_dim / 2] each.
 void RopeAngles(const RopeConfig& config, int64_t pos, float* cos_out, float* sin_out);

@@ -25,10 +25,17 @@ void ReadGemma3Keys(const GgufFile& f, ModelConfig* c) {
   c->rope_local.freq_base = 10000.0f;
 }
 
+// Qwen3 (dense): per-head RMSNorm of q and k before RoPE, no biases.
+void ReadQwen3Keys(const GgufFile&, ModelConfig* c) { c->qk_norm = true; }
+
 constexpr Architecture kArchitectures[] = {
     {"llama", 1e-5, /*neox_rope=*/false, /*qkv_bias=*/false, nullptr},
     {"qwen2", 1e-6, /*neox_rope=*/true, /*qkv_bias=*/true, nullptr},
     {"gemma3", 1e-6, /*neox_rope=*/true, /*qkv_bias=*/false, ReadGemma3Keys},
+    {"qwen3", 1e-6, /*neox_rope=*/true, /*qkv_bias=*/false, ReadQwen3Keys},
+    // Phi-3 / Phi-3.5 / Phi-4-mini: fused attn_qkv and gate-up matrices, partial rotary where
+    // rope.dimension_count says so, LongRoPE factors (model_load.cc reads both).
+    {"phi3", 1e-5, /*neox_rope=*/true, /*qkv_bias=*/false, nullptr},
 };
 
 }  // namespace

@@ -191,7 +191,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   logits->resize(batch.n_outputs() * config_.n_vocab);  // fully written by the output matmul
   if (batch.size() == 0) return;
 
-  InputRows(batch, extras.input_rows);
+  InputRows(batch, kv, extras.input_rows);
   marks.Mark(ForwardProfile::kEmbed);
   PrepareAttentionRows(batch, kv);
   RunLayers(ctx, batch, kv, attention, extras.fuzzy);
@@ -207,7 +207,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   AdvanceCache(batch, kv);
 }
 
-void Model::InputRows(const Batch& batch, const float* input_rows) {
+void Model::InputRows(const Batch& batch, const KvCache& kv, const float* input_rows) {
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
@@ -230,9 +230,10 @@ void Model::InputRows(const Batch& batch, const float* input_rows) {
   } else {
     EmbedTokens(batch.tokens, x_.data());
   }
+  const RopeConfig& global_rope = c.GlobalRope(kv.n_ctx());
   for (int64_t r = 0; r < m; ++r) {
     const int32_t pos = batch.positions[r];
-    RopeAngles(c.rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+    RopeAngles(global_rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
     if (local_rope) {
       RopeAngles(c.rope_local, pos, rope_local_cos_.data() + r * half,
                  rope_local_sin_.data() + r * half);

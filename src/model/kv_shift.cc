@@ -17,7 +17,10 @@ void ShiftKeyPositions(const ModelConfig& config, KvCache& kv, int seq, int firs
   const int64_t row_bytes = RowBytes(kv.type(), kv_dim);
   std::vector<float> row(kv_dim);  // [n_head_kv, head_dim]
   for (int il = 0; il < config.n_layer; ++il) {
-    const RopeConfig& rope = config.IsLocalLayer(il) ? config.rope_local : config.rope;
+    // A shift is a pure rotation by delta positions: without the attention factor, which the
+    // keys already carry.
+    RopeConfig rope = config.IsLocalLayer(il) ? config.rope_local : config.GlobalRope(kv.n_ctx());
+    rope.attn_factor = 1.0f;
     std::vector<float> cos(rope.rotary_dim / 2), sin(rope.rotary_dim / 2);  // [rotary_dim / 2]
     RopeAngles(rope, delta, cos.data(), sin.data());
     auto* keys = static_cast<uint8_t*>(kv.K(il, seq));

@@ -23,7 +23,7 @@ namespace specd {
 enum class FfnActivation { kSilu, kGeluTanh };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2" or "gemma3"
+  std::string arch;  // general.architecture (model/architectures.h lists them)
   std::string name;
   int64_t n_vocab = 0;
   int n_embd = 0;
@@ -48,6 +48,14 @@ struct ModelConfig {
   int sliding_window = 0;   // keys a local layer's query sees, itself included; 0: none
   int swa_pattern = 0;      // layer il is global iff (il + 1) % swa_pattern == 0
   RopeConfig rope_local;    // RoPE of the local layers
+  // LongRoPE (phi3): `rope` holds the short factors; beyond rope_original_ctx positions per
+  // sequence the long ones (rope_long) apply, as llama.cpp chooses by the context's size.
+  RopeConfig rope_long;
+  int rope_original_ctx = 0;
+  // The RoPE of the global layers for a KV cache of n_ctx positions per sequence.
+  const RopeConfig& GlobalRope(int n_ctx) const {
+    return !rope_long.freq_factors.empty() && n_ctx > rope_original_ctx ? rope_long : rope;
+  }
 
   int32_t bos_token = -1;
   int32_t eos_token = -1;
@@ -307,12 +315,14 @@ class Model {
   void Validate(const Batch& batch, const KvCache& kv) const;
   // Reads the hyper-parameters of config_.arch from the file's metadata.
   void ReadConfig(const GgufFile& f);
+  // Layer il's norms and matrices (fused Q/K/V and gate/up matrices split into views).
+  static Layer ReadLayer(const GgufFile& f, const ModelConfig& c, int il);
   // Forward's stages over a batch of m rows. InputRows: the residual stream x_ [m, n_embd]
   // from the tokens (or the given rows) and the rows' rotary angles; PrepareAttentionRows: the
   // rows' attention setup in attn_.rows; RunLayers: every layer (fuzzy groups at once);
   // OutputLogits: the rows that want logits through the final norm and the head;
   // AdvanceCache: each sequence's KV length by its rows.
-  void InputRows(const Batch& batch, const float* input_rows);
+  void InputRows(const Batch& batch, const KvCache& kv, const float* input_rows);
   void PrepareAttentionRows(const Batch& batch, const KvCache& kv);
   void RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv, AttentionMode attention,
                  const LayerGroups* fuzzy);

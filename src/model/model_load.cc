@@ -20,7 +20,91 @@ using model_file::Vector;
 
 int64_t MatrixBytes(const WeightView& w) { return RowBytes(w.type, w.cols) * w.rows; }
 
+// Rows [first, first + n) of a matrix: a fused matrix's part (its data and scales in place).
+WeightView RowSlice(const WeightView& w, int64_t first, int64_t n) {
+  WeightView part = w;
+  part.data = w.Row(first);
+  part.rows = n;
+  if (w.row_scales != nullptr) part.row_scales = w.row_scales + first;
+  return part;
+}
+
+// Frequency factors of the rotary angles: Llama 3's (rope_freqs), or LongRoPE's short and long
+// ones (phi3) with the attention factor and the original context that chooses between them.
+void ReadRopeFactors(const GgufFile& f, ModelConfig* config) {
+  ModelConfig& c = *config;
+  const int64_t n = c.rope.rotary_dim / 2;
+  auto factors = [&](const char* name) {
+    const GgufTensorInfo* t = f.FindTensor(name);
+    if (t == nullptr) return std::vector<float>{};
+    SPECD_CHECK(t->type == DType::kF32, f.path(), ": ", name, " must be f32");
+    std::vector<float> v = Vector(f, name, n);
+    for (float x : v) {
+      SPECD_CHECK(std::isfinite(x) && x > 0, f.path(), ": ", name, " has a factor ", x);
+    }
+    return v;
+  };
+  c.rope.freq_factors = factors("rope_freqs.weight");
+  const std::vector<float> short_factors = factors("rope_factors_short.weight");
+  const std::vector<float> long_factors = factors("rope_factors_long.weight");
+  if (!short_factors.empty()) c.rope.freq_factors = short_factors;
+  c.rope.attn_factor =
+      static_cast<float>(f.GetFloat(Key(c.arch, "rope.scaling.attn_factor"), 1.0));
+  SPECD_CHECK(c.rope.attn_factor > 0 && c.rope.attn_factor < 100, f.path(), ": ", c.arch,
+              ".rope.scaling.attn_factor = ", c.rope.attn_factor, " is out of range");
+  if (!long_factors.empty()) {
+    c.rope_long = c.rope;
+    c.rope_long.freq_factors = long_factors;
+    c.rope_original_ctx = static_cast<int>(
+        f.GetInt(Key(c.arch, "rope.scaling.original_context_length"), c.n_ctx_train));
+  }
+}
+
 }  // namespace
+
+Model::Layer Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
+  const std::string p = "blk." + std::to_string(il) + ".";
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  Layer l;
+  l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
+  l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
+  if (c.post_norms) {
+    l.post_attn_norm = Vector(f, p + "post_attention_norm.weight", c.n_embd);
+    l.post_ffn_norm = Vector(f, p + "post_ffw_norm.weight", c.n_embd);
+  }
+  if (c.qk_norm) {
+    l.q_norm = Vector(f, p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = Vector(f, p + "attn_k_norm.weight", c.head_dim);
+  }
+  // Q, K and V fused into one matrix (phi3; any architecture may) or apart.
+  if (f.FindTensor(p + "attn_qkv.weight") != nullptr) {
+    const WeightView qkv = Matrix(f, p + "attn_qkv.weight", c.n_embd, q_dim + 2 * c.kv_dim());
+    l.wq = RowSlice(qkv, 0, q_dim);
+    l.wk = RowSlice(qkv, q_dim, c.kv_dim());
+    l.wv = RowSlice(qkv, q_dim + c.kv_dim(), c.kv_dim());
+  } else {
+    l.wq = Matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
+    l.wk = Matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
+    l.wv = Matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
+  }
+  l.wo = Matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
+  // Gate and up fused as ffn_up [n_embd, 2 n_ff], the gate's rows first (phi3), or apart.
+  if (f.FindTensor(p + "ffn_gate.weight") == nullptr) {
+    const WeightView gate_up = Matrix(f, p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff});
+    l.w_gate = RowSlice(gate_up, 0, c.n_ff);
+    l.w_up = RowSlice(gate_up, c.n_ff, c.n_ff);
+  } else {
+    l.w_gate = Matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    l.w_up = Matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
+  }
+  l.w_down = Matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+  if (c.qkv_bias) {
+    l.bq = Vector(f, p + "attn_q.bias", q_dim);
+    l.bk = Vector(f, p + "attn_k.bias", c.kv_dim());
+    l.bv = Vector(f, p + "attn_v.bias", c.kv_dim());
+  }
+  return l;
+}
 
 std::unique_ptr<Model> Model::Load(const std::string& path, const KernelContext* ctx,
                                    const ModelLoadOptions& options) {
@@ -55,12 +139,8 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   }
   model_file::CheckSpecialTokens(f, &c);
 
-  if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
-    SPECD_CHECK(freqs->type == DType::kF32, f.path(), ": rope_freqs.weight must be f32");
-    c.rope.freq_factors = Vector(f, "rope_freqs.weight", c.rope.rotary_dim / 2);
-  }
+  ReadRopeFactors(f, &c);
 
-  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   if (c.eagle) {
     model->eagle_fc_ = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
   } else {
@@ -83,33 +163,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   const int64_t n_output_rows = c.head_tokens.empty() ? c.n_vocab : c.head_tokens.size();
   model->output_ =
       c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);
-  for (int i = 0; i < c.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    Layer l;
-    l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
-    l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
-    if (c.post_norms) {
-      l.post_attn_norm = Vector(f, p + "post_attention_norm.weight", c.n_embd);
-      l.post_ffn_norm = Vector(f, p + "post_ffw_norm.weight", c.n_embd);
-    }
-    if (c.qk_norm) {
-      l.q_norm = Vector(f, p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = Vector(f, p + "attn_k_norm.weight", c.head_dim);
-    }
-    l.wq = Matrix(f, p + "attn_q.weight", c.n_embd, q_dim);
-    l.wk = Matrix(f, p + "attn_k.weight", c.n_embd, c.kv_dim());
-    l.wv = Matrix(f, p + "attn_v.weight", c.n_embd, c.kv_dim());
-    l.wo = Matrix(f, p + "attn_output.weight", q_dim, c.n_embd);
-    l.w_gate = Matrix(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    l.w_up = Matrix(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
-    l.w_down = Matrix(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
-    if (c.qkv_bias) {
-      l.bq = Vector(f, p + "attn_q.bias", q_dim);
-      l.bk = Vector(f, p + "attn_k.bias", c.kv_dim());
-      l.bv = Vector(f, p + "attn_v.bias", c.kv_dim());
-    }
-    model->layers_.push_back(std::move(l));
-  }
+  for (int i = 0; i < c.n_layer; ++i) model->layers_.push_back(ReadLayer(f, c, i));
   model->LoadLora(options.lora, options.lora_apply);
   const bool fast = ctx != nullptr && ctx->cpu.packed_kernels();
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops

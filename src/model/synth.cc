@@ -69,6 +69,25 @@ std::vector<ModelShape> KnownShapes() {
   tiny_qwen.rms_eps = 1e-6f;
   shapes.push_back(tiny_qwen);
 
+  ModelShape tiny_qwen3 = tiny_qwen;
+  tiny_qwen3.name = "tiny-qwen3";
+  tiny_qwen3.arch = "qwen3";
+  shapes.push_back(tiny_qwen3);
+
+  // Phi-3's layout: fused attn_qkv and gate-up, 12 of 16 dims rotating, LongRoPE (short factors
+  // up to 64 positions per sequence, long ones beyond).
+  ModelShape tiny_phi3 = tiny;
+  tiny_phi3.name = "tiny-phi3";
+  tiny_phi3.arch = "phi3";
+  tiny_phi3.fused = true;
+  tiny_phi3.rotary_dim = 12;
+  tiny_phi3.long_rope_original_ctx = 64;
+  shapes.push_back(tiny_phi3);
+  ModelShape tiny_phi3_apart = tiny_phi3;  // the same weights in separate matrices
+  tiny_phi3_apart.name = "tiny-phi3-apart";
+  tiny_phi3_apart.fused = false;
+  shapes.push_back(tiny_phi3_apart);
+
   // The shipped target's shape, and a larger one of the same family whose q8_0 weights (48 MB)
   // no longer fit this machine's 32 MB L3: decoding it is DRAM-bound, like real models.
   ModelShape specd16;
@@ -160,7 +179,6 @@ void WriteShapeMetadata(const ModelShape& s, DType type, GgufWriter& w) {
   if (BlockElements(type) > 1) {
     w.Set("general.quantization_version", GgufValue::U32(2));
   }
-  const int head_dim = s.n_embd / s.n_head;
   w.Set(a + ".context_length", GgufValue::U32(s.n_ctx));
   w.Set(a + ".embedding_length", GgufValue::U32(s.n_embd));
   w.Set(a + ".block_count", GgufValue::U32(s.n_layer));
@@ -169,7 +187,6 @@ void WriteShapeMetadata(const ModelShape& s, DType type, GgufWriter& w) {
   w.Set(a + ".attention.head_count_kv", GgufValue::U32(s.n_head_kv));
   w.Set(a + ".attention.layer_norm_rms_epsilon", GgufValue::F32(s.rms_eps));
   w.Set(a + ".rope.freq_base", GgufValue::F32(s.rope_base));
-  w.Set(a + ".rope.dimension_count", GgufValue::U32(head_dim));
   w.Set(a + ".vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
   AddVocabulary(w, s.n_vocab);
 }
@@ -196,73 +213,138 @@ std::vector<float> Llama3RopeFactors(const ModelShape& s, int head_dim) {
 
 }  // namespace
 
+namespace {
+
+// The tensors of a synthetic model, each seeded by (seed, its index), rows by (tensor, row), so
+// the weights do not depend on the thread count, and a fused matrix holds exactly the rows its
+// parts would have had apart.
+class SyntheticTensors {
+ public:
+  SyntheticTensors(const ModelShape& s, DType type, uint64_t seed, ThreadPool* pool, GgufWriter* w)
+      : s_(s), type_(type), seed_(seed), pool_(pool), w_(*w), head_dim_(s.n_embd / s.n_head) {}
+
+  void Write() {
+    Matrix("token_embd.weight", s_.n_embd, s_.n_vocab, 1.0f);
+    Vector("output_norm.weight", s_.n_embd, 1.0f, 0.0f);
+    if (!s_.tied_embeddings) {
+      Matrix("output.weight", s_.n_embd, s_.n_vocab, 1.0f / std::sqrt(float(s_.n_embd)));
+    }
+    if (s_.llama3_rope_factors) Factors("rope_freqs.weight", Llama3RopeFactors(s_, head_dim_));
+    if (s_.long_rope_original_ctx > 0) {
+      const int half = RotaryDim() / 2;
+      std::vector<float> short_factors(half), long_factors(half);
+      for (int i = 0; i < half; ++i) {
+        short_factors[i] = 1.0f + 0.5f * i / half;
+        long_factors[i] = 1.0f + 7.0f * i / half;
+      }
+      Factors("rope_factors_short.weight", short_factors);
+      Factors("rope_factors_long.weight", long_factors);
+    }
+    for (int i = 0; i < s_.n_layer; ++i) Layer(i);
+  }
+
+  int RotaryDim() const { return s_.rotary_dim > 0 ? s_.rotary_dim : head_dim_; }
+
+ private:
+  // A [cols, rows] matrix's bytes (ggml order) of uniform weights of std `stddev`.
+  std::vector<uint8_t> MatrixBytes(int64_t cols, int64_t rows, float stddev) {
+    const uint64_t tensor_seed = seed_ * 0x9E3779B97F4A7C15ull + (++tensor_index_) * 0x632BE59Bull;
+    const float amplitude = stddev * std::sqrt(3.0f);
+    const int64_t row_bytes = RowBytes(type_, cols);
+    std::vector<uint8_t> data(row_bytes * rows);
+    pool_->ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<float> values(cols);
+      for (int64_t r = r0; r < r1; ++r) {
+        SplitMix64 rng(tensor_seed ^ (static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull));
+        for (int64_t i = 0; i < cols; ++i) values[i] = amplitude * rng.NextSymmetric();
+        QuantizeRow(type_, values.data(), data.data() + r * row_bytes, cols);
+      }
+    });
+    return data;
+  }
+  void Matrix(const std::string& name, int64_t cols, int64_t rows, float stddev) {
+    w_.AddTensor(name, type_, {cols, rows}, MatrixBytes(cols, rows, stddev));
+  }
+  // Matrices reading the same input, as one matrix of their rows in order or apart.
+  void Matrices(const std::vector<std::string>& names, const std::string& fused_name, int64_t cols,
+                const std::vector<int64_t>& rows, float stddev) {
+    std::vector<std::vector<uint8_t>> parts;
+    for (int64_t r : rows) parts.push_back(MatrixBytes(cols, r, stddev));
+    if (!s_.fused) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        w_.AddTensor(names[i], type_, {cols, rows[i]}, std::move(parts[i]));
+      }
+      return;
+    }
+    std::vector<uint8_t> all;
+    int64_t total_rows = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      all.insert(all.end(), parts[i].begin(), parts[i].end());
+      total_rows += rows[i];
+    }
+    w_.AddTensor(fused_name, type_, {cols, total_rows}, std::move(all));
+  }
+  void Vector(const std::string& name, int64_t n, float value, float noise) {
+    SplitMix64 rng(seed_ ^ (++tensor_index_ * 0x94D049BB133111EBull));
+    std::vector<float> values(n);
+    for (int64_t i = 0; i < n; ++i) values[i] = value + noise * rng.NextSymmetric();
+    Factors(name, values);
+  }
+  void Factors(const std::string& name, const std::vector<float>& values) {
+    std::vector<uint8_t> data(values.size() * 4);
+    std::memcpy(data.data(), values.data(), data.size());
+    w_.AddTensor(name, DType::kF32, {static_cast<int64_t>(values.size())}, std::move(data));
+  }
+  void Layer(int i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const int64_t q_dim = s_.n_embd;
+    const int64_t kv_dim = static_cast<int64_t>(s_.n_head_kv) * head_dim_;
+    const float in_std = 1.0f / std::sqrt(float(s_.n_embd));
+    Vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f);
+    Matrices({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv.weight",
+             s_.n_embd, {q_dim, kv_dim, kv_dim}, in_std);
+    if (s_.arch == "qwen2") {
+      Vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
+      Vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
+      Vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
+    }
+    if (s_.arch == "qwen3") {
+      Vector(p + "attn_q_norm.weight", head_dim_, 1.0f, 0.1f);
+      Vector(p + "attn_k_norm.weight", head_dim_, 1.0f, 0.1f);
+    }
+    Matrix(p + "attn_output.weight", q_dim, s_.n_embd, 1.0f / std::sqrt(float(q_dim)));
+    Vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f);
+    // Fused, the gate's rows come first in ffn_up (phi3).
+    Matrices({p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_up.weight", s_.n_embd,
+             {s_.n_ff, s_.n_ff}, in_std);
+    Matrix(p + "ffn_down.weight", s_.n_ff, s_.n_embd, 1.0f / std::sqrt(float(s_.n_ff)));
+  }
+
+  const ModelShape& s_;
+  const DType type_;
+  const uint64_t seed_;
+  ThreadPool* pool_;
+  GgufWriter& w_;
+  const int head_dim_;
+  uint64_t tensor_index_ = 0;
+};
+
+}  // namespace
+
 void WriteSyntheticModel(const ModelShape& s, DType type, uint64_t seed, const std::string& path,
                          ThreadPool* pool) {
   SPECD_CHECK(s.n_embd % s.n_head == 0 && s.n_head % s.n_head_kv == 0, "shape '", s.name,
               "' has inconsistent head counts");
   GgufWriter w;
   WriteShapeMetadata(s, type, w);
-  const std::string& a = s.arch;
-  const int head_dim = s.n_embd / s.n_head;
-  uint64_t tensor_index = 0;
-  // A [cols, rows] matrix (ggml order) whose row r is seeded by (seed, tensor, r), so the result
-  // does not depend on the thread count.
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev, DType t) {
-    const uint64_t tensor_seed = seed * 0x9E3779B97F4A7C15ull + (++tensor_index) * 0x632BE59Bull;
-    const float amplitude = stddev * std::sqrt(3.0f);
-    const int64_t row_bytes = RowBytes(t, cols);
-    std::vector<uint8_t> data(row_bytes * rows);
-    pool->ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<float> values(cols);
-      for (int64_t r = r0; r < r1; ++r) {
-        SplitMix64 rng(tensor_seed ^ (static_cast<uint64_t>(r) * 0xD1B54A32D192ED03ull));
-        for (int64_t i = 0; i < cols; ++i) values[i] = amplitude * rng.NextSymmetric();
-        QuantizeRow(t, values.data(), data.data() + r * row_bytes, cols);
-      }
-    });
-    w.AddTensor(name, t, {cols, rows}, std::move(data));
-  };
-  auto vector = [&](const std::string& name, int64_t n, float value, float noise) {
-    SplitMix64 rng(seed ^ (++tensor_index * 0x94D049BB133111EBull));
-    std::vector<float> values(n);
-    for (int64_t i = 0; i < n; ++i) values[i] = value + noise * rng.NextSymmetric();
-    std::vector<uint8_t> data(n * 4);
-    std::memcpy(data.data(), values.data(), n * 4);
-    w.AddTensor(name, DType::kF32, {n}, std::move(data));
-  };
-
-  const int64_t q_dim = s.n_embd;
-  const int64_t kv_dim = static_cast<int64_t>(s.n_head_kv) * head_dim;
-  const float embd_std = 1.0f;
-  matrix("token_embd.weight", s.n_embd, s.n_vocab, embd_std, type);
-  vector("output_norm.weight", s.n_embd, 1.0f, 0.0f);
-  if (!s.tied_embeddings) {
-    matrix("output.weight", s.n_embd, s.n_vocab, 1.0f / std::sqrt(float(s.n_embd)), type);
+  SyntheticTensors tensors(s, type, seed, pool, &w);
+  w.Set(s.arch + ".rope.dimension_count", GgufValue::U32(tensors.RotaryDim()));
+  if (s.long_rope_original_ctx > 0) {
+    w.Set(s.arch + ".rope.scaling.original_context_length",
+          GgufValue::U32(s.long_rope_original_ctx));
+    w.Set(s.arch + ".rope.scaling.attn_factor", GgufValue::F32(1.1f));
   }
-  if (s.llama3_rope_factors) {
-    const std::vector<float> factors = Llama3RopeFactors(s, head_dim);
-    std::vector<uint8_t> data(factors.size() * 4);
-    std::memcpy(data.data(), factors.data(), data.size());
-    w.AddTensor("rope_freqs.weight", DType::kF32, {head_dim / 2}, std::move(data));
-  }
-  for (int i = 0; i < s.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    const float in_std = 1.0f / std::sqrt(float(s.n_embd));
-    vector(p + "attn_norm.weight", s.n_embd, 1.0f, 0.1f);
-    matrix(p + "attn_q.weight", s.n_embd, q_dim, in_std, type);
-    matrix(p + "attn_k.weight", s.n_embd, kv_dim, in_std, type);
-    matrix(p + "attn_v.weight", s.n_embd, kv_dim, in_std, type);
-    if (a == "qwen2") {
-      vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
-      vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
-      vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
-    }
-    matrix(p + "attn_output.weight", q_dim, s.n_embd, 1.0f / std::sqrt(float(q_dim)), type);
-    vector(p + "ffn_norm.weight", s.n_embd, 1.0f, 0.1f);
-    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff, in_std, type);
-    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff, in_std, type);
-    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd, 1.0f / std::sqrt(float(s.n_ff)), type);
-  }
+  tensors.Write();
   w.Write(path);
 }
 

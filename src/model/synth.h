@@ -26,9 +26,13 @@ struct ModelShape {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;
   bool llama3_rope_factors = false;  // writes rope_freqs.weight as Llama 3.x does
+  bool fused = false;                // attn_qkv and ffn_up = [gate; up] (phi3's layout)
+  int rotary_dim = 0;                // rotating dims per head (0: all)
+  int long_rope_original_ctx = 0;    // > 0: LongRoPE short and long factors (phi3)
 };
 
-// The named shapes: tiny, micro, tiny-qwen2, specd-16m, specd-45m, llama-3.2-1b, qwen2.5-0.5b,
+// The named shapes: tiny, micro, tiny-qwen2, tiny-qwen3, tiny-phi3 (and tiny-phi3-apart, the same
+// weights unfused), specd-16m, specd-45m, llama-3.2-1b, qwen2.5-0.5b,
 // tinyllama-1.1b, llama-1.1b-peer.
 std::vector<ModelShape> KnownShapes();
 // Throws an Error listing the known names if `name` is unknown.

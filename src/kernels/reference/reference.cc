@@ -118,7 +118,7 @@ void Rope(const RopeConfig& c, float* x, int n_heads, int64_t pos) {
     for (int i = 0; i < half; ++i) {
       double theta = pos * std::pow(static_cast<double>(c.freq_base), -2.0 * i / c.rotary_dim);
       if (!c.freq_factors.empty()) theta /= c.freq_factors[i];
-      const double cs = std::cos(theta), sn = std::sin(theta);
+      const double cs = std::cos(theta) * c.attn_factor, sn = std::sin(theta) * c.attn_factor;
       const int a = c.neox ? i : 2 * i;
       const int b = c.neox ? i + half : 2 * i + 1;
       const double x0 = head[a], x1 = head[b];

@@ -643,6 +643,10 @@ class LimitsTest(unittest.TestCase):
             self.assertTrue(data.startswith(b"HTTP/1.1 200"), data)
             self.assertGreaterEqual(seconds, 0.9)
             self.assertLess(seconds, 5)
+            # A header line over 8 KiB: 400.
+            _, data = closed_after(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 +
+                                   b"\r\nConnection: close\r\n\r\n")
+            self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:100])
         finally:
             self.assertEqual(server.stop(), 0)
 

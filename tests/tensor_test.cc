@@ -90,9 +90,10 @@ TEST(Tensor, QuantizeRoundTripErrorIsWithinEachTypesResolution) {
   const struct {
     DType type;
     double max_rel_rms;
-  } cases[] = {{DType::kF16, 1e-3},  {DType::kBF16, 5e-3}, {DType::kQ8_0, 1e-2},
-               {DType::kQ4_0, 0.12}, {DType::kQ4_1, 0.1},  {DType::kQ5_0, 0.06},
-               {DType::kQ5_1, 0.05}, {DType::kQ4_K, 0.1},  {DType::kQ6_K, 0.03}};
+  } cases[] = {{DType::kF16, 1e-3},    {DType::kBF16, 5e-3},  {DType::kQ8_0, 1e-2},
+               {DType::kQ4_0, 0.12},   {DType::kQ4_1, 0.1},   {DType::kQ5_0, 0.06},
+               {DType::kQ5_1, 0.05},   {DType::kQ4_K, 0.1},   {DType::kQ6_K, 0.03},
+               {DType::kIQ4_NL, 0.12}, {DType::kIQ4_XS, 0.12}};
   const int64_t n = 1024;
   SplitMix64 rng(3);
   std::vector<float> x(n);

@@ -24,6 +24,7 @@ DType TypeForRow(DType want, int64_t cols) {
   if (cols % BlockElements(want) == 0) return want;
   if (want == DType::kQ4_K) return cols % kQuantBlock == 0 ? DType::kQ5_0 : DType::kF16;
   if (want == DType::kQ6_K) return cols % kQuantBlock == 0 ? DType::kQ8_0 : DType::kF16;
+  if (want == DType::kIQ4_XS) return cols % kQuantBlock == 0 ? DType::kIQ4_NL : DType::kF16;
   return DType::kF16;
 }
 
@@ -196,10 +197,11 @@ Command AddQuantizeCommand(CLI::App& app) {
   q->add_option("input", o->input, "input GGUF")->required();
   q->add_option("output", o->output, "output GGUF")->required();
   q->add_option("--type", o->type,
-                "q8_0, q4_0, q4_1, q4_K, q6_K, f16, bf16, f32 or i8 (specd only)")
+                "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32 or i8 "
+                "(specd only); iq4 with ggml's first-pass scales, not its search")
       ->required()
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
-                             "i8", "f16", "bf16", "f32"}));
+                             "iq4_nl", "iq4_xs", "i8", "f16", "bf16", "f32"}));
   AddThreadsFlag(q, &o->threads);
   q->add_option("--smooth-alpha", o->smooth_alpha,
                 "i8: SmoothQuant migration strength (0 = none; default 0.5)")

@@ -224,7 +224,8 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
     MatmulI8Generic(ctx.pool, x, m, w, y);
   } else if (ctx.cpu.avx512 && w.cols % 32 == 0 &&
              (w.type != DType::kBF16 || ctx.cpu.avx512_bf16) &&
-             (!IsPackable(w.type) || w.type == DType::kQ8_0 || w.type == DType::kQ4_0)) {
+             (w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16 ||
+              w.type == DType::kQ8_0 || w.type == DType::kQ4_0)) {
     avx512::Matmul(ctx.pool, x, m, w, y, scratch);
   } else {
     MatmulGeneric(ctx.pool, x, m, w, y);

@@ -29,6 +29,7 @@ PackedInt8Weights FormatFor(DType t) {
   p.source_type = t;
   switch (t) {
     case DType::kQ8_0:
+    case DType::kIQ4_NL:  // bytes: the level + 128 (a nibble lookup kernel would read half)
       p.offset = 128;
       break;
     case DType::kQ4_0:
@@ -202,6 +203,15 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
       out->scale[0] = Fp16ToFp32(k.d);
       return;
     }
+    case DType::kIQ4_NL: {
+      const auto& k = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+      for (int j = 0; j < 16; ++j) {
+        out->u[j] = static_cast<uint8_t>(kIq4Levels[k.qs[j] & 15] + 128);
+        out->u[j + 16] = static_cast<uint8_t>(kIq4Levels[k.qs[j] >> 4] + 128);
+      }
+      out->scale[0] = Fp16ToFp32(k.d);
+      return;
+    }
     case DType::kQ4_0: {
       const auto& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
       NibbleLevels(k.qs, out->u);
@@ -283,7 +293,11 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
 
 }  // namespace
 
-bool IsPackable(DType t) { return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16; }
+// iq4_xs's 32-block scales d * (ls - 32) are not fp16 numbers, and as f32 scales its byte levels
+// (8 bits) would overflow the AVX2 kernel's 16-bit pair sums: it runs unpacked for now.
+bool IsPackable(DType t) {
+  return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16 && t != DType::kIQ4_XS;
+}
 
 PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
   SPECD_CHECK(IsPackable(w.type) && w.cols % 32 == 0 && w.cols % BlockElements(w.type) == 0,

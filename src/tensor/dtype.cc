@@ -48,6 +48,10 @@ std::string_view DTypeName(DType t) {
       return "q5_K";
     case DType::kQ6_K:
       return "q6_K";
+    case DType::kIQ4_NL:
+      return "iq4_nl";
+    case DType::kIQ4_XS:
+      return "iq4_xs";
     case DType::kBF16:
       return "bf16";
     case DType::kI8:
@@ -97,6 +101,10 @@ uint32_t LlamaFileType(DType t) {
       return 17;
     case DType::kQ6_K:
       return 18;
+    case DType::kIQ4_NL:
+      return 25;
+    case DType::kIQ4_XS:
+      return 30;
     case DType::kBF16:
       return 32;
     case DType::kI8:
@@ -117,12 +125,14 @@ int64_t BlockElements(DType t) {
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
       return kQuantBlock;
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       return kSuperBlock;
   }
   return 1;
@@ -157,6 +167,10 @@ int64_t BlockBytes(DType t) {
       return sizeof(BlockQ5_K);
     case DType::kQ6_K:
       return sizeof(BlockQ6_K);
+    case DType::kIQ4_NL:
+      return sizeof(BlockIQ4_NL);
+    case DType::kIQ4_XS:
+      return sizeof(BlockIQ4_XS);
   }
   return 0;
 }

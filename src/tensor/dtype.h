@@ -23,6 +23,8 @@ enum class DType : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   // Plain int8 values (ggml's I8). As a weight matrix specd pairs it with one f32 scale per row
   // (a "<name>.scale" tensor, see tensor/int8_rows.h): w[n, k] = scale[n] * q[n, k]. Not in
   // kAllDTypes: a row of it means nothing without its scale.
@@ -113,11 +115,32 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// The non-linear grid of the IQ4 types (ggml's kvalues_iq4nl): a 4-bit index picks a level.
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
+// iq4_nl: x[j] = d * levels[qs[j] & 15] and x[j + 16] = d * levels[qs[j] >> 4].
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16
+  uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// iq4_xs: eight 32-blocks, each with a 6-bit scale ls (low 4 bits in scales_l, high 2 in
+// scales_h): block ib's values are d * (ls - 32) * levels[index], indexed as iq4_nl's.
+struct BlockIQ4_XS {
+  uint16_t d;  // fp16
+  uint16_t scales_h;
+  uint8_t scales_l[kSuperBlock / 64];
+  uint8_t qs[kSuperBlock / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
 // Every supported type, for loops over them.
-inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                       DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                                       DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                                       DType::kQ6_K};
+inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16,  DType::kQ8_0,
+                                       DType::kQ4_0, DType::kQ4_1,   DType::kQ5_0,  DType::kQ5_1,
+                                       DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K,  DType::kQ5_K,
+                                       DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 // Returns the type for a ggml id, or nothing if specd does not support it.
 std::optional<DType> DTypeFromId(uint32_t id);

@@ -165,6 +165,16 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
     case DType::kQ6_K:
       QuantizeRowK(t, src, dst, n);
       return;
+    case DType::kIQ4_NL:
+      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+        QuantizeIQ4_NL(src + b * kQuantBlock, static_cast<BlockIQ4_NL*>(dst) + b);
+      }
+      return;
+    case DType::kIQ4_XS:
+      for (int64_t b = 0; b < n / kSuperBlock; ++b) {
+        QuantizeIQ4_XS(src + b * kSuperBlock, static_cast<BlockIQ4_XS*>(dst) + b);
+      }
+      return;
   }
 }
 
@@ -227,6 +237,12 @@ SPECD_VECTOR_CLONES void DequantizeRow(DType t, const void* src, float* dst, int
       return;
     case DType::kQ6_K:
       DequantizeBlocks<BlockQ6_K, kSuperBlock>(src, dst, n, DequantizeQ6_K);
+      return;
+    case DType::kIQ4_NL:
+      DequantizeBlocks<BlockIQ4_NL, kQuantBlock>(src, dst, n, DequantizeIQ4_NL);
+      return;
+    case DType::kIQ4_XS:
+      DequantizeBlocks<BlockIQ4_XS, kSuperBlock>(src, dst, n, DequantizeIQ4_XS);
       return;
     case DType::kI8: {  // the integers; their row scale is applied by the caller
       const auto* in = static_cast<const int8_t*>(src);

@@ -232,7 +232,29 @@ std::vector<Subcommand> AddModelCommands(CLI::App* train) {
   return {{model, run}, {draft, run}};
 }
 
+// The training loop's flags, shared by the trainers whose options name them alike.
+template <typename Options>
+void AddLoopFlags(CLI::App* cmd, Options& o) {
+  cmd->add_option("--ctx", o.ctx, "training context")->check(CLI::Range(16, 65536));
+  cmd->add_option("--batch", o.batch, "rows per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--steps", o.steps, "steps")->check(CLI::Range(1, 100000000));
+  cmd->add_option("--stop-at-step", o.stop_at_step,
+                  "checkpoint and stop after this step; the same command resumes")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  cmd->add_option("--warmup", o.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--eval-every", o.eval_every, "steps between held-out evaluations")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--seed", o.seed, "seed");
+  cmd->add_option("-t,--threads", o.threads, "threads")->check(CLI::Range(1, 256));
+  cmd->add_flag("!--no-bf16", o.bf16,
+                "train in fp32 instead of bf16 autocast (which is only the default where the CPU "
+                "has bf16 instructions)");
+}
+
 void AddSdsatFlags(CLI::App* sdsat, SdsatTrainOptions& s, std::string* type) {
+  AddLoopFlags(sdsat, s);
   sdsat->add_option("--base", s.base, "model GGUF to fine-tune (any supported type)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -258,31 +280,14 @@ void AddSdsatFlags(CLI::App* sdsat, SdsatTrainOptions& s, std::string* type) {
       ->check(CLI::Range(0, 4096));
   sdsat->add_option("--lora-alpha", s.lora_alpha, "LoRA alpha (default 2 x rank)")
       ->check(CLI::Range(0.0, 1e6));
-  sdsat->add_option("--ctx", s.ctx, "training context")->check(CLI::Range(16, 65536));
-  sdsat->add_option("--batch", s.batch, "rows per step")->check(CLI::Range(1, 4096));
-  sdsat->add_option("--steps", s.steps, "steps")->check(CLI::Range(1, 100000000));
-  sdsat
-      ->add_option("--stop-at-step", s.stop_at_step,
-                   "checkpoint and stop after this step; the same command resumes")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   sdsat->add_option("--lr", s.lr, "peak learning rate (default 5e-5, the paper's)")
       ->check(CLI::Range(1e-8, 1.0));
   sdsat->add_option("--min-lr-ratio", s.min_lr_ratio, "final / peak learning rate")
       ->check(CLI::Range(0.0, 1.0));
-  sdsat->add_option("--warmup", s.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
   sdsat->add_option("--checkpoint", s.checkpoint_dir, "checkpoint folder (resumes if present)");
-  sdsat->add_option("--checkpoint-every", s.checkpoint_every, "steps between checkpoints")
-      ->check(CLI::Range(1, 1000000));
-  sdsat->add_option("--eval-every", s.eval_every, "steps between held-out evaluations")
-      ->check(CLI::Range(1, 1000000));
   sdsat->add_option("--type", *type, "export type")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   sdsat->add_option("--name", s.name, "general.name of the exported model");
-  sdsat->add_option("--seed", s.seed, "seed");
-  sdsat->add_option("-t,--threads", s.threads, "threads")->check(CLI::Range(1, 256));
-  sdsat->add_flag("!--no-bf16", s.bf16,
-                  "train in fp32 instead of bf16 autocast (which is only the default where the "
-                  "CPU has bf16 instructions)");
 }
 
 Subcommand AddSdsatCommand(CLI::App* train) {
@@ -316,6 +321,7 @@ Subcommand AddSdsatCommand(CLI::App* train) {
 }
 
 void AddEagleFlags(CLI::App* eagle, EagleTrainOptions& e, std::string* type) {
+  AddLoopFlags(eagle, e);
   eagle->add_option("--teacher", e.target, "target model GGUF (llama, any supported type)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -342,15 +348,7 @@ void AddEagleFlags(CLI::App* eagle, EagleTrainOptions& e, std::string* type) {
       ->check(CLI::Range(0.0, 10.0));
   eagle->add_option("--head-vocab", e.head_vocab, "FR-Spec head tokens (0: the whole vocabulary)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  eagle->add_option("--ctx", e.ctx, "training context")->check(CLI::Range(16, 65536));
-  eagle->add_option("--batch", e.batch, "sequences per step")->check(CLI::Range(1, 4096));
-  eagle->add_option("--steps", e.steps, "steps")->check(CLI::Range(1, 100000000));
-  eagle
-      ->add_option("--stop-at-step", e.stop_at_step,
-                   "checkpoint and stop after this step; the same command resumes")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   eagle->add_option("--lr", e.lr, "peak learning rate")->check(CLI::Range(1e-8, 1.0));
-  eagle->add_option("--warmup", e.warmup_steps, "warm-up steps")->check(CLI::Range(0, 1000000));
   eagle->add_option("--token-weight", e.token_weight, "weight of the token loss")
       ->check(CLI::Range(0.0, 100.0));
   eagle
@@ -360,18 +358,9 @@ void AddEagleFlags(CLI::App* eagle, EagleTrainOptions& e, std::string* type) {
       ->check(CLI::Range(1, 8));
   eagle->add_option("--feature-noise", e.feature_noise, "uniform noise on input features")
       ->check(CLI::Range(0.0, 10.0));
-  eagle->add_option("--checkpoint-every", e.checkpoint_every, "steps between checkpoints")
-      ->check(CLI::Range(1, 1000000));
-  eagle->add_option("--eval-every", e.eval_every, "steps between held-out evaluations")
-      ->check(CLI::Range(1, 1000000));
   eagle->add_option("--type", *type, "export type")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   eagle->add_option("--name", e.name, "general.name of the exported head");
-  eagle->add_option("--seed", e.seed, "seed");
-  eagle->add_option("-t,--threads", e.threads, "threads")->check(CLI::Range(1, 256));
-  eagle->add_flag("!--no-bf16", e.bf16,
-                  "train in fp32 instead of bf16 autocast (which is only the default where the "
-                  "CPU has bf16 instructions)");
 }
 
 Subcommand AddEagleCommand(CLI::App* train) {

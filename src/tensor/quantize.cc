@@ -12,6 +12,12 @@ namespace specd {
 namespace {
 
 template <typename Block, int kElements>
+void QuantizeBlocks(const float* src, void* dst, int64_t n, void (*one)(const float*, Block*)) {
+  auto* blocks = static_cast<Block*>(dst);
+  for (int64_t b = 0; b < n / kElements; ++b) one(src + b * kElements, blocks + b);
+}
+
+template <typename Block, int kElements>
 void DequantizeBlocks(const void* src, float* dst, int64_t n, void (*one)(const Block&, float*)) {
   const auto* blocks = static_cast<const Block*>(src);
   for (int64_t b = 0; b < n / kElements; ++b) one(blocks[b], dst + b * kElements);
@@ -144,19 +150,13 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       return;
     }
     case DType::kQ4_1:
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        QuantizeQ4_1(src + b * kQuantBlock, static_cast<BlockQ4_1*>(dst) + b);
-      }
+      QuantizeBlocks<BlockQ4_1, kQuantBlock>(src, dst, n, QuantizeQ4_1);
       return;
     case DType::kQ5_0:
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        QuantizeQ5_0(src + b * kQuantBlock, static_cast<BlockQ5_0*>(dst) + b);
-      }
+      QuantizeBlocks<BlockQ5_0, kQuantBlock>(src, dst, n, QuantizeQ5_0);
       return;
     case DType::kQ5_1:
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        QuantizeQ5_1(src + b * kQuantBlock, static_cast<BlockQ5_1*>(dst) + b);
-      }
+      QuantizeBlocks<BlockQ5_1, kQuantBlock>(src, dst, n, QuantizeQ5_1);
       return;
     case DType::kQ2_K:
     case DType::kQ3_K:
@@ -166,14 +166,10 @@ void QuantizeRow(DType t, const float* src, void* dst, int64_t n) {
       QuantizeRowK(t, src, dst, n);
       return;
     case DType::kIQ4_NL:
-      for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-        QuantizeIQ4_NL(src + b * kQuantBlock, static_cast<BlockIQ4_NL*>(dst) + b);
-      }
+      QuantizeBlocks<BlockIQ4_NL, kQuantBlock>(src, dst, n, QuantizeIQ4_NL);
       return;
     case DType::kIQ4_XS:
-      for (int64_t b = 0; b < n / kSuperBlock; ++b) {
-        QuantizeIQ4_XS(src + b * kSuperBlock, static_cast<BlockIQ4_XS*>(dst) + b);
-      }
+      QuantizeBlocks<BlockIQ4_XS, kSuperBlock>(src, dst, n, QuantizeIQ4_XS);
       return;
   }
 }

@@ -256,12 +256,12 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
         const uint8_t* group = p.data.data() + n / 16 * p.GroupBytes();
         const uint8_t* blk = group + b * p.BlockBytes();
         auto header = [&](int index) {  // float number `index` of the header
-          if (p.k_scales) {             // d * sc, then -(dmin * m), from the bytes and the trailer
-            const auto* trailer =
-                reinterpret_cast<const uint16_t*>(group + p.TrailerOffset() + b / 8 * 64);
+          if (p.k_scales) {  // d * sc, then -(dmin * m), from the signed bytes and the trailer
+            const auto* trailer = reinterpret_cast<const uint16_t*>(
+                group + p.TrailerOffset() + b / 8 * p.TrailerBytesPerSuper());
             const int j = index % 16;
-            return index < 16 ? Fp16ToFp32(trailer[j]) * blk[j]
-                              : -(Fp16ToFp32(trailer[16 + j]) * blk[16 + j]);
+            return index < 16 ? Fp16ToFp32(trailer[j]) * static_cast<int8_t>(blk[j])
+                              : -(Fp16ToFp32(trailer[16 + j]) * static_cast<int8_t>(blk[16 + j]));
           }
           if (p.f32_scales) return reinterpret_cast<const float*>(blk)[index];
           return Fp16ToFp32(reinterpret_cast<const uint16_t*>(blk)[index]);
@@ -280,6 +280,7 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
               const uint8_t bits = values[256 + plane * 64 + g * 8 + at / 8];
               u |= ((bits >> (at % 8)) & 1) << (4 + plane);
             }
+            if (p.level_lut) u = kIq4LevelBytes[u];
           }
           const int s = p.sub_blocks == 2 ? e / 16 : 0;
           const int n_floats = 16 * p.sub_blocks;

@@ -7,6 +7,7 @@
 // speculative decoding reproduce plain greedy decoding token for token.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,10 +46,13 @@ struct PackedInt8Weights {
   int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
   bool has_mins = false;    // an additive min per sub-block
   bool f32_scales = false;  // header floats as f32 (else f16)
-  // q4_K / q5_K: the header holds the rows' 6-bit sub-block scales and mins as bytes, and each
-  // row group ends with a trailer of the rows' f16 super-block d and dmin (16 + 16 per 256
-  // values); the kernel forms d * sc and dmin * m in f32, which is exact.
+  // q4_K / q5_K / iq4_xs: the header holds the rows' sub-block scales (and for q4_K / q5_K their
+  // mins) as signed bytes, and each row group ends with a trailer of the rows' f16 super-block d
+  // (and dmin) per 256 values; the kernel forms d * sc (and dmin * m) in f32, which is exact.
   bool k_scales = false;
+  // iq4_nl / iq4_xs: a nibble is an index into the non-linear grid (kIq4Levels); the kernels
+  // look the byte level + 128 up in registers (vpshufb), so the weights stream as 4 bits each.
+  bool level_lut = false;
   // i8 (BASS's INT8): bytes q + 128, no block headers; each row group ends with a trailer of
   // its 16 rows' f32 scales, applied once to the whole row's exact integer sum.
   bool row_scales = false;
@@ -59,19 +63,29 @@ struct PackedInt8Weights {
 
   int64_t HeaderBytes() const {
     if (row_scales) return 0;
-    if (k_scales) return 32;
+    if (k_scales) return has_mins ? 32 : 16;
     return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
   }
   int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 + 64 * high_planes : 512); }
   int64_t GroupBytes() const {
-    return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * 64 : 0) + (row_scales ? 64 : 0);
+    return cols / 32 * BlockBytes() + (k_scales ? cols / 256 * TrailerBytesPerSuper() : 0) +
+           (row_scales ? 64 : 0);
   }
+  // k_scales: the trailer's bytes per 256 values (16 rows' f16 d, and dmin with mins).
+  int64_t TrailerBytesPerSuper() const { return has_mins ? 64 : 32; }
   // Bytes after the last group: the AMX kernel reads i8 weights in tiles of 64 values, so with
   // cols % 64 == 32 its last tile reaches 448 bytes past the end (multiplied by zeros).
   int64_t SlackBytes() const { return row_scales ? 512 : 0; }
   // The trailer of super-block scales (k_scales) or row scales (row_scales) of a row group.
   int64_t TrailerOffset() const { return cols / 32 * BlockBytes(); }
 };
+
+// The IQ4 grid's levels + 128: the unsigned byte the packed kernels multiply for each index.
+inline constexpr std::array<uint8_t, 16> kIq4LevelBytes = [] {
+  std::array<uint8_t, 16> bytes{};
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(kIq4Levels[i] + 128);
+  return bytes;
+}();
 
 // Whether PackInt8 takes weights of this type (every quantized type; not f32 / f16 / bf16).
 bool IsPackable(DType t);
@@ -84,6 +98,8 @@ enum class PackedLayout {
   kBlockBytes,
   kBlockNibbles,
   kBlockNibbles5,
+  kIq4NL,  // kBlockNibbles with the grid lookup
+  kIq4XS,  // kQ4_K's byte scales, no mins, with the grid lookup
   kQ4_1,
   kQ5_1,
   kQ4_K,
@@ -187,9 +203,10 @@ struct RopeConfig {
   int head_dim = 0;
   int rotary_dim = 0;  // leading dims of each head that rotate (usually head_dim)
   float freq_base = 10000.0f;
-  bool neox = false;                // pairs (i, i + d/2) instead of (2i, 2i+1)
-  std::vector<float> freq_factors;  // Llama 3 / LongRoPE frequency divisors (rotary_dim / 2), or empty
-  float attn_factor = 1.0f;         // scales cos and sin (LongRoPE's attention factor)
+  bool neox = false;  // pairs (i, i + d/2) instead of (2i, 2i+1)
+  std::vector<float>
+      freq_factors;          // Llama 3 / LongRoPE frequency divisors (rotary_dim / 2), or empty
+  float attn_factor = 1.0f;  // scales cos and sin (LongRoPE's attention factor)
 };
 // cos/sin of the rotation angles for position pos: [rotary_dim / 2] each.
 void RopeAngles(const RopeConfig& config, int64_t pos, float* cos_out, float* sin_out);

@@ -70,8 +70,8 @@ inline __m256i ExpandBits(uint32_t bits) {
 // Lanes g and g + 4 (elements 4g..4g+3 and 16+4g..16+4g+3) of rows 8h..8h+7 of a packed block's
 // values, as unsigned bytes: two loads, or one load of nibbles (low: lane g, high: lane g + 4)
 // plus kPlanes high bit planes (plane p, lane g: bit j*4+t of its 64 is bit 4+p of element
-// 4g+t of row j).
-template <bool kNibbles, int kPlanes>
+// 4g+t of row j), or with kLut the nibbles' IQ4 grid levels + 128 (looked up with vpshufb).
+template <bool kNibbles, int kPlanes, bool kLut = false>
 inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m256i* hi) {
   if constexpr (!kNibbles) {
     *lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 64 + 32 * h));
@@ -82,6 +82,12 @@ inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m25
   const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values + g * 64 + 32 * h));
   *lo = _mm256_and_si256(z, low4);
   *hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), low4);
+  if constexpr (kLut) {
+    const __m256i levels = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4LevelBytes.data())));
+    *lo = _mm256_shuffle_epi8(levels, *lo);
+    *hi = _mm256_shuffle_epi8(levels, *hi);
+  }
   for (int plane = 0; plane < kPlanes; ++plane) {
     const __m256i bit = _mm256_set1_epi8(static_cast<char>(16 << plane));
     for (int j = 0; j < 2; ++j) {
@@ -121,7 +127,7 @@ constexpr int kLanesPerInt16 = kSigned        ? 1
 // Adds half h of block b to each activation row's integer sums: lanes 0..3 (elements 0..15) to
 // sub-block 0, lanes 4..7 to sub-block kSub - 1. Byte-pair products are summed in int16 over as
 // many lanes as stay exact, then widened once.
-template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned>
+template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned, bool kLut = false>
 inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* aq, int64_t k, int64_t m0,
                          int64_t b, __m256i (&isum)[MT][kSub]) {
   constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
@@ -131,7 +137,7 @@ inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* aq, int64_t
   int in_run = 0;
   for (int g = 0; g < 4; ++g) {
     __m256i lo, hi;
-    LoadLanePair<kNibbles, kPlanes>(values, g, h, &lo, &hi);
+    LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h, &lo, &hi);
     for (int r = 0; r < MT; ++r) {
       const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
       if constexpr (kSigned) {
@@ -176,7 +182,7 @@ inline void StoreRows(float* y, __m256 acc, int64_t valid) {
 
 // AVX-512's PackedTile (f16 block scales, no mins, one scale per 32): for 8 output rows of a
 // half, acc += float(isum) * (dw * da) per block.
-template <int MT, bool kNibbles, int kPlanes, bool kSigned>
+template <int MT, bool kNibbles, int kPlanes, bool kSigned, bool kLut>
 void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
                 const int8_t* aq, const float* da, const int32_t* acorr, int64_t k, int64_t m0,
                 float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
@@ -191,7 +197,7 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t b
       for (int r = 0; r < MT; ++r) {
         isum[r][0] = _mm256_set1_epi32(kSigned ? 0 : acorr[(m0 + r) * nb + b]);
       }
-      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned>(blk + 32, h, aq, k, m0, b, isum);
+      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h, aq, k, m0, b, isum);
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + h));
       for (int r = 0; r < MT; ++r) {
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][0]),
@@ -207,8 +213,9 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t b
 enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 
 // AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
-// same float steps in the same order.
-template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+// same float steps in the same order. Grid levels (kLut) are bytes with offset 128, multiplied
+// signed as in PackedTile (the sums start at 0, not -128 * sum(a): the same integer).
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
                        int64_t header_bytes, int32_t offset, const int8_t* aq, const float* da,
                        const int32_t* asum16, int64_t k, int64_t m0, float* y, int64_t y_stride,
@@ -224,14 +231,17 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, in
       __m256i isum[MT][kSub];
       for (int r = 0; r < MT; ++r) {
         const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-        if constexpr (kSub16) {
+        if constexpr (kLut) {
+          for (int s = 0; s < kSub; ++s) isum[r][s] = _mm256_setzero_si256();
+        } else if constexpr (kSub16) {
           isum[r][0] = _mm256_set1_epi32(-offset * s16[0]);
           isum[r][kSub - 1] = _mm256_set1_epi32(-offset * s16[1]);
         } else {
           isum[r][0] = _mm256_set1_epi32(-offset * (s16[0] + s16[1]));
         }
       }
-      DotBlockHalf<MT, kSub, kNibbles, kPlanes, false>(blk + header_bytes, h, aq, k, m0, b, isum);
+      DotBlockHalf<MT, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(blk + header_bytes, h, aq,
+                                                                        k, m0, b, isum);
       auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
         if constexpr (kScales == kScalesF32) {
           return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
@@ -242,19 +252,22 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, in
       };
       __m256 scale[kSub], min[kSub];
       if constexpr (kScales == kScalesK) {
-        const uint8_t* trailer = group + nb * block_bytes + b / 8 * 64;
-        auto bytes8 = [&](int at) {
+        constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
+        const uint8_t* trailer = group + nb * block_bytes + b / 8 * kTrailerBytes;
+        auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32
           const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
-          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+          return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
         };
         auto halves8 = [&](int at) {
           return _mm256_cvtph_ps(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
         };
         scale[0] = _mm256_mul_ps(halves8(0), bytes8(0));
-        const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16));
-        min[0] = _mm256_castsi256_ps(
-            _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
+        if constexpr (kMins) {
+          const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16));
+          min[0] = _mm256_castsi256_ps(
+              _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
+        }
       } else {
         for (int s = 0; s < kSub; ++s) {
           scale[s] = load8(s);
@@ -341,28 +354,28 @@ void WithRows(int64_t mt, Fn&& fn) {
   }
 }
 
-template <bool kNibbles, int kPlanes, bool kSigned>
+template <bool kNibbles, int kPlanes, bool kSigned, bool kLut>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                  const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
   const int64_t nb = w.cols / 32;
   ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
-      PackedTile<MT, kNibbles, kPlanes, kSigned>(w.data.data() + g * w.GroupBytes(), w.GroupBytes(),
-                                                 nb, w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
-                                                 w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+      PackedTile<MT, kNibbles, kPlanes, kSigned, kLut>(
+          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, w.BlockBytes(), aq, da, acorr,
+          w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
   });
 }
 
-template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void GeneralRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                   const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
   const int64_t nb = w.cols / 32;
   ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
-      PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales>(
+      PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(
           w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
           w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
@@ -385,17 +398,17 @@ void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int6
 using RangeFn = void (*)(const PackedInt8Weights&, const int8_t*, const float*, const int32_t*,
                          const int32_t*, int64_t, int64_t, int64_t, float*);
 
-template <bool kNibbles, int kPlanes, bool kSigned>
+template <bool kNibbles, int kPlanes, bool kSigned, bool kLut = false>
 void PackedRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                    const int32_t* acorr, const int32_t*, int64_t m, int64_t g0, int64_t g1,
                    float* y) {
-  PackedRange<kNibbles, kPlanes, kSigned>(w, aq, da, acorr, m, g0, g1, y);
+  PackedRange<kNibbles, kPlanes, kSigned, kLut>(w, aq, da, acorr, m, g0, g1, y);
 }
 
-template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut = false>
 void GeneralRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t*,
                     const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
-  GeneralRange<kNibbles, kPlanes, kSub16, kMins, kScales>(w, aq, da, asum16, m, g0, g1, y);
+  GeneralRange<kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(w, aq, da, asum16, m, g0, g1, y);
 }
 
 RangeFn RangeFor(const PackedInt8Weights& w) {
@@ -407,6 +420,10 @@ RangeFn RangeFor(const PackedInt8Weights& w) {
       return PackedRangeFn<true, 0, false>;
     case PackedLayout::kBlockNibbles5:
       return PackedRangeFn<true, 1, false>;
+    case PackedLayout::kIq4NL:  // grid levels + 128: the signed products of the byte layout
+      return PackedRangeFn<true, 0, /*kSigned=*/true, /*kLut=*/true>;
+    case PackedLayout::kIq4XS:
+      return GeneralRangeFn<true, 0, false, false, kScalesK, /*kLut=*/true>;
     case PackedLayout::kQ4_1:
       return GeneralRangeFn<true, 0, false, true, kScalesF16>;
     case PackedLayout::kQ5_1:

@@ -263,9 +263,16 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
   }
 }
 
+// The IQ4 grid's levels + 128 in each 128-bit lane, for vpshufb (indices are 0..15).
+inline __m512i Iq4LevelBytes() {
+  return _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4LevelBytes.data())));
+}
+
 // Lanes {g0, g0 + 1, g0 + 4, g0 + 5} of a packed block's values as unsigned bytes: loaded, or
-// unpacked from nibbles (lanes g and g + 4 share a load) plus kPlanes high bit planes.
-template <bool kNibbles, int kPlanes>
+// unpacked from nibbles (lanes g and g + 4 share a load) plus kPlanes high bit planes, or with
+// kLut the nibbles' grid levels + 128.
+template <bool kNibbles, int kPlanes, bool kLut = false>
 inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
   const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
   if constexpr (!kNibbles) {
@@ -279,6 +286,10 @@ inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
   w[1] = _mm512_and_si512(z1, low4);
   w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
   w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
+  if constexpr (kLut) {
+    const __m512i levels = Iq4LevelBytes();
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_shuffle_epi8(levels, w[j]);
+  }
   for (int plane = 0; plane < kPlanes; ++plane) {
     const __m512i bit = _mm512_set1_epi8(static_cast<char>(16 << plane));
     for (int j = 0; j < 4; ++j) {
@@ -310,7 +321,7 @@ inline void DotLanes(const __m512i w[4], int g0, const int8_t* aq, int64_t k, in
 // nibbles); the offset's contribution, offset * sum(a), is precomputed per activation block and
 // seeds the accumulator. Integer sums are exact, and the float accumulation order per output is
 // fixed, so the result does not depend on MT, m or the thread split.
-template <int MT, bool kNibbles, int kPlanes>
+template <int MT, bool kNibbles, int kPlanes, bool kLut>
 void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
                 const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
                 int64_t y_stride, int64_t n0, int64_t rows_valid) {
@@ -334,7 +345,7 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
     for (int half = 0; half < 2; ++half) {
       // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
       __m512i w[4];
-      LoadLanes<kNibbles, kPlanes>(values, 2 * half, w);
+      LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
       DotLanes<MT, 1, kChains>(w, 2 * half, aq, k, m0, b, isum);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
@@ -357,12 +368,12 @@ constexpr int kPackedTileRows = 8;
 using PackedTileFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const float*,
                               const int32_t*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 
-template <bool kNibbles, int kPlanes>
+template <bool kNibbles, int kPlanes, bool kLut>
 constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
-    PackedTile<1, kNibbles, kPlanes>, PackedTile<2, kNibbles, kPlanes>,
-    PackedTile<3, kNibbles, kPlanes>, PackedTile<4, kNibbles, kPlanes>,
-    PackedTile<5, kNibbles, kPlanes>, PackedTile<6, kNibbles, kPlanes>,
-    PackedTile<7, kNibbles, kPlanes>, PackedTile<8, kNibbles, kPlanes>};
+    PackedTile<1, kNibbles, kPlanes, kLut>, PackedTile<2, kNibbles, kPlanes, kLut>,
+    PackedTile<3, kNibbles, kPlanes, kLut>, PackedTile<4, kNibbles, kPlanes, kLut>,
+    PackedTile<5, kNibbles, kPlanes, kLut>, PackedTile<6, kNibbles, kPlanes, kLut>,
+    PackedTile<7, kNibbles, kPlanes, kLut>, PackedTile<8, kNibbles, kPlanes, kLut>};
 
 // Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1 and the
 // K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
@@ -371,7 +382,7 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
 // Header kinds: f16 or f32 scales (and mins), or K-quant byte scales with a trailer.
 enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 
-template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales>
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
                        int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
                        int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
@@ -401,7 +412,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     }
     for (int half = 0; half < 2; ++half) {
       __m512i w[4];
-      LoadLanes<kNibbles, kPlanes>(values, 2 * half, w);
+      LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
       DotLanes<MT, kSub, kChains>(w, 2 * half, aq, k, m0, b, isum);
     }
     auto load16 = [&](int index) {  // the header's 16 floats number `index`
@@ -413,17 +424,21 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     };
     __m512 scale[kSub], min[kSub];
     if constexpr (kScales == kScalesK) {
-      // d * sc and -(dmin * m), exact in f32 (f16 times a 6-bit integer).
-      const auto* trailer = reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * 64);
+      // d * sc and -(dmin * m), exact in f32 (f16 times a 6-bit integer; sc signed for iq4_xs).
+      constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
+      const auto* trailer =
+          reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * kTrailerBytes);
       auto bytes16 = [&](int at) {
         return _mm512_cvtepi32_ps(
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
       };
       scale[0] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer)), bytes16(0));
-      const __m512 dmin_m =
-          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1)), bytes16(16));
-      min[0] = _mm512_castsi512_ps(
-          _mm512_xor_si512(_mm512_castps_si512(dmin_m), _mm512_set1_epi32(INT32_MIN)));
+      if constexpr (kMins) {
+        const __m512 dmin_m =
+            _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1)), bytes16(16));
+        min[0] = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(dmin_m), _mm512_set1_epi32(INT32_MIN)));
+      }
     } else {
       for (int s = 0; s < kSub; ++s) {
         scale[s] = load16(s);
@@ -458,16 +473,16 @@ using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int32_
                                const float*, const int32_t*, int64_t, int64_t, float*, int64_t,
                                int64_t, int64_t);
 
-template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kF32>
+template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut = false>
 constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
-    PackedTileGeneral<1, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<2, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<3, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<4, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<5, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<6, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<7, kNibbles, kPlanes, kSub16, kMins, kF32>,
-    PackedTileGeneral<8, kNibbles, kPlanes, kSub16, kMins, kF32>};
+    PackedTileGeneral<1, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<2, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<3, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<4, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<5, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<6, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<7, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
+    PackedTileGeneral<8, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>};
 
 // The tiles for a packed layout, or nullptr for the layouts PackedTile handles.
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
@@ -486,6 +501,8 @@ const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
       return kGeneralTiles<true, 0, true, false, kScalesF32>;
     case PackedLayout::kQ2_K:
       return kGeneralTiles<true, 0, true, true, kScalesF32>;
+    case PackedLayout::kIq4XS:
+      return kGeneralTiles<true, 0, false, false, kScalesK, /*kLut=*/true>;
     default:
       return nullptr;
   }
@@ -517,15 +534,15 @@ void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const 
   });
 }
 
-template <bool kNibbles, int kPlanes>
+template <bool kNibbles, int kPlanes, bool kLut = false>
 void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
                  const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
   const int64_t nb = w.cols / 32;
   ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
-    kPackedTiles<kNibbles, kPlanes>[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(),
-                                            aq, da, acorr, w.cols, m0, y, w.rows, n0,
-                                            std::min<int64_t>(16, w.rows - n0));
+    kPackedTiles<kNibbles, kPlanes, kLut>[mt - 1](w.data.data() + g * w.GroupBytes(), nb,
+                                                  w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
+                                                  w.rows, n0, std::min<int64_t>(16, w.rows - n0));
   });
 }
 
@@ -737,6 +754,8 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       [&](int64_t g0, int64_t g1) {
         if (general != nullptr) {
           GeneralRange(w, general, aq, da, asum16, m, g0, g1, y);
+        } else if (w.level_lut) {
+          PackedRange<true, 0, true>(w, aq, da, acorr, m, g0, g1, y);
         } else if (!w.nibbles) {
           PackedRange<false, 0>(w, aq, da, acorr, m, g0, g1, y);
         } else if (w.high_planes == 0) {

@@ -13,11 +13,11 @@ namespace specd {
 
 struct OneDnnInt8Weights {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  int64_t rows = 0, cols = 0;            // N, K
-  dnnl::memory::desc weights_desc;       // [K, N] in the layout oneDNN chose
-  dnnl::memory weights;                  // the re-laid weights
-  std::vector<float> row_scales;         // [N]
-  std::mutex mutex;                      // guards primitives
+  int64_t rows = 0, cols = 0;       // N, K
+  dnnl::memory::desc weights_desc;  // [K, N] in the layout oneDNN chose
+  dnnl::memory weights;             // the re-laid weights
+  std::vector<float> row_scales;    // [N]
+  std::mutex mutex;                 // guards primitives
   std::map<int64_t, std::shared_ptr<dnnl::matmul::primitive_desc>> primitives;  // by row count
 };
 
@@ -71,8 +71,8 @@ std::shared_ptr<OneDnnInt8Weights> MakeOneDnnInt8Weights(
   return o;
 }
 
-void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
-                    const PackedInt8Weights& w, float* y, MatmulScratch* scratch) {
+void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m, const PackedInt8Weights& w,
+                    float* y, MatmulScratch* scratch) {
   SPECD_CHECK(w.onednn != nullptr, "oneDNN weights were not built for this matrix");
   OneDnnInt8Weights& o = *w.onednn;
   const int64_t k = o.cols, n = o.rows;
@@ -81,8 +81,8 @@ void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
   auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
   auto* sums = reinterpret_cast<int32_t*>(da + m);
-  auto* acc = reinterpret_cast<int32_t*>(
-      scratch->bytes.data() + (m * k + m * 8 + 63) / 64 * 64);  // [m, N]
+  auto* acc =
+      reinterpret_cast<int32_t*>(scratch->bytes.data() + (m * k + m * 8 + 63) / 64 * 64);  // [m, N]
   if (ctx.cpu.avx512) {
     avx512::QuantizeActivationsPerRow(x, m, k, aq, da, sums);
   } else {
@@ -95,8 +95,8 @@ void OneDnnMatmulI8(const KernelContext& ctx, const float* x, int64_t m,
   dnnl::memory src(pd->src_desc(), o.engine, aq);
   dnnl::memory dst(pd->dst_desc(), o.engine, acc);
   dnnl::stream stream(o.engine);
-  dnnl::matmul(*pd).execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, o.weights},
-                                     {DNNL_ARG_DST, dst}});
+  dnnl::matmul(*pd).execute(
+      stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, o.weights}, {DNNL_ARG_DST, dst}});
   stream.wait();
   // The float steps of reference::MatmulI8, in its order.
   for (int64_t i = 0; i < m; ++i) {

@@ -12,14 +12,16 @@ namespace specd {
 namespace {
 
 // One 32-block of a row as levels u (w = scale[s] * (u - offset) + min[s], s = element / 16 when
-// there are two sub-blocks, else 0).
+// there are two sub-blocks, else 0; with a level lookup, u is the grid index and the level byte
+// is kIq4Levels[u] + 128).
 struct BlockLevels {
   uint8_t u[32];
   float scale[2] = {0, 0};
   float min[2] = {0, 0};
-  // q4_K / q5_K as stored: 6-bit scale and min of this 32-block, f16 d and dmin of its
-  // super-block (scale[0] = d * sc, min[0] = -(dmin * m)).
-  uint8_t k_sc = 0, k_m = 0;
+  // q4_K / q5_K / iq4_xs as stored: the scale (and min) of this 32-block, f16 d and dmin of its
+  // super-block (scale[0] = d * sc, min[0] = -(dmin * m)); iq4_xs's sc is ls - 32, signed.
+  int8_t k_sc = 0;
+  uint8_t k_m = 0;
   uint16_t k_d = 0, k_dmin = 0;
 };
 
@@ -29,7 +31,17 @@ PackedInt8Weights FormatFor(DType t) {
   p.source_type = t;
   switch (t) {
     case DType::kQ8_0:
-    case DType::kIQ4_NL:  // bytes: the level + 128 (a nibble lookup kernel would read half)
+      p.offset = 128;
+      break;
+    case DType::kIQ4_NL:  // grid indices as nibbles, looked up as the level + 128
+      p.nibbles = true;
+      p.level_lut = true;
+      p.offset = 128;
+      break;
+    case DType::kIQ4_XS:
+      p.nibbles = true;
+      p.level_lut = true;
+      p.k_scales = true;
       p.offset = 128;
       break;
     case DType::kQ4_0:
@@ -162,7 +174,7 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
       }
       out->scale[0] = Fp16ToFp32(d16) * sc[b];
       out->min[0] = -(Fp16ToFp32(dmin16) * mn[b]);
-      out->k_sc = sc[b];
+      out->k_sc = static_cast<int8_t>(sc[b]);
       out->k_m = mn[b];
       out->k_d = d16;
       out->k_dmin = dmin16;
@@ -205,11 +217,19 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
     }
     case DType::kIQ4_NL: {
       const auto& k = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
-      for (int j = 0; j < 16; ++j) {
-        out->u[j] = static_cast<uint8_t>(kIq4Levels[k.qs[j] & 15] + 128);
-        out->u[j + 16] = static_cast<uint8_t>(kIq4Levels[k.qs[j] >> 4] + 128);
-      }
+      NibbleLevels(k.qs, out->u);
       out->scale[0] = Fp16ToFp32(k.d);
+      return;
+    }
+    case DType::kIQ4_XS: {
+      const auto& k = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+      const int ib = static_cast<int>(b % 8);
+      NibbleLevels(k.qs + 16 * ib, out->u);
+      const int ls =
+          ((k.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((k.scales_h >> (2 * ib)) & 3) << 4);
+      out->k_sc = static_cast<int8_t>(ls - 32);
+      out->k_d = k.d;
+      out->scale[0] = Fp16ToFp32(k.d) * static_cast<float>(ls - 32);
       return;
     }
     case DType::kQ4_0: {
@@ -250,8 +270,8 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
 void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t* out) {
   const int n_floats = 16 * p.sub_blocks;
   for (int j = 0; j < 16 && p.k_scales; ++j) {
-    out[j] = rows[j].k_sc;
-    out[16 + j] = rows[j].k_m;
+    out[j] = static_cast<uint8_t>(rows[j].k_sc);
+    if (p.has_mins) out[16 + j] = rows[j].k_m;
   }
   for (int s = 0; s < p.sub_blocks && !p.k_scales; ++s) {
     for (int j = 0; j < 16; ++j) {
@@ -293,11 +313,7 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
 
 }  // namespace
 
-// iq4_xs's 32-block scales d * (ls - 32) are not fp16 numbers, and as f32 scales its byte levels
-// (8 bits) would overflow the AVX2 kernel's 16-bit pair sums: it runs unpacked for now.
-bool IsPackable(DType t) {
-  return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16 && t != DType::kIQ4_XS;
-}
+bool IsPackable(DType t) { return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16; }
 
 PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
   SPECD_CHECK(IsPackable(w.type) && w.cols % 32 == 0 && w.cols % BlockElements(w.type) == 0,
@@ -327,11 +343,12 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
         }
         uint8_t* group_data = p.data.data() + group * p.GroupBytes();
         WriteBlock(p, rows, group_data + b * p.BlockBytes());
-        if (p.k_scales && b % 8 == 0) {  // the super-block's d and dmin of the 16 rows
-          auto* trailer = reinterpret_cast<uint16_t*>(group_data + p.TrailerOffset() + b / 8 * 64);
+        if (p.k_scales && b % 8 == 0) {  // the super-block's d (and dmin) of the 16 rows
+          auto* trailer = reinterpret_cast<uint16_t*>(group_data + p.TrailerOffset() +
+                                                      b / 8 * p.TrailerBytesPerSuper());
           for (int j = 0; j < 16; ++j) {
             trailer[j] = rows[j].k_d;
-            trailer[16 + j] = rows[j].k_dmin;
+            if (p.has_mins) trailer[16 + j] = rows[j].k_dmin;
           }
         }
       }
@@ -379,6 +396,12 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
 
 PackedLayout LayoutOf(const PackedInt8Weights& w) {
   const bool sub16 = w.sub_blocks == 2;
+  if (w.level_lut) {
+    if (w.nibbles && w.high_planes == 0 && !w.has_mins && !w.f32_scales && !sub16) {
+      return w.k_scales ? PackedLayout::kIq4XS : PackedLayout::kIq4NL;
+    }
+    Fail("packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
+  }
   if (!w.has_mins && !w.f32_scales && !w.k_scales && !sub16) {
     if (!w.nibbles && w.high_planes == 0) return PackedLayout::kBlockBytes;
     if (w.nibbles && w.high_planes == 0) return PackedLayout::kBlockNibbles;

@@ -152,6 +152,44 @@ TrainOptions TinyTrainOptions(int n_layers, int n_heads, int n_kv_heads, int ffn
   return options;
 }
 
+// The trainer's logits for `path` (ImportGguf) equal specd's forward of the same file to float
+// rounding, and their argmax on every row.
+void ExpectSpecdGivesTheTrainersLogits(const std::string& path, int64_t vocab) {
+  Llama reference = ImportGguf(path);
+  reference->eval();
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % vocab));
+  auto input = torch::empty({1, 40}, torch::kInt64);
+  for (int i = 0; i < 40; ++i) input[0][i] = tokens[i];
+  torch::NoGradGuard no_grad;
+  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [40, vocab] fp32
+
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto model = Model::Load(path, &ctx);
+  auto kv = model->NewKvCache({1, 64});
+  const int seq = kv->Acquire();
+  Batch batch;
+  for (int i = 0; i < 40; ++i) batch.Add(tokens[i], i, seq, true);
+  std::vector<float> logits;
+  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  ASSERT_EQ(logits.size(), 40u * static_cast<size_t>(vocab));
+  const float* e = expected.data_ptr<float>();
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(logits[i]) - e[i]));
+    max_abs = std::max(max_abs, std::fabs(double(e[i])));
+  }
+  // f32 file, f32 engine: agreement to float rounding, far inside bf16 tolerance (2^-8).
+  EXPECT_LT(max_diff, 1e-3 * std::max(1.0, max_abs)) << path << ": max |logit| " << max_abs;
+  int same_argmax = 0;
+  for (int r = 0; r < 40; ++r) {
+    same_argmax += Argmax(std::span<const float>(logits.data() + r * vocab, vocab)) ==
+                   expected[r].argmax().item<int64_t>();
+  }
+  EXPECT_EQ(same_argmax, 40) << path;
+}
+
 TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   TrainOptions options = TinyTrainOptions(2, 4, 2, 160, 64);
   options.out = specd::testing::TempDir() + "/parity.gguf";
@@ -164,39 +202,15 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   EXPECT_LT(result.train_loss, 7.0);  // below log(1024) = 6.93 + noise: it learned something
 
   // Reload the trained weights from the exported file into torch and into specd.
-  Llama reference = ImportGguf(options.out);
-  reference->eval();
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 1024);
-  auto input = torch::empty({1, 40}, torch::kInt64);
-  for (int i = 0; i < 40; ++i) input[0][i] = tokens[i];
-  torch::NoGradGuard no_grad;
-  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [40, 1024] fp32
+  ExpectSpecdGivesTheTrainersLogits(options.out, 1024);
+}
 
-  ThreadPool pool(2);
-  const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto model = Model::Load(options.out, &ctx);
-  auto kv = model->NewKvCache({1, 64});
-  const int seq = kv->Acquire();
-  Batch batch;
-  for (int i = 0; i < 40; ++i) batch.Add(tokens[i], i, seq, true);
-  std::vector<float> logits;
-  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
-  ASSERT_EQ(logits.size(), 40u * 1024u);
-  const float* e = expected.data_ptr<float>();
-  double max_diff = 0, max_abs = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(double(logits[i]) - e[i]));
-    max_abs = std::max(max_abs, std::fabs(double(e[i])));
-  }
-  // f32 export, f32 engine: agreement to float rounding, far inside bf16 tolerance (2^-8).
-  EXPECT_LT(max_diff, 1e-3 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
-  int same_argmax = 0;
-  for (int r = 0; r < 40; ++r) {
-    same_argmax += Argmax(std::span<const float>(logits.data() + r * 1024, 1024)) ==
-                   expected[r].argmax().item<int64_t>();
-  }
-  EXPECT_EQ(same_argmax, 40);
+// A qwen2 file (q / k / v biases, NeoX rotary pairs, tied embeddings) imports into the trainer
+// as specd reads it: the SDSAT fine-tune of Qwen2.5-Coder starts from the model specd runs.
+TEST(Train, ImportedQwen2ModelGivesSpecdsLogits) {
+  const std::string path = specd::testing::TinyModel("tiny-qwen2");
+  EXPECT_EQ(ImportGguf(path)->shape.arch, "qwen2");
+  ExpectSpecdGivesTheTrainersLogits(path, Model::Load(path, nullptr)->config().n_vocab);
 }
 
 TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {

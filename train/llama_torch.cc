@@ -14,10 +14,16 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type()) * weight;
 }
 
-// x [B, T, H, hd]: rotate adjacent pairs (2i, 2i+1) by pos * base^(-2i/hd); cos and sin
-// [1 or B, T, hd/2].
-torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+// x [B, T, H, hd]: rotate pairs (2i, 2i+1), or with neox (i, i + hd/2), by pos * base^(-2i/hd);
+// cos and sin [1 or B, T, hd/2].
+torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                   bool neox) {
   const auto sizes = x.sizes();
+  if (neox) {
+    const auto halves = x.chunk(2, -1);  // [B, T, H, hd/2] each
+    const auto c = cos.unsqueeze(2), s = sin.unsqueeze(2);
+    return torch::cat({halves[0] * c - halves[1] * s, halves[0] * s + halves[1] * c}, -1);
+  }
   const auto pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
   const auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
   const auto c = cos.unsqueeze(2), s = sin.unsqueeze(2);  // [1 or B, T, 1, hd/2]
@@ -30,15 +36,16 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaShape& s) {
   const int64_t hd = s.head_dim();
   attn_norm = register_parameter("attn_norm", torch::ones({s.dim}));
   ffn_norm = register_parameter("ffn_norm", torch::ones({s.dim}));
-  auto linear = [&](const char* name, int64_t in, int64_t out) {
+  auto linear = [&](const char* name, int64_t in, int64_t out, bool bias = false) {
     auto l =
-        register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+        register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
     torch::nn::init::normal_(l->weight, 0.0, 0.02);
+    if (bias) torch::nn::init::zeros_(l->bias);
     return l;
   };
-  wq = linear("wq", s.dim, s.n_heads * hd);
-  wk = linear("wk", s.dim, s.n_kv_heads * hd);
-  wv = linear("wv", s.dim, s.n_kv_heads * hd);
+  wq = linear("wq", s.dim, s.n_heads * hd, s.qkv_bias);
+  wk = linear("wk", s.dim, s.n_kv_heads * hd, s.qkv_bias);
+  wv = linear("wv", s.dim, s.n_kv_heads * hd, s.qkv_bias);
   wo = linear("wo", s.n_heads * hd, s.dim);
   w_gate = linear("w_gate", s.dim, s.ffn);
   w_up = linear("w_up", s.dim, s.ffn);
@@ -139,8 +146,8 @@ torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
     auto q = block->Project(kWq, h).view({batch, time, shape.n_heads, hd});
     auto k = block->Project(kWk, h).view({batch, time, shape.n_kv_heads, hd});
     auto v = block->Project(kWv, h).view({batch, time, shape.n_kv_heads, hd});
-    q = Rope(q.to(torch::kFloat32), cos, sin).to(q.scalar_type());
-    k = Rope(k.to(torch::kFloat32), cos, sin).to(k.scalar_type());
+    q = Rope(q.to(torch::kFloat32), cos, sin, shape.neox_rope).to(q.scalar_type());
+    k = Rope(k.to(torch::kFloat32), cos, sin, shape.neox_rope).to(k.scalar_type());
     if (group > 1) {
       k = k.repeat_interleave(group, 2);
       v = v.repeat_interleave(group, 2);
@@ -219,22 +226,23 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
   const LlamaShape& s = model->shape;
   auto tok = GgufFile::Open(tokenizer_gguf);
   GgufWriter w;
-  w.Set("general.architecture", GgufValue::Str("llama"));
+  const std::string& a = s.arch;  // the metadata keys' prefix
+  w.Set("general.architecture", GgufValue::Str(a));
   w.Set("general.name", GgufValue::Str(name));
   w.Set("general.file_type", GgufValue::U32(LlamaFileType(type)));
   if (type == DType::kQ8_0 || type == DType::kQ4_0) {
     w.Set("general.quantization_version", GgufValue::U32(2));
   }
-  w.Set("llama.context_length", GgufValue::U32(static_cast<uint32_t>(s.ctx)));
-  w.Set("llama.embedding_length", GgufValue::U32(static_cast<uint32_t>(s.dim)));
-  w.Set("llama.block_count", GgufValue::U32(static_cast<uint32_t>(s.n_layers)));
-  w.Set("llama.feed_forward_length", GgufValue::U32(static_cast<uint32_t>(s.ffn)));
-  w.Set("llama.attention.head_count", GgufValue::U32(static_cast<uint32_t>(s.n_heads)));
-  w.Set("llama.attention.head_count_kv", GgufValue::U32(static_cast<uint32_t>(s.n_kv_heads)));
-  w.Set("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(s.rms_eps)));
-  w.Set("llama.rope.freq_base", GgufValue::F32(static_cast<float>(s.rope_base)));
-  w.Set("llama.rope.dimension_count", GgufValue::U32(static_cast<uint32_t>(s.head_dim())));
-  w.Set("llama.vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
+  w.Set(a + ".context_length", GgufValue::U32(static_cast<uint32_t>(s.ctx)));
+  w.Set(a + ".embedding_length", GgufValue::U32(static_cast<uint32_t>(s.dim)));
+  w.Set(a + ".block_count", GgufValue::U32(static_cast<uint32_t>(s.n_layers)));
+  w.Set(a + ".feed_forward_length", GgufValue::U32(static_cast<uint32_t>(s.ffn)));
+  w.Set(a + ".attention.head_count", GgufValue::U32(static_cast<uint32_t>(s.n_heads)));
+  w.Set(a + ".attention.head_count_kv", GgufValue::U32(static_cast<uint32_t>(s.n_kv_heads)));
+  w.Set(a + ".attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(s.rms_eps)));
+  w.Set(a + ".rope.freq_base", GgufValue::F32(static_cast<float>(s.rope_base)));
+  w.Set(a + ".rope.dimension_count", GgufValue::U32(static_cast<uint32_t>(s.head_dim())));
+  w.Set(a + ".vocab_size", GgufValue::U32(static_cast<uint32_t>(s.n_vocab)));
   for (const auto& [key, value] : tok->metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.Set(key, value);
   }
@@ -278,6 +286,11 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     add(p + "attn_q.weight", b->wq->weight, type);
     add(p + "attn_k.weight", b->wk->weight, type);
     add(p + "attn_v.weight", b->wv->weight, type);
+    if (s.qkv_bias) {
+      add(p + "attn_q.bias", b->wq->bias, DType::kF32);
+      add(p + "attn_k.bias", b->wk->bias, DType::kF32);
+      add(p + "attn_v.bias", b->wv->bias, DType::kF32);
+    }
     add(p + "attn_output.weight", b->wo->weight, type);
     add(p + "ffn_norm.weight", b->ffn_norm, DType::kF32);
     add(p + "ffn_gate.weight", b->w_gate->weight, type);
@@ -291,7 +304,7 @@ void ExportLoraAdapter(Llama& model, DType type, const std::string& name, const 
                        const std::vector<std::pair<std::string, GgufValue>>& extra) {
   SPECD_CHECK(model->has_lora(), "the model has no LoRA to export");
   GgufWriter w;
-  w.Set("general.architecture", GgufValue::Str("llama"));
+  w.Set("general.architecture", GgufValue::Str(model->shape.arch));
   w.Set("general.type", GgufValue::Str("adapter"));
   w.Set("general.name", GgufValue::Str(name));
   w.Set("adapter.type", GgufValue::Str("lora"));
@@ -333,17 +346,20 @@ void ExportLoraAdapter(Llama& model, DType type, const std::string& name, const 
 
 Llama ImportGguf(const std::string& path) {
   auto f = GgufFile::Open(path);
-  SPECD_CHECK(f->Get("general.architecture").AsString("arch") == "llama", path,
-              ": only llama models can be imported");
   LlamaShape s;
-  s.dim = f->Get("llama.embedding_length").AsInt("dim");
-  s.n_layers = f->Get("llama.block_count").AsInt("layers");
-  s.n_heads = f->Get("llama.attention.head_count").AsInt("heads");
-  s.n_kv_heads = f->Get("llama.attention.head_count_kv").AsInt("kv heads");
-  s.ffn = f->Get("llama.feed_forward_length").AsInt("ffn");
-  s.ctx = f->Get("llama.context_length").AsInt("ctx");
-  s.rope_base = f->Get("llama.rope.freq_base").AsFloat("rope");
-  s.rms_eps = f->Get("llama.attention.layer_norm_rms_epsilon").AsFloat("eps");
+  s.arch = f->Get("general.architecture").AsString("arch");
+  SPECD_CHECK(s.arch == "llama" || s.arch == "qwen2", path, ": the trainer imports llama and ",
+              "qwen2 models, not ", s.arch);
+  s.qkv_bias = s.neox_rope = s.arch == "qwen2";
+  auto key = [&](const char* name) { return f->Get(s.arch + "." + name); };
+  s.dim = key("embedding_length").AsInt("dim");
+  s.n_layers = key("block_count").AsInt("layers");
+  s.n_heads = key("attention.head_count").AsInt("heads");
+  s.n_kv_heads = key("attention.head_count_kv").AsInt("kv heads");
+  s.ffn = key("feed_forward_length").AsInt("ffn");
+  s.ctx = key("context_length").AsInt("ctx");
+  s.rope_base = key("rope.freq_base").AsFloat("rope");
+  s.rms_eps = key("attention.layer_norm_rms_epsilon").AsFloat("eps");
   s.n_vocab = f->GetTensor("token_embd.weight").shape[1];
   const GgufValue* head = f->Find("specd.head_tokens");
   SPECD_CHECK(f->FindTensor("output.weight") == nullptr || head != nullptr, path,
@@ -379,6 +395,11 @@ Llama ImportGguf(const std::string& path) {
     load(p + "attn_q.weight", b->wq->weight);
     load(p + "attn_k.weight", b->wk->weight);
     load(p + "attn_v.weight", b->wv->weight);
+    if (s.qkv_bias) {
+      load(p + "attn_q.bias", b->wq->bias);
+      load(p + "attn_k.bias", b->wk->bias);
+      load(p + "attn_v.bias", b->wv->bias);
+    }
     load(p + "attn_output.weight", b->wo->weight);
     load(p + "ffn_norm.weight", b->ffn_norm);
     load(p + "ffn_gate.weight", b->w_gate->weight);

@@ -25,6 +25,10 @@ struct LlamaShape {
   int64_t ctx = 256;
   double rope_base = 10000.0;
   double rms_eps = 1e-5;
+  // The GGUF architecture: "llama", or "qwen2" (biases on q / k / v, NeoX rotary pairs).
+  std::string arch = "llama";
+  bool qkv_bias = false;
+  bool neox_rope = false;
 
   int64_t head_dim() const { return dim / n_heads; }
 };

@@ -205,12 +205,17 @@ TEST(Train, ExportedModelGivesTheTrainersLogitsInSpecd) {
   ExpectSpecdGivesTheTrainersLogits(options.out, 1024);
 }
 
-// A qwen2 file (q / k / v biases, NeoX rotary pairs, tied embeddings) imports into the trainer
-// as specd reads it: the SDSAT fine-tune of Qwen2.5-Coder starts from the model specd runs.
-TEST(Train, ImportedQwen2ModelGivesSpecdsLogits) {
-  const std::string path = specd::testing::TinyModel("tiny-qwen2");
-  EXPECT_EQ(ImportGguf(path)->shape.arch, "qwen2");
-  ExpectSpecdGivesTheTrainersLogits(path, Model::Load(path, nullptr)->config().n_vocab);
+// A qwen2 file (q / k / v biases, NeoX rotary pairs) and a llama file with its own output matrix
+// (as Qwen2.5-Coder-0.5B's GGUF has) import into the trainer as specd reads them: the SDSAT
+// fine-tune of Qwen2.5-Coder starts from the model specd runs.
+TEST(Train, ImportedQwen2AndUntiedModelsGiveSpecdsLogits) {
+  for (const char* shape : {"tiny-qwen2", "tiny"}) {
+    const std::string path = specd::testing::TinyModel(shape);
+    const Llama imported = ImportGguf(path);
+    EXPECT_EQ(imported->shape.arch, shape == std::string("tiny") ? "llama" : "qwen2");
+    EXPECT_EQ(imported->output.defined(), shape == std::string("tiny")) << shape;
+    ExpectSpecdGivesTheTrainersLogits(path, Model::Load(path, nullptr)->config().n_vocab);
+  }
 }
 
 TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {

@@ -102,6 +102,12 @@ void LlamaImpl::SetHeadTokens(const std::vector<int64_t>& ids) {
   head_index = register_buffer("head_index", index);
 }
 
+void LlamaImpl::UntieOutput() {
+  SPECD_CHECK(!has_head(), "a restricted head reads the embedding: it cannot be untied");
+  torch::NoGradGuard no_grad;
+  output = register_parameter("output", embed->weight.clone());
+}
+
 torch::Tensor LlamaImpl::HeadTargets(const torch::Tensor& targets) const {
   return has_head() ? head_index.index({targets}) : targets;
 }
@@ -172,9 +178,11 @@ torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
 }
 
 torch::Tensor LlamaImpl::Logits(const torch::Tensor& x) {
-  const auto output = has_head() ? embed->weight.index_select(0, head_tokens) : embed->weight;
-  auto logits = torch::matmul(x, output.t().to(x.scalar_type()));  // [B, T, n_head]
-  if (token_delta.defined() && !has_head()) {
+  const auto matrix = output.defined() ? output
+                      : has_head()       ? embed->weight.index_select(0, head_tokens)
+                                         : embed->weight;
+  auto logits = torch::matmul(x, matrix.t().to(x.scalar_type()));  // [B, T, n_head]
+  if (token_delta.defined() && !has_head() && !output.defined()) {
     // Tied: the token's output row changes with its embedding.
     const auto extra = torch::matmul(x, token_delta.to(x.scalar_type()));  // [B, T]
     logits = logits.index_add(-1, torch::tensor({lora_token}), extra.unsqueeze(-1));
@@ -269,6 +277,7 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     add("token_embd.weight", model->embed->weight, embedding_type.value_or(type));
   }
   add("output_norm.weight", model->final_norm, DType::kF32);
+  if (model->output.defined()) add("output.weight", model->output, type);
   if (model->has_head()) {
     // The FR-Spec head: the embedding's rows of the listed tokens, and the list.
     add("output.weight", model->embed->weight.index_select(0, model->head_tokens), type);
@@ -362,9 +371,9 @@ Llama ImportGguf(const std::string& path) {
   s.rms_eps = key("attention.layer_norm_rms_epsilon").AsFloat("eps");
   s.n_vocab = f->GetTensor("token_embd.weight").shape[1];
   const GgufValue* head = f->Find("specd.head_tokens");
-  SPECD_CHECK(f->FindTensor("output.weight") == nullptr || head != nullptr, path,
-              ": only models with tied embeddings (or specd's restricted head) can be imported");
   Llama model(s);
+  const bool untied = f->FindTensor("output.weight") != nullptr && head == nullptr;
+  if (untied) model->UntieOutput();
   if (head != nullptr) {
     // The head's output rows are the embedding's rows of the listed tokens.
     std::vector<int64_t> ids;
@@ -388,6 +397,7 @@ Llama ImportGguf(const std::string& path) {
   };
   load("token_embd.weight", model->embed->weight);
   load("output_norm.weight", model->final_norm);
+  if (untied) load("output.weight", model->output);
   for (int64_t i = 0; i < s.n_layers; ++i) {
     auto* b = model->blocks[i]->as<LlamaBlockImpl>();
     const std::string p = "blk." + std::to_string(i) + ".";

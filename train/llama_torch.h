@@ -80,6 +80,9 @@ struct LlamaImpl : torch::nn::Module {
   // the listed tokens only, the embedding's rows for them as the output matrix.
   void SetHeadTokens(const std::vector<int64_t>& ids);
   bool has_head() const { return head_tokens.defined() && head_tokens.numel() > 0; }
+  // Gives the model its own output matrix (a file with output.weight), initialized as the
+  // embedding; without it the output layer is the embedding (tied).
+  void UntieOutput();
   // Targets as indices into the head: [batch, time] token ids -> [batch, time] head indices, -100
   // (cross_entropy's ignore_index) for tokens outside it. Identity without a head.
   torch::Tensor HeadTargets(const torch::Tensor& targets) const;
@@ -99,7 +102,8 @@ struct LlamaImpl : torch::nn::Module {
   double lora_alpha = 0.0;
   int64_t lora_token = -1;
   torch::Tensor token_delta;            // [dim] the LoRA token's embedding change, or undefined
-  torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output
+  torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output unless `output`
+  torch::Tensor output;                 // [n_vocab, dim] an untied output matrix, or undefined
   torch::Tensor head_tokens;            // [n_head] int64, empty: the whole vocabulary
   torch::Tensor head_index;             // [n_vocab] int64: position in head_tokens or -100
   torch::nn::ModuleList blocks;

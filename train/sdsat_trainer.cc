@@ -32,13 +32,18 @@ int32_t FindToken(const GgufFile& f, const std::string& text) {
 }
 
 FimTokens FimTokensOf(const GgufFile& f) {
-  auto id = [&](const char* key, const char* text) {
+  // From the metadata key, else by text: StarCoder's spelling, then Qwen2.5-Coder's.
+  auto id = [&](const char* key, std::initializer_list<const char*> texts) {
     const int64_t from_key = f.GetInt(key, -1);
-    return from_key >= 0 ? static_cast<int32_t>(from_key) : FindToken(f, text);
+    if (from_key >= 0) return static_cast<int32_t>(from_key);
+    for (const char* text : texts) {
+      if (const int32_t found = FindToken(f, text); found >= 0) return found;
+    }
+    return -1;
   };
-  return {id("tokenizer.ggml.fim_pre_token_id", "<fim_prefix>"),
-          id("tokenizer.ggml.fim_mid_token_id", "<fim_middle>"),
-          id("tokenizer.ggml.fim_suf_token_id", "<fim_suffix>")};
+  return {id("tokenizer.ggml.fim_pre_token_id", {"<fim_prefix>", "<|fim_prefix|>"}),
+          id("tokenizer.ggml.fim_mid_token_id", {"<fim_middle>", "<|fim_middle|>"}),
+          id("tokenizer.ggml.fim_suf_token_id", {"<fim_suffix>", "<|fim_suffix|>"})};
 }
 
 uint64_t RowSeed(uint64_t seed, int64_t step, int row) {

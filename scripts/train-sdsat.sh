@@ -4,7 +4,7 @@
 #   bash scripts/train-sdsat.sh            # the shipped 16.5M target (~25 min on 2 cores)
 #   bash scripts/train-sdsat.sh smollm2    # SmolLM2-135M-Instruct as a LoRA adapter (~1 hour)
 #   bash scripts/train-sdsat.sh smollm2-pilot   # its 240-step pilot (~35 min), measured in the
-#                                               # README; adapters go to pretrained/ (not in
+#                                               # bench/results/sdsat/NOTES.md; adapters go to pretrained/ (not in
 #                                               # git: models/ has a 60 MB budget)
 #   bash scripts/train-sdsat.sh qwen-coder   # Qwen2.5-Coder-0.5B-Instruct as a LoRA (~5.5 h)
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the EAGLE head for SmolLM2-135M-Instruct exactly as it was made, into
 # pretrained/specd-smollm2-eagle-q8_0.gguf (11.3 MB, not in git: it does not beat the shipped
-# draft, see the README); resumes from checkpoints/smol-eagle/ if interrupted. About 1.7 hours on
+# draft, see bench/results/smollm2-eagle/NOTES.md); resumes from checkpoints/smol-eagle/ if interrupted. About 1.7 hours on
 # 2 cores: ~35 min for 1M tokens the target writes itself (half continuing Python standard-library
 # files, half answering chat prompts from scripts/make-chat-prompts.py; half greedy, half sampled
 # at t = 1), ~25 min for specd's forward to record the target's features over them (1.27M

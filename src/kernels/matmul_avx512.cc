@@ -390,10 +390,26 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
   constexpr int kSub = kSub16 ? 2 : 1;
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  // K-quant byte scales: the 16 rows' super-block d and -dmin, read once per 8 blocks. (-dmin) * m
+  // is -(dmin * m) to the bit (rounding is symmetric), the AVX2 kernel's form.
+  __m512 super_d = _mm512_setzero_ps(), super_neg_dmin = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + header_bytes;
     PrefetchAhead(blk, block_bytes);
+    if constexpr (kScales == kScalesK) {
+      if (b % 8 == 0) {
+        constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
+        const auto* trailer =
+            reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * kTrailerBytes);
+        super_d = _mm512_cvtph_ps(_mm256_loadu_si256(trailer));
+        if constexpr (kMins) {
+          super_neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
+              _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1))),
+              _mm512_set1_epi32(INT32_MIN)));
+        }
+      }
+    }
     // Independent integer sums per row: per sub-block, and for few rows split further so that
     // dependent vpdpbusd chains do not bound the time (exact in any order).
     constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
@@ -425,20 +441,12 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     __m512 scale[kSub], min[kSub];
     if constexpr (kScales == kScalesK) {
       // d * sc and -(dmin * m), exact in f32 (f16 times a 6-bit integer; sc signed for iq4_xs).
-      constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
-      const auto* trailer =
-          reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * kTrailerBytes);
       auto bytes16 = [&](int at) {
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
       };
-      scale[0] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer)), bytes16(0));
-      if constexpr (kMins) {
-        const __m512 dmin_m =
-            _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1)), bytes16(16));
-        min[0] = _mm512_castsi512_ps(
-            _mm512_xor_si512(_mm512_castps_si512(dmin_m), _mm512_set1_epi32(INT32_MIN)));
-      }
+      scale[0] = _mm512_mul_ps(super_d, bytes16(0));
+      if constexpr (kMins) min[0] = _mm512_mul_ps(super_neg_dmin, bytes16(16));
     } else {
       for (int s = 0; s < kSub; ++s) {
         scale[s] = load16(s);

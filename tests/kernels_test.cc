@@ -260,8 +260,9 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
             const auto* trailer = reinterpret_cast<const uint16_t*>(
                 group + p.TrailerOffset() + b / 8 * p.TrailerBytesPerSuper());
             const int j = index % 16;
-            return index < 16 ? Fp16ToFp32(trailer[j]) * static_cast<int8_t>(blk[j])
-                              : -(Fp16ToFp32(trailer[16 + j]) * static_cast<int8_t>(blk[16 + j]));
+            return index < 16 * p.sub_blocks
+                       ? Fp16ToFp32(trailer[j]) * static_cast<int8_t>(blk[index])
+                       : -(Fp16ToFp32(trailer[16 + j]) * static_cast<int8_t>(blk[index]));
           }
           if (p.f32_scales) return reinterpret_cast<const float*>(blk)[index];
           return Fp16ToFp32(reinterpret_cast<const uint16_t*>(blk)[index]);

@@ -26,14 +26,15 @@ namespace specd {
 // exact unsigned levels u with per-row float scales (and mins), w = scale * (u - offset) + min,
 // per 32 values or, for the 16-value sub-blocks of q2_K / q3_K / q6_K, per 16:
 //   per (row group, block): header, then values.
-//   header: scales [sub_blocks][16] then, with mins, mins [sub_blocks][16]; f16, or f32 for the
-//           K-quants, whose scales are products d * sc (exact in f32, not in f16).
+//   header: scales [sub_blocks][16] then, with mins, mins [sub_blocks][16]; f16, or f32 for
+//           q2_K / q3_K, whose scales are products d * sc (exact in f32, not in f16), or signed
+//           bytes sc with d in a trailer (k_scales below: q4_K, q5_K, q6_K, iq4_xs).
 //   values: bytes u, 8 x 64 (lanes g = elements 4g..4g+3), or nibbles, 4 x 64 (low nibbles
 //           elements 0..15, high 16..31, as in q4_0), followed for 5- and 6-bit levels by
 //           high_planes bit planes of 8 x 64 bits (plane p, lane g: bit j*4+t is bit 4+p of
 //           element 4g+t of row j).
-// Built once at model load; the size of the source for q4_0, q4_1 and the 5-bit 32-blocks, a
-// little more for the K-quants (their scales as f32) and q8_0 is kept as bytes.
+// Built once at model load; the size of the source for q4_0, q4_1, the 5- and 6-bit types and
+// the IQ4 types, a little more for q2_K / q3_K (their scales as f32); q8_0 is kept as bytes.
 struct OneDnnInt8Weights;  // kernels/onednn_int8.h
 
 struct PackedInt8Weights {
@@ -46,9 +47,10 @@ struct PackedInt8Weights {
   int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
   bool has_mins = false;    // an additive min per sub-block
   bool f32_scales = false;  // header floats as f32 (else f16)
-  // q4_K / q5_K / iq4_xs: the header holds the rows' sub-block scales (and for q4_K / q5_K their
-  // mins) as signed bytes, and each row group ends with a trailer of the rows' f16 super-block d
-  // (and dmin) per 256 values; the kernel forms d * sc (and dmin * m) in f32, which is exact.
+  // q4_K / q5_K / q6_K / iq4_xs: the header holds the rows' sub-block scales [sub_blocks][16]
+  // (and for q4_K / q5_K their mins [16]) as signed bytes, and each row group ends with a trailer
+  // of the rows' f16 super-block d (and dmin) per 256 values; the kernel forms d * sc (and
+  // dmin * m) in f32, which is exact (f16 times an 8-bit integer).
   bool k_scales = false;
   // iq4_nl / iq4_xs: a nibble is an index into the non-linear grid (kIq4Levels); the kernels
   // look the byte level + 128 up in registers (vpshufb), so the weights stream as 4 bits each.
@@ -63,7 +65,7 @@ struct PackedInt8Weights {
 
   int64_t HeaderBytes() const {
     if (row_scales) return 0;
-    if (k_scales) return has_mins ? 32 : 16;
+    if (k_scales) return 16 * (sub_blocks + (has_mins ? 1 : 0));
     return 16 * sub_blocks * (has_mins ? 2 : 1) * (f32_scales ? 4 : 2);
   }
   int64_t BlockBytes() const { return HeaderBytes() + (nibbles ? 256 + 64 * high_planes : 512); }

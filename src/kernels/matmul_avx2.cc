@@ -262,9 +262,10 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, in
           return _mm256_cvtph_ps(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
         };
-        scale[0] = _mm256_mul_ps(halves8(0), bytes8(0));
+        for (int sub = 0; sub < kSub; ++sub)
+          scale[sub] = _mm256_mul_ps(halves8(0), bytes8(16 * sub));
         if constexpr (kMins) {
-          const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16));
+          const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16 * kSub));
           min[0] = _mm256_castsi256_ps(
               _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
         }
@@ -433,7 +434,7 @@ RangeFn RangeFor(const PackedInt8Weights& w) {
     case PackedLayout::kQ5_K:
       return GeneralRangeFn<true, 1, false, true, kScalesK>;
     case PackedLayout::kQ6_K:
-      return GeneralRangeFn<false, 0, true, false, kScalesF32>;
+      return GeneralRangeFn<true, 2, true, false, kScalesK>;
     case PackedLayout::kQ3_K:
       return GeneralRangeFn<true, 0, true, false, kScalesF32>;
     case PackedLayout::kQ2_K:

@@ -445,8 +445,8 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
       };
-      scale[0] = _mm512_mul_ps(super_d, bytes16(0));
-      if constexpr (kMins) min[0] = _mm512_mul_ps(super_neg_dmin, bytes16(16));
+      for (int sub = 0; sub < kSub; ++sub) scale[sub] = _mm512_mul_ps(super_d, bytes16(16 * sub));
+      if constexpr (kMins) min[0] = _mm512_mul_ps(super_neg_dmin, bytes16(16 * kSub));
     } else {
       for (int s = 0; s < kSub; ++s) {
         scale[s] = load16(s);
@@ -504,7 +504,7 @@ const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
     case PackedLayout::kQ5_K:
       return kGeneralTiles<true, 1, false, true, kScalesK>;
     case PackedLayout::kQ6_K:
-      return kGeneralTiles<false, 0, true, false, kScalesF32>;
+      return kGeneralTiles<true, 2, true, false, kScalesK>;
     case PackedLayout::kQ3_K:
       return kGeneralTiles<true, 0, true, false, kScalesF32>;
     case PackedLayout::kQ2_K:

@@ -18,9 +18,10 @@ struct BlockLevels {
   uint8_t u[32];
   float scale[2] = {0, 0};
   float min[2] = {0, 0};
-  // q4_K / q5_K / iq4_xs as stored: the scale (and min) of this 32-block, f16 d and dmin of its
-  // super-block (scale[0] = d * sc, min[0] = -(dmin * m)); iq4_xs's sc is ls - 32, signed.
-  int8_t k_sc = 0;
+  // q4_K / q5_K / q6_K / iq4_xs as stored: the scale of each sub-block (and min) of this
+  // 32-block, f16 d and dmin of its super-block (scale[s] = d * sc[s], min[0] = -(dmin * m));
+  // signed: iq4_xs's ls - 32, q6_K's scales.
+  int8_t k_sc[2] = {0, 0};
   uint8_t k_m = 0;
   uint16_t k_d = 0, k_dmin = 0;
 };
@@ -94,9 +95,11 @@ PackedInt8Weights FormatFor(DType t) {
       p.row_scales = true;
       p.offset = 128;
       break;
-    case DType::kQ6_K:  // bytes: two bit planes cost more unpacking than they save in reads
+    case DType::kQ6_K:  // nibbles + 2 bit planes, byte scales per 16: the file's size
+      p.nibbles = true;
+      p.high_planes = 2;
       p.sub_blocks = 2;
-      p.f32_scales = true;
+      p.k_scales = true;
       p.offset = 32;
       break;
     default:
@@ -174,7 +177,7 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
       }
       out->scale[0] = Fp16ToFp32(d16) * sc[b];
       out->min[0] = -(Fp16ToFp32(dmin16) * mn[b]);
-      out->k_sc = static_cast<int8_t>(sc[b]);
+      out->k_sc[0] = static_cast<int8_t>(sc[b]);
       out->k_m = mn[b];
       out->k_d = d16;
       out->k_dmin = dmin16;
@@ -193,7 +196,11 @@ void KQuantLevels(DType t, const uint8_t* super, int b, BlockLevels* out) {
         out->u[l] =
             static_cast<uint8_t>(((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4));
       }
-      for (int s = 0; s < 2; ++s) out->scale[s] = d * k.scales[8 * h + 2 * r + s];
+      for (int s = 0; s < 2; ++s) {
+        out->k_sc[s] = k.scales[8 * h + 2 * r + s];
+        out->scale[s] = d * out->k_sc[s];
+      }
+      out->k_d = k.d;
       return;
     }
     default:
@@ -227,7 +234,7 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
       NibbleLevels(k.qs + 16 * ib, out->u);
       const int ls =
           ((k.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((k.scales_h >> (2 * ib)) & 3) << 4);
-      out->k_sc = static_cast<int8_t>(ls - 32);
+      out->k_sc[0] = static_cast<int8_t>(ls - 32);
       out->k_d = k.d;
       out->scale[0] = Fp16ToFp32(k.d) * static_cast<float>(ls - 32);
       return;
@@ -269,9 +276,9 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
 // Writes one (row group, block) of p from the levels of its 16 rows.
 void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t* out) {
   const int n_floats = 16 * p.sub_blocks;
-  for (int j = 0; j < 16 && p.k_scales; ++j) {
-    out[j] = static_cast<uint8_t>(rows[j].k_sc);
-    if (p.has_mins) out[16 + j] = rows[j].k_m;
+  for (int j = 0; j < 16 && p.k_scales; ++j) {  // scales [sub_blocks][16], then mins [16]
+    for (int s = 0; s < p.sub_blocks; ++s) out[16 * s + j] = static_cast<uint8_t>(rows[j].k_sc[s]);
+    if (p.has_mins) out[16 * p.sub_blocks + j] = rows[j].k_m;
   }
   for (int s = 0; s < p.sub_blocks && !p.k_scales; ++s) {
     for (int j = 0; j < 16; ++j) {
@@ -421,7 +428,7 @@ PackedLayout LayoutOf(const PackedInt8Weights& w) {
       {true, 1, false, true, kF16, PackedLayout::kQ5_1},
       {true, 0, false, true, kK, PackedLayout::kQ4_K},
       {true, 1, false, true, kK, PackedLayout::kQ5_K},
-      {false, 0, true, false, kF32, PackedLayout::kQ6_K},
+      {true, 2, true, false, kK, PackedLayout::kQ6_K},
       {true, 0, true, false, kF32, PackedLayout::kQ3_K},
       {true, 0, true, true, kF32, PackedLayout::kQ2_K},
   };

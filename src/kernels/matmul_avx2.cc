@@ -254,7 +254,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, in
       if constexpr (kScales == kScalesK) {
         constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
         const uint8_t* trailer = group + nb * block_bytes + b / 8 * kTrailerBytes;
-        auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32
+        auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32, q6_K's scales
           const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
           return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
         };

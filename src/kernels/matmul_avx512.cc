@@ -440,7 +440,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
     };
     __m512 scale[kSub], min[kSub];
     if constexpr (kScales == kScalesK) {
-      // d * sc and -(dmin * m), exact in f32 (f16 times a 6-bit integer; sc signed for iq4_xs).
+      // d * sc and -(dmin * m), exact in f32 (f16 times an 8-bit integer; sc signed: iq4_xs, q6_K).
       auto bytes16 = [&](int at) {
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));

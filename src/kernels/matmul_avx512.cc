@@ -382,55 +382,39 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
 // Header kinds: f16 or f32 scales (and mins), or K-quant byte scales with a trailer.
 enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 
-template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
-void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
-                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
-                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
-                       int64_t rows_valid) {
-  constexpr int kSub = kSub16 ? 2 : 1;
-  __m512 acc[MT];
-  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  // K-quant byte scales: the 16 rows' super-block d and -dmin, read once per 8 blocks. (-dmin) * m
-  // is -(dmin * m) to the bit (rounding is symmetric), the AVX2 kernel's form.
-  __m512 super_d = _mm512_setzero_ps(), super_neg_dmin = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * block_bytes;
-    const uint8_t* values = blk + header_bytes;
-    PrefetchAhead(blk, block_bytes);
-    if constexpr (kScales == kScalesK) {
-      if (b % 8 == 0) {
-        constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
-        const auto* trailer =
-            reinterpret_cast<const __m256i*>(group + nb * block_bytes + b / 8 * kTrailerBytes);
-        super_d = _mm512_cvtph_ps(_mm256_loadu_si256(trailer));
-        if constexpr (kMins) {
-          super_neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
-              _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1))),
-              _mm512_set1_epi32(INT32_MIN)));
-        }
-      }
-    }
-    // Independent integer sums per row: per sub-block, and for few rows split further so that
-    // dependent vpdpbusd chains do not bound the time (exact in any order).
-    constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
-    __m512i isum[MT][kSub][kChains];
-    for (int r = 0; r < MT; ++r) {
-      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-      for (int s = 0; s < kSub; ++s) {
-        for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
-      }
-      if constexpr (kSub16) {
-        isum[r][0][0] = _mm512_set1_epi32(-offset * s16[0]);
-        isum[r][kSub - 1][0] = _mm512_set1_epi32(-offset * s16[1]);
-      } else {
-        isum[r][0][0] = _mm512_set1_epi32(-offset * (s16[0] + s16[1]));
-      }
-    }
-    for (int half = 0; half < 2; ++half) {
-      __m512i w[4];
-      LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
-      DotLanes<MT, kSub, kChains>(w, 2 * half, aq, k, m0, b, isum);
-    }
+// K-quant byte scales: the 16 rows' super-block d and -dmin, read from the row group's trailer
+// once per 8 blocks. (-dmin) * m is -(dmin * m) to the bit (rounding is symmetric), the AVX2
+// kernel's form.
+struct SuperScales {
+  __m512 d = _mm512_setzero_ps();
+  __m512 neg_dmin = _mm512_setzero_ps();
+};
+
+template <bool kMins>
+inline void LoadSuperScales(const uint8_t* trailer_bytes, SuperScales* super) {
+  const auto* trailer = reinterpret_cast<const __m256i*>(trailer_bytes);
+  super->d = _mm512_cvtph_ps(_mm256_loadu_si256(trailer));
+  if constexpr (kMins) {
+    super->neg_dmin = _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1))),
+                         _mm512_set1_epi32(INT32_MIN)));
+  }
+}
+
+// The 16 rows' scales (and mins) of block `blk` per sub-block: from the header's f16 / f32
+// floats, or K-quant bytes times the super-block's d (exact in f32: f16 times an 8-bit integer;
+// sc signed for iq4_xs and q6_K).
+template <int kSub, bool kMins, int kScales>
+inline void BlockScales(const uint8_t* blk, const SuperScales& super, __m512 (&scale)[kSub],
+                        __m512 (&min)[kSub]) {
+  if constexpr (kScales == kScalesK) {
+    auto bytes16 = [&](int at) {
+      return _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
+    };
+    for (int s = 0; s < kSub; ++s) scale[s] = _mm512_mul_ps(super.d, bytes16(16 * s));
+    if constexpr (kMins) min[0] = _mm512_mul_ps(super.neg_dmin, bytes16(16 * kSub));
+  } else {
     auto load16 = [&](int index) {  // the header's 16 floats number `index`
       if constexpr (kScales == kScalesF32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
@@ -438,38 +422,75 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
       }
     };
-    __m512 scale[kSub], min[kSub];
-    if constexpr (kScales == kScalesK) {
-      // d * sc and -(dmin * m), exact in f32 (f16 times an 8-bit integer; sc signed: iq4_xs, q6_K).
-      auto bytes16 = [&](int at) {
-        return _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
-      };
-      for (int sub = 0; sub < kSub; ++sub) scale[sub] = _mm512_mul_ps(super_d, bytes16(16 * sub));
-      if constexpr (kMins) min[0] = _mm512_mul_ps(super_neg_dmin, bytes16(16 * kSub));
+    for (int s = 0; s < kSub; ++s) {
+      scale[s] = load16(s);
+      if constexpr (kMins) min[s] = load16(kSub + s);
+    }
+  }
+}
+
+// One row's value of a block: its chained integer sums per sub-block, scaled, plus the mins
+// times the sums s16 of its activations: t = sum_s scale_s * isum_s [+ min_s * sum_s(a)].
+template <int kSub, bool kMins, int kChains>
+inline __m512 BlockValue(const __m512i (&isum)[kSub][kChains], const int32_t* s16,
+                         const __m512 (&scale)[kSub], const __m512 (&min)[kSub]) {
+  __m512i whole[kSub];
+  for (int s = 0; s < kSub; ++s) {
+    whole[s] = isum[s][0];
+    for (int c = 1; c < kChains; ++c) whole[s] = _mm512_add_epi32(whole[s], isum[s][c]);
+  }
+  __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(whole[0]), scale[0]);
+  if constexpr (kSub == 2) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[1]), scale[1], t);
+  if constexpr (kMins) {
+    if constexpr (kSub == 2) {
+      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);
+      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[1])), min[1], t);
     } else {
-      for (int s = 0; s < kSub; ++s) {
-        scale[s] = load16(s);
-        if constexpr (kMins) min[s] = load16(kSub + s);
+      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
+    }
+  }
+  return t;
+}
+
+template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
+void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
+                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
+                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                       int64_t rows_valid) {
+  constexpr int kSub = kSub16 ? 2 : 1;
+  // Independent integer sums per row: per sub-block, and for few rows split further so that
+  // dependent vpdpbusd chains do not bound the time (exact in any order).
+  constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
+  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  SuperScales super;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * block_bytes;
+    PrefetchAhead(blk, block_bytes);
+    if constexpr (kScales == kScalesK) {
+      if (b % 8 == 0) {
+        LoadSuperScales<kMins>(group + nb * block_bytes + b / 8 * kTrailerBytes, &super);
       }
     }
+    __m512i isum[MT][kSub][kChains];
+    for (int r = 0; r < MT; ++r) {  // seeded with -offset * sum(a) per sub-block
+      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+      for (int s = 0; s < kSub; ++s) {
+        for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
+        isum[r][s][0] = _mm512_set1_epi32(-offset * (kSub16 ? s16[s] : s16[0] + s16[1]));
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      __m512i w[4];
+      LoadLanes<kNibbles, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
+      DotLanes<MT, kSub, kChains>(w, 2 * half, aq, k, m0, b, isum);
+    }
+    __m512 scale[kSub], min[kSub];
+    BlockScales<kSub, kMins, kScales>(blk, super, scale, min);
     for (int r = 0; r < MT; ++r) {
       const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-      __m512i whole[kSub];
-      for (int s = 0; s < kSub; ++s) {
-        whole[s] = isum[r][s][0];
-        for (int c = 1; c < kChains; ++c) whole[s] = _mm512_add_epi32(whole[s], isum[r][s][c]);
-      }
-      __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(whole[0]), scale[0]);
-      if constexpr (kSub16) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[1]), scale[1], t);
-      if constexpr (kMins) {
-        if constexpr (kSub16) {
-          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);
-          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[1])), min[1], t);
-        } else {
-          t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
-        }
-      }
+      const __m512 t = BlockValue<kSub, kMins, kChains>(isum[r], s16, scale, min);
       acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(da[(m0 + r) * nb + b]), acc[r]);
     }
   }

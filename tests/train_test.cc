@@ -152,27 +152,46 @@ TrainOptions TinyTrainOptions(int n_layers, int n_heads, int n_kv_heads, int ffn
   return options;
 }
 
+// n token ids spread over a vocabulary of `vocab`.
+std::vector<int32_t> TestTokens(int n, int64_t vocab) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % vocab));
+  return tokens;
+}
+
+// The trainer's logits of `tokens` at positions 0..n-1: [n, outputs] f32.
+torch::Tensor TrainerLogits(Llama& model, const std::vector<int32_t>& tokens) {
+  model->eval();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  auto input = torch::empty({1, n}, torch::kInt64);
+  for (int64_t i = 0; i < n; ++i) input[0][i] = tokens[i];
+  torch::NoGradGuard no_grad;
+  return model->forward(input).squeeze(0).contiguous();
+}
+
+// specd's logits of `tokens` at positions 0..n-1, in one forward: [n, n_vocab].
+std::vector<float> SpecdLogits(const KernelContext& ctx, Model& model,
+                               const std::vector<int32_t>& tokens) {
+  auto kv = model.NewKvCache({1, static_cast<int>(tokens.size()) + 24});
+  const int seq = kv->Acquire();
+  Batch batch;
+  for (size_t i = 0; i < tokens.size(); ++i) batch.Add(tokens[i], static_cast<int>(i), seq, true);
+  std::vector<float> logits;
+  model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  return logits;
+}
+
 // The trainer's logits for `path` (ImportGguf) equal specd's forward of the same file to float
 // rounding, and their argmax on every row.
 void ExpectSpecdGivesTheTrainersLogits(const std::string& path, int64_t vocab) {
   Llama reference = ImportGguf(path);
-  reference->eval();
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % vocab));
-  auto input = torch::empty({1, 40}, torch::kInt64);
-  for (int i = 0; i < 40; ++i) input[0][i] = tokens[i];
-  torch::NoGradGuard no_grad;
-  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [40, vocab] fp32
+  const std::vector<int32_t> tokens = TestTokens(40, vocab);
+  const auto expected = TrainerLogits(reference, tokens);  // [40, vocab]
 
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto model = Model::Load(path, &ctx);
-  auto kv = model->NewKvCache({1, 64});
-  const int seq = kv->Acquire();
-  Batch batch;
-  for (int i = 0; i < 40; ++i) batch.Add(tokens[i], i, seq, true);
-  std::vector<float> logits;
-  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  const std::vector<float> logits = SpecdLogits(ctx, *model, tokens);
   ASSERT_EQ(logits.size(), 40u * static_cast<size_t>(vocab));
   const float* e = expected.data_ptr<float>();
   double max_diff = 0, max_abs = 0;
@@ -232,24 +251,14 @@ TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {
   Llama reference = ImportGguf(options.out);
   ASSERT_TRUE(reference->has_head());
   ASSERT_EQ(reference->head_tokens.numel(), 200);
-  reference->eval();
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 20; ++i) tokens.push_back((i * 37 + 11) % 1024);
-  auto input = torch::empty({1, 20}, torch::kInt64);
-  for (int i = 0; i < 20; ++i) input[0][i] = tokens[i];
-  torch::NoGradGuard no_grad;
-  const auto expected = reference->forward(input).squeeze(0).contiguous();  // [20, 200]
+  const std::vector<int32_t> tokens = TestTokens(20, 1024);
+  const auto expected = TrainerLogits(reference, tokens);  // [20, 200]
 
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
   auto model = Model::Load(options.out, &ctx);
   ASSERT_EQ(model->config().head_tokens.size(), 200u);
-  auto kv = model->NewKvCache({1, 32});
-  const int seq = kv->Acquire();
-  Batch batch;
-  for (int i = 0; i < 20; ++i) batch.Add(tokens[i], i, seq, true);
-  std::vector<float> logits;  // [20, 1024]
-  model->Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  const std::vector<float> logits = SpecdLogits(ctx, *model, tokens);  // [20, 1024]
   ASSERT_EQ(logits.size(), 20u * 1024u);
   std::vector<int> head_index(1024, -1);
   for (int j = 0; j < 200; ++j) head_index[model->config().head_tokens[j]] = j;

@@ -698,46 +698,17 @@ TEST(Train, MeasureDraftAcceptsEveryTokenOfTheTargetItself) {
   EXPECT_GT(more.n_prompts, same.n_prompts);
 }
 
-// An EAGLE head trained on a tiny target: more steps fit the target's next feature and token
-// better on held-out text, and the exported head drafts losslessly in specd's engine.
-TEST(Train, EagleHeadLearnsTheTargetsFeaturesAndDraftsLosslessly) {
-  TrainOptions target_options = TinyTrainOptions(2, 2, 2, 128, 64);
-  target_options.out = specd::testing::TempDir() + "/eagle-target.gguf";
-  target_options.batch = 4;
-  target_options.max_steps = 40;
-  target_options.eval_windows = 2;
-  Train(target_options);
-  auto eagle = [&](int64_t steps, const std::string& name) {
-    EagleTrainOptions o;
-    o.target = target_options.out;
-    o.corpus_dir = target_options.corpus_dir;
-    o.checkpoint_dir = specd::testing::TempDir() + "/" + name;
-    o.out = o.checkpoint_dir + ".gguf";
-    o.export_type = DType::kF32;
-    o.teacher_text_tokens = 4096;
-    o.head_vocab = 256;
-    o.ctx = 32;
-    o.batch = 4;
-    o.steps = steps;
-    o.warmup_steps = 2;
-    o.lr = 3e-3;
-    o.eval_every = 1000;
-    o.held_out_sequences = 16;
-    return std::make_pair(TrainEagle(o), o.out);
-  };
-  const auto [early, early_path] = eagle(1, "eagle-1");
-  const auto [late, late_path] = eagle(120, "eagle-120");
-  EXPECT_TRUE(late.finished);
-  EXPECT_LT(late.feature_loss, 0.8 * early.feature_loss);
-  EXPECT_LT(late.token_loss, early.token_loss);
-  EXPECT_GT(late.top1, early.top1);
+// The EAGLE head at `head_path` loads in specd's engine as a one-block head over `n_head` tokens
+// and drafts for the target at `target_path` losslessly (greedy).
+void ExpectEagleHeadDraftsLosslessly(const std::string& target_path, const std::string& head_path,
+                                     size_t n_head) {
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  auto target = Model::Load(target_options.out, &ctx);
-  auto head = Model::Load(late_path, &ctx);
+  auto target = Model::Load(target_path, &ctx);
+  auto head = Model::Load(head_path, &ctx);
   ASSERT_TRUE(head->config().eagle);
   EXPECT_EQ(head->config().n_layer, 1);
-  EXPECT_EQ(head->config().head_tokens.size(), 256u);
+  EXPECT_EQ(head->config().head_tokens.size(), n_head);
   auto target_kv = target->NewKvCache({1, 160});
   auto head_kv = head->NewKvCache({1, 160});
   const std::vector<int32_t> prompt = {1, 40, 41, 42, 43, 44, 45, 46};
@@ -748,6 +719,101 @@ TEST(Train, EagleHeadLearnsTheTargetsFeaturesAndDraftsLosslessly) {
                                         specd::testing::Greedy(prompt, 48), 3, &stats);
   EXPECT_EQ(spec.sequences[0].tokens, plain.sequences[0].tokens);
   EXPECT_GT(stats.n_drafted, 0);
+}
+
+// EAGLE training options for a tiny target: `steps` steps, checkpoints and the head under `name`.
+EagleTrainOptions TinyEagleOptions(const std::string& target, const std::string& corpus,
+                                   int64_t steps, const std::string& name) {
+  EagleTrainOptions o;
+  o.target = target;
+  o.corpus_dir = corpus;
+  o.checkpoint_dir = specd::testing::TempDir() + "/" + name;
+  o.out = o.checkpoint_dir + ".gguf";
+  o.export_type = DType::kF32;
+  o.teacher_text_tokens = 4096;
+  o.head_vocab = 256;
+  o.ctx = 32;
+  o.batch = 4;
+  o.steps = steps;
+  o.warmup_steps = 2;
+  o.lr = 3e-3;
+  o.eval_every = 1000;
+  o.held_out_sequences = 16;
+  return o;
+}
+
+// An EAGLE head trained on a tiny target: more steps fit the target's next feature and token
+// better on held-out text, and the exported head drafts losslessly in specd's engine.
+TEST(Train, EagleHeadLearnsTheTargetsFeaturesAndDraftsLosslessly) {
+  TrainOptions target_options = TinyTrainOptions(2, 2, 2, 128, 64);
+  target_options.out = specd::testing::TempDir() + "/eagle-target.gguf";
+  target_options.batch = 4;
+  target_options.max_steps = 40;
+  target_options.eval_windows = 2;
+  Train(target_options);
+  auto eagle = [&](int64_t steps, const std::string& name) {
+    const EagleTrainOptions o =
+        TinyEagleOptions(target_options.out, target_options.corpus_dir, steps, name);
+    return std::make_pair(TrainEagle(o), o.out);
+  };
+  const auto [early, early_path] = eagle(1, "eagle-1");
+  const auto [late, late_path] = eagle(120, "eagle-120");
+  EXPECT_TRUE(late.finished);
+  EXPECT_LT(late.feature_loss, 0.8 * early.feature_loss);
+  EXPECT_LT(late.token_loss, early.token_loss);
+  EXPECT_GT(late.top1, early.top1);
+  ExpectEagleHeadDraftsLosslessly(target_options.out, late_path, 256);
+}
+
+// A target of Qwen2.5-Coder's kind (qwen2: q / k / v biases; its own output matrix): the EAGLE
+// head starts from its last block with the biases, and its output layer is the target's output
+// rows of the head tokens (not the embedding's); it loads and drafts losslessly.
+TEST(Train, EagleHeadOfAQwen2TargetTakesItsBiasesAndOutputRows) {
+  TrainOptions target_options = TinyTrainOptions(2, 2, 2, 128, 64);
+  target_options.shape.arch = "qwen2";
+  target_options.shape.qkv_bias = target_options.shape.neox_rope = true;
+  target_options.out = specd::testing::TempDir() + "/qwen2-tied.gguf";
+  target_options.batch = 4;
+  target_options.max_steps = 10;
+  target_options.eval_windows = 2;
+  Train(target_options);
+  // Random biases and output rows apart from the embedding, so that missing either shows.
+  Llama target = ImportGguf(target_options.out);
+  target->UntieOutput();
+  {
+    torch::NoGradGuard no_grad;
+    target->output.normal_(0.0, 0.05);
+    auto* last = target->blocks[1]->as<LlamaBlockImpl>();
+    for (int m : {kWq, kWk, kWv}) last->matrix(m)->bias.normal_(0.0, 0.1);
+  }
+  const std::string target_path = specd::testing::TempDir() + "/qwen2-untied.gguf";
+  ExportGguf(target, target_options.out, DType::kF32, "qwen2-untied", target_path);
+
+  EagleTrainOptions o = TinyEagleOptions(target_path, target_options.corpus_dir, 1, "eagle-qwen2");
+  o.lr = 1e-9;  // one step that leaves the copied weights as they were (to float precision)
+  ASSERT_TRUE(TrainEagle(o).finished);
+  auto file = GgufFile::Open(o.out);
+  EXPECT_EQ(file->Get("general.architecture").AsString("arch"), "qwen2");
+  auto f32 = [&](const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensorInfo& t = file->GetTensor(name);
+    EXPECT_EQ(t.type, DType::kF32) << name;
+    return torch::from_blob(const_cast<uint8_t*>(t.data), {rows, cols}, torch::kFloat32).clone();
+  };
+  const auto* last = target->blocks[1]->as<LlamaBlockImpl>();
+  const int64_t kv_dim = target->shape.n_kv_heads * target->shape.head_dim();
+  EXPECT_TRUE(torch::allclose(f32("blk.0.attn_q.bias", 1, 64).flatten(), last->wq->bias, 0, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(f32("blk.0.attn_k.bias", 1, kv_dim).flatten(), last->wk->bias, 0, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(f32("blk.0.attn_v.bias", 1, kv_dim).flatten(), last->wv->bias, 0, 1e-6));
+  std::vector<int64_t> head_tokens;
+  for (const GgufValue& v : file->Get("specd.head_tokens").AsArray("head").items) {
+    head_tokens.push_back(v.AsInt("head"));
+  }
+  ASSERT_EQ(head_tokens.size(), 256u);
+  const auto expected_rows = target->output.index_select(0, torch::tensor(head_tokens));
+  EXPECT_TRUE(torch::allclose(f32("output.weight", 256, 64), expected_rows, 0, 1e-6));
+  ExpectEagleHeadDraftsLosslessly(target_path, o.out, 256);
 }
 
 // The training-time test is exact: unrolled step u's row i computes what the head computes at

@@ -100,8 +100,10 @@ std::vector<std::vector<int32_t>> Windows(const std::vector<int32_t>& stream, in
   return out;
 }
 
-// A head initialized from the target: its embedding (frozen; also the output rows), its last
-// block and final norm.
+// A head initialized from the target: its embedding (frozen), its last block (with the q / k / v
+// biases of a qwen2 target) and final norm, and its output rows (frozen): the embedding's when the
+// target ties them, its own output matrix's otherwise (Qwen2.5-Coder's), restricted to
+// `head_tokens` when given.
 Llama HeadFromTarget(const std::string& target_gguf, const std::vector<int64_t>& head_tokens) {
   Llama target = ImportGguf(target_gguf);
   LlamaShape shape = target->shape;
@@ -115,10 +117,13 @@ Llama HeadFromTarget(const std::string& target_gguf, const std::vector<int64_t>&
     auto* to = head->blocks[0]->as<LlamaBlockImpl>();
     to->attn_norm.copy_(from->attn_norm);
     to->ffn_norm.copy_(from->ffn_norm);
-    for (int m = 0; m < kNumLlamaMatrices; ++m)
+    for (int m = 0; m < kNumLlamaMatrices; ++m) {
       to->matrix(m)->weight.copy_(from->matrix(m)->weight);
+      if (from->matrix(m)->bias.defined()) to->matrix(m)->bias.copy_(from->matrix(m)->bias);
+    }
   }
   if (!head_tokens.empty()) head->SetHeadTokens(head_tokens);
+  if (target->output.defined()) head->SetOutputRows(target->output);
   head->EnableEagle();
   return head;
 }
@@ -242,9 +247,10 @@ EagleData LoadEagleData(const EagleTrainOptions& o) {
   // The target's text and the features come first, before LibTorch starts its threads.
   std::vector<std::vector<int32_t>> chat_prompts;
   if (!o.chat_file.empty()) chat_prompts = ChatPrompts(o.target, o.chat_file, o.ctx / 2);
-  d.sequences = TeacherText(o.target, d.train_stream, o.teacher_text_tokens, o.ctx, o.threads,
-                            o.seed, o.sampled_share, o.checkpoint_dir + "/teacher_text.bin",
-                            chat_prompts, chat_prompts.empty() ? 0.0 : o.chat_share);
+  d.sequences =
+      TeacherText(o.target, d.train_stream, o.teacher_text_tokens, o.ctx, o.threads, o.seed,
+                  o.sampled_share, o.checkpoint_dir + "/teacher_text.bin", chat_prompts,
+                  chat_prompts.empty() ? 0.0 : o.chat_share, TeacherRun{o.teacher_batch});
   const int64_t n_teacher = static_cast<int64_t>(d.sequences.size());
   const int64_t n_held_teacher = std::min<int64_t>(o.held_out_sequences, n_teacher / 4);
   SPECD_CHECK(n_teacher - n_held_teacher >= o.batch, "train eagle: ", n_teacher,
@@ -369,7 +375,7 @@ EagleTrainResult TrainEagle(const EagleTrainOptions& o) {
   result.steps = step;
   result.finished = true;
   if (!o.out.empty()) {
-    head->shape.ctx = GgufFile::Open(o.target)->GetInt("llama.context_length", 2048);
+    head->shape.ctx = GgufFile::Open(o.target)->GetInt(head->shape.arch + ".context_length", 2048);
     ExportGguf(head, o.target, o.export_type, o.name, o.out);
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   }

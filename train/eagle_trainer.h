@@ -25,6 +25,7 @@ struct EagleTrainOptions {
   std::string name = "specd-eagle";
   DType export_type = DType::kQ8_0;
   int64_t teacher_text_tokens = 1 << 20;
+  int teacher_batch = 16;      // sequences the target writes at once
   double sampled_share = 0.5;  // of the target's text, sampled at t = 1 (the rest greedy)
   double chat_share = 0.5;     // of the target's text, answers to chat prompts
   double corpus_share = 0.2;   // corpus windows, as a share of the target's sequences

@@ -37,8 +37,7 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaShape& s) {
   attn_norm = register_parameter("attn_norm", torch::ones({s.dim}));
   ffn_norm = register_parameter("ffn_norm", torch::ones({s.dim}));
   auto linear = [&](const char* name, int64_t in, int64_t out, bool bias = false) {
-    auto l =
-        register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
+    auto l = register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
     torch::nn::init::normal_(l->weight, 0.0, 0.02);
     if (bias) torch::nn::init::zeros_(l->bias);
     return l;
@@ -106,6 +105,16 @@ void LlamaImpl::UntieOutput() {
   SPECD_CHECK(!has_head(), "a restricted head reads the embedding: it cannot be untied");
   torch::NoGradGuard no_grad;
   output = register_parameter("output", embed->weight.clone());
+}
+
+void LlamaImpl::SetOutputRows(const torch::Tensor& rows) {
+  SPECD_CHECK(!output.defined() && rows.dim() == 2 && rows.size(0) == shape.n_vocab &&
+                  rows.size(1) == shape.dim,
+              "SetOutputRows: expected [", shape.n_vocab, ", ", shape.dim,
+              "] rows on a tied model");
+  torch::NoGradGuard no_grad;
+  const auto own = has_head() ? rows.index_select(0, head_tokens) : rows;
+  output = register_parameter("output", own.detach().clone(), /*requires_grad=*/false);
 }
 
 torch::Tensor LlamaImpl::HeadTargets(const torch::Tensor& targets) const {
@@ -179,8 +188,8 @@ torch::Tensor LlamaImpl::Hidden(torch::Tensor x, const torch::Tensor& positions,
 
 torch::Tensor LlamaImpl::Logits(const torch::Tensor& x) {
   const auto matrix = output.defined() ? output
-                      : has_head()       ? embed->weight.index_select(0, head_tokens)
-                                         : embed->weight;
+                      : has_head()     ? embed->weight.index_select(0, head_tokens)
+                                       : embed->weight;
   auto logits = torch::matmul(x, matrix.t().to(x.scalar_type()));  // [B, T, n_head]
   if (token_delta.defined() && !has_head() && !output.defined()) {
     // Tied: the token's output row changes with its embedding.
@@ -277,16 +286,21 @@ void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,
     add("token_embd.weight", model->embed->weight, embedding_type.value_or(type));
   }
   add("output_norm.weight", model->final_norm, DType::kF32);
-  if (model->output.defined()) add("output.weight", model->output, type);
   if (model->has_head()) {
-    // The FR-Spec head: the embedding's rows of the listed tokens, and the list.
-    add("output.weight", model->embed->weight.index_select(0, model->head_tokens), type);
+    // The FR-Spec head: the output matrix's (or the tied embedding's) rows of the listed tokens,
+    // and the list.
+    add("output.weight",
+        model->output.defined() ? model->output
+                                : model->embed->weight.index_select(0, model->head_tokens),
+        type);
     std::vector<GgufValue> ids;
     const auto head = model->head_tokens.contiguous();
     for (int64_t i = 0; i < head.numel(); ++i) {
       ids.push_back(GgufValue::I32(static_cast<int32_t>(head.data_ptr<int64_t>()[i])));
     }
     w.Set("specd.head_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
+  } else if (model->output.defined()) {
+    add("output.weight", model->output, type);
   }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     auto* b = model->blocks[i]->as<LlamaBlockImpl>();

@@ -83,6 +83,9 @@ struct LlamaImpl : torch::nn::Module {
   // Gives the model its own output matrix (a file with output.weight), initialized as the
   // embedding; without it the output layer is the embedding (tied).
   void UntieOutput();
+  // An EAGLE head of a target with its own output matrix `rows` [n_vocab, dim]: the head's output
+  // layer is those rows (the head tokens' when restricted), frozen, instead of the embedding's.
+  void SetOutputRows(const torch::Tensor& rows);
   // Targets as indices into the head: [batch, time] token ids -> [batch, time] head indices, -100
   // (cross_entropy's ignore_index) for tokens outside it. Identity without a head.
   torch::Tensor HeadTargets(const torch::Tensor& targets) const;
@@ -103,9 +106,9 @@ struct LlamaImpl : torch::nn::Module {
   int64_t lora_token = -1;
   torch::Tensor token_delta;            // [dim] the LoRA token's embedding change, or undefined
   torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output unless `output`
-  torch::Tensor output;                 // [n_vocab, dim] an untied output matrix, or undefined
-  torch::Tensor head_tokens;            // [n_head] int64, empty: the whole vocabulary
-  torch::Tensor head_index;             // [n_vocab] int64: position in head_tokens or -100
+  torch::Tensor output;       // [n_vocab or n_head, dim] an untied output matrix, or undefined
+  torch::Tensor head_tokens;  // [n_head] int64, empty: the whole vocabulary
+  torch::Tensor head_index;   // [n_vocab] int64: position in head_tokens or -100
   torch::nn::ModuleList blocks;
   torch::Tensor final_norm;             // [dim]
   torch::nn::Linear eagle_fc{nullptr};  // [dim, 2 dim], EAGLE heads only

@@ -322,7 +322,7 @@ Subcommand AddSdsatCommand(CLI::App* train) {
 
 void AddEagleFlags(CLI::App* eagle, EagleTrainOptions& e, std::string* type) {
   AddLoopFlags(eagle, e);
-  eagle->add_option("--teacher", e.target, "target model GGUF (llama, any supported type)")
+  eagle->add_option("--teacher", e.target, "target model GGUF (llama or qwen2, any type)")
       ->required()
       ->check(CLI::ExistingFile);
   eagle->add_option("--corpus", e.corpus_dir, "folder of .py files")->required();
@@ -338,6 +338,8 @@ void AddEagleFlags(CLI::App* eagle, EagleTrainOptions& e, std::string* type) {
       ->check(CLI::ExistingFile);
   eagle->add_option("--teacher-text", e.teacher_text_tokens, "tokens of the target's text")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  eagle->add_option("--teacher-batch", e.teacher_batch, "sequences the target writes at once")
+      ->check(CLI::Range(1, 1024));
   eagle->add_option("--teacher-chat-share", e.chat_share, "share of it that is chat")
       ->check(CLI::Range(0.0, 1.0));
   eagle->add_option("--teacher-text-sampled", e.sampled_share, "share of it sampled at t = 1")

@@ -48,8 +48,7 @@ void ReadRopeFactors(const GgufFile& f, ModelConfig* config) {
   const std::vector<float> short_factors = factors("rope_factors_short.weight");
   const std::vector<float> long_factors = factors("rope_factors_long.weight");
   if (!short_factors.empty()) c.rope.freq_factors = short_factors;
-  c.rope.attn_factor =
-      static_cast<float>(f.GetFloat(Key(c.arch, "rope.scaling.attn_factor"), 1.0));
+  c.rope.attn_factor = static_cast<float>(f.GetFloat(Key(c.arch, "rope.scaling.attn_factor"), 1.0));
   SPECD_CHECK(c.rope.attn_factor > 0 && c.rope.attn_factor < 100, f.path(), ": ", c.arch,
               ".rope.scaling.attn_factor = ", c.rope.attn_factor, " is out of range");
   if (!long_factors.empty()) {
@@ -119,13 +118,15 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   ModelConfig& c = model->config_;
   c.eagle = f.Find("specd.eagle") != nullptr;
   if (c.eagle) {
-    SPECD_CHECK(c.arch == "llama" && f.FindTensor("token_embd.weight") == nullptr &&
+    // The head's block is its target's kind (llama, or qwen2 with q / k / v biases).
+    SPECD_CHECK((c.arch == "llama" || c.arch == "qwen2") &&
+                    f.FindTensor("token_embd.weight") == nullptr &&
                     f.FindTensor("output.weight") != nullptr,
-                f.path(), ": an EAGLE head (specd.eagle) is a llama file with output.weight and ",
-                "no token_embd.weight");
+                f.path(), ": an EAGLE head (specd.eagle) is a llama or qwen2 file with ",
+                "output.weight and no token_embd.weight");
     c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
-    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": llama.vocab_size ",
-                c.n_vocab, " is out of range");
+    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
+                ".vocab_size ", c.n_vocab, " is out of range");
   } else {
     const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
     SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),

@@ -1092,7 +1092,13 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
   o.lora_rank = 4;
   o.checkpoint_dir = dir + "/ckpt";
   o.out = dir + "/adapter.gguf";
-  const SdsatTrainResult r = TrainSdsat(o);
+  o.stop_at_step = 30;
+  ASSERT_FALSE(TrainSdsat(o).finished);
+  // The checkpoint holds the LoRA, not the frozen base (f32, ~4 bytes a parameter).
+  Llama base_model = ImportGguf(base.out);
+  EXPECT_LT(fs::file_size(o.checkpoint_dir + "/trainable.pt"), 4 * base_model->NumParameters() / 3);
+  EXPECT_FALSE(fs::exists(o.checkpoint_dir + "/model.pt"));
+  const SdsatTrainResult r = TrainSdsat(o);  // resumes at 30
   ASSERT_TRUE(r.finished);
   EXPECT_LT(r.adaptive.loss, r.base_adaptive.loss - 0.5)
       << "base " << r.base_adaptive.loss << ", after " << r.adaptive.loss;
@@ -1111,7 +1117,7 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
   // The trainer's model, from its last checkpoint.
   Llama trained = ImportGguf(base.out);
   trained->EnableLora(4, 8.0, r.adaptive_token);
-  torch::load(trained, o.checkpoint_dir + "/model.pt");
+  Checkpoint(o.checkpoint_dir).LoadModel(trained);
   trained->eval();
   const std::vector<int32_t> tokens = {5, 300, r.adaptive_token, 41, r.adaptive_token, 77, 12};
   auto input = torch::empty({1, int64_t(tokens.size())}, torch::kInt64);

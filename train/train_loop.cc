@@ -85,15 +85,54 @@ FolderLock::~FolderLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
+namespace {
+
+void SaveTrainable(Llama& model, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  for (const auto& p : model->named_parameters()) {
+    if (p.value().requires_grad()) archive.write(p.key(), p.value());
+  }
+  for (const auto& b : model->named_buffers()) archive.write(b.key(), b.value(), true);
+  archive.save_to(path);
+}
+
+void LoadTrainable(Llama& model, const std::string& path) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  torch::NoGradGuard no_grad;
+  auto restore = [&](const std::string& name, torch::Tensor& into, bool is_buffer) {
+    torch::Tensor saved;
+    SPECD_CHECK(archive.try_read(name, saved, is_buffer), path, " has no ", name,
+                ": the checkpoint is of another model or recipe");
+    SPECD_CHECK(saved.sizes() == into.sizes(), path, ": ", name, " is shaped ", saved.sizes(),
+                ", the model's ", into.sizes());
+    into.copy_(saved);
+  };
+  for (auto& p : model->named_parameters()) {
+    if (p.value().requires_grad()) restore(p.key(), p.value(), false);
+  }
+  for (auto& b : model->named_buffers()) restore(b.key(), b.value(), true);
+}
+
+}  // namespace
+
 Checkpoint::Checkpoint(std::string dir) : dir_(std::move(dir)) {
   if (!dir_.empty()) fs::create_directories(dir_);
+}
+
+void Checkpoint::LoadModel(Llama& model) const {
+  if (fs::exists(dir_ + "/trainable.pt")) {
+    LoadTrainable(model, dir_ + "/trainable.pt");
+  } else {
+    torch::load(model, dir_ + "/model.pt");
+  }
 }
 
 bool Checkpoint::Load(Llama& model, torch::optim::AdamW& optimizer, int64_t* step,
                       double* smoothed_loss) {
   const std::string step_path = dir_ + "/step.txt";
   if (dir_.empty() || !fs::exists(step_path)) return false;
-  torch::load(model, dir_ + "/model.pt");
+  LoadModel(model);
   torch::load(optimizer, dir_ + "/optimizer.pt");
   std::FILE* f = std::fopen(step_path.c_str(), "r");
   long long s = 0;
@@ -111,9 +150,9 @@ bool Checkpoint::Load(Llama& model, torch::optim::AdamW& optimizer, int64_t* ste
 void Checkpoint::Save(Llama& model, torch::optim::AdamW& optimizer, int64_t step,
                       double smoothed_loss) {
   if (dir_.empty()) return;
-  const std::string model_path = dir_ + "/model.pt", optim_path = dir_ + "/optimizer.pt",
+  const std::string model_path = dir_ + "/trainable.pt", optim_path = dir_ + "/optimizer.pt",
                     step_path = dir_ + "/step.txt";
-  torch::save(model, model_path + ".tmp");
+  SaveTrainable(model, model_path + ".tmp");
   torch::save(optimizer, optim_path + ".tmp");
   fs::rename(model_path + ".tmp", model_path);
   fs::rename(optim_path + ".tmp", optim_path);
@@ -122,6 +161,7 @@ void Checkpoint::Save(Llama& model, torch::optim::AdamW& optimizer, int64_t step
   std::fprintf(f, "%lld %.6f\n", static_cast<long long>(step), smoothed_loss);
   std::fclose(f);
   fs::rename(step_path + ".tmp", step_path);
+  fs::remove(dir_ + "/model.pt");  // an older run's whole model, superseded
 }
 
 double HeldOutLoss(Llama& model, const std::vector<int32_t>& stream, int64_t ctx, int windows,

@@ -44,12 +44,18 @@ double LearningRateScale(int64_t step, int64_t warmup_steps, int64_t total_steps
 void SetLearningRate(torch::optim::AdamW& optimizer, double lr);
 
 // Model, optimizer, step and smoothed loss in a folder; written atomically (each file renamed
-// into place). An empty folder disables both.
+// into place). An empty folder disables both. Only the model's trainable parameters and its
+// buffers are written (trainable.pt): the frozen ones (a LoRA's base, an EAGLE head's embedding
+// and output rows) come from the base file each run starts from, and a LoRA of Qwen2.5-Coder
+// checkpoints in 70 MB instead of 2.6 GB. Folders written before hold the whole model (model.pt)
+// and still load.
 class Checkpoint {
  public:
   explicit Checkpoint(std::string dir);
   // Restores model and optimizer when the folder holds a checkpoint; returns whether it did.
   bool Load(Llama& model, torch::optim::AdamW& optimizer, int64_t* step, double* smoothed_loss);
+  // Restores only the model's weights (the folder must hold a checkpoint).
+  void LoadModel(Llama& model) const;
   void Save(Llama& model, torch::optim::AdamW& optimizer, int64_t step, double smoothed_loss);
   const std::string& dir() const { return dir_; }
 

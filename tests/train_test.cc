@@ -274,6 +274,39 @@ TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {
   }
 }
 
+// A folder written before checkpoints held only the trainable parameters (the whole model in
+// model.pt) still resumes, and the next save replaces model.pt with trainable.pt.
+TEST(Train, AWholeModelCheckpointStillLoadsAndIsReplacedOnSave) {
+  const std::string dir = specd::testing::TempDir() + "/whole-model-checkpoint";
+  torch::manual_seed(3);
+  Llama saved(SmallShape(/*n_vocab=*/128, /*dim=*/32, /*n_layers=*/1, /*ffn=*/64));
+  auto saved_optimizer = MakeAdamW(saved, 1e-3, 0.0);
+  fs::create_directories(dir);
+  torch::save(saved, dir + "/model.pt");
+  torch::save(*saved_optimizer, dir + "/optimizer.pt");
+  std::ofstream(dir + "/step.txt") << "42 1.5\n";
+
+  torch::manual_seed(4);
+  Llama loaded(SmallShape(128, 32, 1, 64));
+  auto optimizer = MakeAdamW(loaded, 1e-3, 0.0);
+  Checkpoint checkpoint(dir);
+  int64_t step = 0;
+  double loss = 0.0;
+  ASSERT_TRUE(checkpoint.Load(loaded, *optimizer, &step, &loss));
+  EXPECT_EQ(step, 42);
+  EXPECT_EQ(loss, 1.5);
+  EXPECT_TRUE(torch::equal(loaded->embed->weight, saved->embed->weight));
+  checkpoint.Save(loaded, *optimizer, 43, 1.4);
+  EXPECT_FALSE(fs::exists(dir + "/model.pt"));
+  ASSERT_TRUE(fs::exists(dir + "/trainable.pt"));
+  torch::manual_seed(5);
+  Llama again(SmallShape(128, 32, 1, 64));
+  checkpoint.LoadModel(again);
+  for (const auto& p : saved->named_parameters()) {
+    EXPECT_TRUE(torch::equal(again->named_parameters()[p.key()], p.value())) << p.key();
+  }
+}
+
 TEST(Train, RunStoppedAtACheckpointResumesToTheSameModel) {
   const std::string dir = specd::testing::TempDir() + "/resume";
   fs::remove_all(dir);

@@ -92,7 +92,8 @@ void SaveTrainable(Llama& model, const std::string& path) {
   for (const auto& p : model->named_parameters()) {
     if (p.value().requires_grad()) archive.write(p.key(), p.value());
   }
-  for (const auto& b : model->named_buffers()) archive.write(b.key(), b.value(), true);
+  for (const auto& b : model->named_buffers())
+    archive.write(b.key(), b.value(), /*is_buffer=*/true);
   archive.save_to(path);
 }
 
@@ -150,11 +151,11 @@ bool Checkpoint::Load(Llama& model, torch::optim::AdamW& optimizer, int64_t* ste
 void Checkpoint::Save(Llama& model, torch::optim::AdamW& optimizer, int64_t step,
                       double smoothed_loss) {
   if (dir_.empty()) return;
-  const std::string model_path = dir_ + "/trainable.pt", optim_path = dir_ + "/optimizer.pt",
+  const std::string trainable_path = dir_ + "/trainable.pt", optim_path = dir_ + "/optimizer.pt",
                     step_path = dir_ + "/step.txt";
-  SaveTrainable(model, model_path + ".tmp");
+  SaveTrainable(model, trainable_path + ".tmp");
   torch::save(optimizer, optim_path + ".tmp");
-  fs::rename(model_path + ".tmp", model_path);
+  fs::rename(trainable_path + ".tmp", trainable_path);
   fs::rename(optim_path + ".tmp", optim_path);
   std::FILE* f = std::fopen((step_path + ".tmp").c_str(), "w");
   SPECD_CHECK(f != nullptr, "cannot write ", step_path, ".tmp");

@@ -497,6 +497,123 @@ TEST(FuzzyForward, TraceShowsTheGroupInput) {
   EXPECT_EQ(fuzzy.q[2].size(), 3u * 64);        // the last forward's 3 rows
 }
 
+// Logits of every row of `tokens`, one sequence in one forward.
+std::vector<float> SequenceLogits(Model& model, const KernelContext& ctx,
+                                  const std::vector<int32_t>& tokens) {
+  auto kv = model.NewKvCache({1, 64});
+  const int seq = kv->Acquire();
+  Batch b;
+  for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, true);
+  std::vector<float> logits;
+  model.Forward(ctx, b, *kv, AttentionMode::kSplit, &logits);
+  return logits;
+}
+
+// `specd quantize --restrict-input-embedding` keeps the rows of a draft's head tokens and control
+// tokens byte for byte and gives every other token one shared row, the mean of theirs; the
+// loader maps tokens to those rows, and speculation with such a draft stays lossless.
+TEST(InputEmbedding, RestrictedDraftKeepsListedRowsAndSharesTheMeanOfTheRest) {
+  std::vector<int32_t> head;
+  for (int32_t t = 0; t < 384; t += 3) head.push_back(t);
+  const std::string source =
+      testing::WithRestrictedHead(testing::TinyModel("tiny", DType::kQ8_0, 11), head);
+  const std::string out = testing::TempDir() + "/restricted-input.gguf";
+  const auto run = testing::RunSpecd("quantize " + source + " " + out +
+                                     " --type copy --restrict-input-embedding");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  auto in_file = GgufFile::Open(source), out_file = GgufFile::Open(out);
+  std::vector<int32_t> listed = head;  // the head and the control tokens <s>, </s>
+  listed.insert(listed.end(), {1, 2});
+  std::sort(listed.begin(), listed.end());
+  std::vector<int32_t> got;
+  for (const GgufValue& v : out_file->Get("specd.input_tokens").AsArray("ids").items) {
+    got.push_back(static_cast<int32_t>(v.AsInt("ids")));
+  }
+  ASSERT_EQ(got, listed);
+  const GgufTensorInfo& e_in = in_file->GetTensor("token_embd.weight");
+  const GgufTensorInfo& e_out = out_file->GetTensor("token_embd.weight");
+  const int64_t d = e_in.shape[0], row_bytes = RowBytes(e_in.type, d);
+  ASSERT_EQ(e_out.shape, (std::vector<int64_t>{d, static_cast<int64_t>(listed.size()) + 1}));
+  for (size_t r = 0; r < listed.size(); ++r) {
+    ASSERT_EQ(std::memcmp(e_out.data + r * row_bytes, e_in.data + listed[r] * row_bytes, row_bytes),
+              0);
+  }
+  std::vector<double> sum(d, 0.0);
+  std::vector<float> row(d);
+  int n_shared = 0;
+  for (int32_t t = 0; t < 384; ++t) {
+    if (std::binary_search(listed.begin(), listed.end(), t)) continue;
+    DequantizeRow(e_in.type, e_in.data + t * row_bytes, row.data(), d);
+    for (int64_t i = 0; i < d; ++i) sum[i] += row[i];
+    ++n_shared;
+  }
+  for (int64_t i = 0; i < d; ++i) row[i] = static_cast<float>(sum[i] / n_shared);
+  std::vector<uint8_t> mean(row_bytes);
+  QuantizeRow(e_in.type, row.data(), mean.data(), d);
+  EXPECT_EQ(std::memcmp(e_out.data + listed.size() * row_bytes, mean.data(), row_bytes), 0);
+
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  auto full = Model::Load(source, &ctx), restricted = Model::Load(out, &ctx);
+  ASSERT_EQ(restricted->config().n_vocab, 384);
+  EXPECT_EQ(SequenceLogits(*full, ctx, {1, 3, 9, 27}),
+            SequenceLogits(*restricted, ctx, {1, 3, 9, 27}));
+  // Tokens 5 and 7 are not listed: one row for both, unlike in the full draft.
+  EXPECT_EQ(SequenceLogits(*restricted, ctx, {1, 5, 9}),
+            SequenceLogits(*restricted, ctx, {1, 7, 9}));
+  EXPECT_NE(SequenceLogits(*full, ctx, {1, 5, 9}), SequenceLogits(*full, ctx, {1, 7, 9}));
+
+  const std::string common = " --tokens 1,5,9,33,7 -n 24 --temp 0 --ignore-eos --json -m " +
+                             testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const auto plain = testing::RunSpecd("generate" + common + " --strategy ar");
+  const auto spec = testing::RunSpecd("generate" + common + " -md " + out + " --draft-max 3");
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  EXPECT_EQ(testing::FirstJsonLine(plain)["tokens"], testing::FirstJsonLine(spec)["tokens"]);
+
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {out + " /tmp/x.gguf --type copy --restrict-input-embedding", "already restricted"},
+           {testing::TinyModel("tiny", DType::kQ8_0, 11) + " /tmp/x.gguf --type copy "
+                                                           "--restrict-input-embedding",
+            "no specd.head_tokens"},
+           {source + " /tmp/x.gguf --type copy", "changes nothing"}}) {
+    const auto bad = testing::RunSpecd("quantize " + args);
+    EXPECT_EQ(bad.exit_code, 1) << args;
+    EXPECT_NE(bad.out.find(message), std::string::npos) << bad.out;
+  }
+}
+
+// A listed token twice or outside the vocabulary is a clear error at load.
+TEST(InputEmbedding, BadTokenListsAreClearErrors) {
+  std::vector<int32_t> head = {0, 3, 6};
+  const std::string source =
+      testing::WithRestrictedHead(testing::TinyModel("tiny", DType::kQ8_0, 11), head);
+  const std::string good = testing::TempDir() + "/restricted-input-bad-source.gguf";
+  ASSERT_EQ(testing::RunSpecd("quantize " + source + " " + good +
+                              " --type copy --restrict-input-embedding")
+                .exit_code,
+            0);
+  auto file = GgufFile::Open(good);
+  for (const std::vector<int64_t>& ids :
+       {std::vector<int64_t>{0, 1, 2, 3, 3}, std::vector<int64_t>{0, 1, 2, 3, 384}}) {
+    GgufWriter w;
+    for (const auto& [key, value] : file->metadata()) w.Set(key, value);
+    std::vector<GgufValue> items;
+    for (int64_t id : ids) items.push_back(GgufValue::I32(static_cast<int32_t>(id)));
+    w.Set("specd.input_tokens", GgufValue::Array(GgufType::kInt32, std::move(items)));
+    for (const GgufTensorInfo& t : file->tensors()) {
+      w.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    }
+    const std::string bad = testing::TempDir() + "/restricted-input-bad.gguf";
+    w.Write(bad);
+    try {
+      Model::Load(bad, nullptr);
+      ADD_FAILURE() << "loaded a file whose specd.input_tokens is bad";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("specd.input_tokens"), std::string::npos) << e.what();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, FuzzyForwardTest, ::testing::Values(DType::kF32, DType::kQ8_0),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 

@@ -113,6 +113,9 @@ struct QuantizeOptions {
   int threads = 2;
   float smooth_alpha = 0.5f;     // i8: SmoothQuant's migration strength (0: none)
   std::string calibration_file;  // i8: calibration text (default: the built-in one)
+  // A draft's input embedding kept for its FR-Spec head's tokens and the control tokens only,
+  // every other token sharing one row (their mean): `specd.input_tokens`.
+  bool restrict_input_embedding = false;
 };
 int RunQuantize(const QuantizeOptions& options);
 

@@ -2,11 +2,15 @@
 // T; vectors (norms, biases) stay f32. A K-quant needs rows of 256 values: rows that are not get
 // llama-quantize's fallback type (q4_K -> q5_0, q6_K -> q8_0), and 32-value types fall back to
 // f16 for rows not a multiple of 32. Metadata is copied, with general.file_type set for T.
+// `--restrict-input-embedding` keeps a draft's token_embd rows for the tokens it predicts and the
+// control tokens only (the rest share one row), with T or `copy` (the tensors as they are).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "base/error.h"
 #include "cli/cli_common.h"
@@ -15,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
 #include "threading/thread_pool.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specd::cli {
 namespace {
@@ -118,33 +123,115 @@ DType TypeFor(const GgufTensorInfo& t, DType want) {
   return TypeForRow(want, t.shape[0]);
 }
 
+// The tokens that keep their own input-embedding row in a restricted embedding, ascending: the
+// FR-Spec head's (the tokens the draft was trained to predict, its most frequent) and the
+// vocabulary's control and user-defined tokens (chat and FIM markers, rare in text but in
+// every prompt).
+std::vector<int32_t> InputTokensToKeep(const GgufFile& f, int64_t n_vocab) {
+  const GgufValue* head = f.Find("specd.head_tokens");
+  SPECD_CHECK(head != nullptr, f.path(),
+              ": --restrict-input-embedding keeps the rows of the FR-Spec head's tokens, and this "
+              "file has no specd.head_tokens");
+  SPECD_CHECK(f.Find("specd.input_tokens") == nullptr, f.path(),
+              ": the input embedding is already restricted");
+  std::vector<char> keep(n_vocab, 0);
+  for (const GgufValue& v : head->AsArray("specd.head_tokens").items) {
+    const int64_t id = v.AsInt("specd.head_tokens");
+    SPECD_CHECK(id >= 0 && id < n_vocab, f.path(), ": specd.head_tokens has token ", id,
+                " outside the vocabulary");
+    keep[id] = 1;
+  }
+  if (const GgufValue* types = f.Find("tokenizer.ggml.token_type")) {
+    const auto& items = types->AsArray("tokenizer.ggml.token_type").items;
+    for (size_t id = 0; id < items.size() && static_cast<int64_t>(id) < n_vocab; ++id) {
+      const auto type = static_cast<TokenType>(items[id].AsInt("tokenizer.ggml.token_type"));
+      if (type == TokenType::kControl || type == TokenType::kUserDefined) keep[id] = 1;
+    }
+  }
+  std::vector<int32_t> kept;
+  for (int64_t id = 0; id < n_vocab; ++id) {
+    if (keep[id]) kept.push_back(static_cast<int32_t>(id));
+  }
+  return kept;
+}
+
+// token_embd.weight restricted to `kept`'s rows (in that order, converted to `type`, or their
+// bytes when `type` is the input's) and one more row, the mean of all the other tokens' rows.
+std::vector<uint8_t> RestrictedEmbedding(const GgufTensorInfo& t, const std::vector<int32_t>& kept,
+                                         DType type) {
+  SPECD_CHECK(t.type != DType::kI8, "--restrict-input-embedding: an i8 embedding is not supported");
+  const int64_t cols = t.shape[0], n_vocab = t.shape[1];
+  const int64_t in_bytes = RowBytes(t.type, cols), out_bytes = RowBytes(type, cols);
+  std::vector<uint8_t> out((kept.size() + 1) * out_bytes);
+  std::vector<float> row(cols);
+  std::vector<double> sum(cols, 0.0);
+  std::vector<char> is_kept(n_vocab, 0);
+  for (int32_t id : kept) is_kept[id] = 1;
+  for (int64_t id = 0; id < n_vocab; ++id) {
+    if (is_kept[id]) continue;
+    DequantizeRow(t.type, t.data + id * in_bytes, row.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) sum[i] += row[i];
+  }
+  for (size_t r = 0; r < kept.size(); ++r) {
+    const uint8_t* src = t.data + kept[r] * in_bytes;
+    if (type == t.type) {
+      std::memcpy(out.data() + r * out_bytes, src, out_bytes);
+      continue;
+    }
+    DequantizeRow(t.type, src, row.data(), cols);
+    QuantizeRow(type, row.data(), out.data() + r * out_bytes, cols);
+  }
+  const int64_t n_shared = n_vocab - static_cast<int64_t>(kept.size());
+  for (int64_t i = 0; i < cols; ++i) row[i] = static_cast<float>(sum[i] / n_shared);
+  QuantizeRow(type, row.data(), out.data() + kept.size() * out_bytes, cols);
+  return out;
+}
+
+// The input's metadata with the file type of `want` (none: kept as it is).
+void CopyMetadata(const GgufFile& in, std::optional<DType> want, GgufWriter* out) {
+  for (const auto& [key, value] : in.metadata()) {
+    if (want.has_value() && (key == "general.file_type" || key == "general.quantization_version" ||
+                             key == "specd.weights")) {
+      continue;
+    }
+    out->Set(key, value);
+  }
+  if (!want.has_value()) return;
+  if (*want == DType::kI8) {
+    // No llama.cpp file type describes it; say what it is for readers that look.
+    out->Set("specd.weights", GgufValue::Str("i8"));
+  } else {
+    out->Set("general.file_type", GgufValue::U32(LlamaFileType(*want)));
+  }
+  out->Set("general.quantization_version", GgufValue::U32(2));
+}
+
 }  // namespace
 
 int RunQuantize(const QuantizeOptions& o) {
-  const auto want = DTypeFromName(o.type);
-  SPECD_CHECK(want.has_value(), "unknown type '", o.type, "'");
+  // "copy" (llama-quantize's COPY): every tensor keeps its type and bytes.
+  const bool copy = o.type == "copy";
+  const auto want = copy ? std::nullopt : DTypeFromName(o.type);
+  SPECD_CHECK(copy || want.has_value(), "unknown type '", o.type, "'");
   SPECD_CHECK(o.input != o.output, "quantize: the output must be another file than the input");
+  SPECD_CHECK(!copy || o.restrict_input_embedding,
+              "quantize --type copy changes nothing without --restrict-input-embedding");
   auto in = GgufFile::Open(o.input);
   ThreadPool pool(o.threads);
   GgufWriter out;
-  for (const auto& [key, value] : in->metadata()) {
-    if (key == "general.file_type" || key == "general.quantization_version" ||
-        key == "specd.weights") {
-      continue;
-    }
-    out.Set(key, value);
+  CopyMetadata(*in, want, &out);
+  std::vector<int32_t> kept_inputs;
+  if (o.restrict_input_embedding) {
+    const int64_t n_vocab = in->GetTensor("token_embd.weight").shape.at(1);
+    kept_inputs = InputTokensToKeep(*in, n_vocab);
+    std::vector<GgufValue> ids;
+    for (int32_t id : kept_inputs) ids.push_back(GgufValue::I32(id));
+    out.Set("specd.input_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
   }
-  if (*want == DType::kI8) {
-    // No llama.cpp file type describes it; say what it is for readers that look.
-    out.Set("specd.weights", GgufValue::Str("i8"));
-  } else {
-    out.Set("general.file_type", GgufValue::U32(LlamaFileType(*want)));
-  }
-  out.Set("general.quantization_version", GgufValue::U32(2));
   int64_t bytes_in = 0, bytes_out = 0, n_fallback = 0;
   std::map<std::string, WeightView> i8_matrices;
   std::unique_ptr<Model> i8_model;
-  if (*want == DType::kI8) i8_model = LoadI8(o, &pool, &i8_matrices);
+  if (want == DType::kI8) i8_model = LoadI8(o, &pool, &i8_matrices);
   auto add = [&](const GgufTensorInfo& t, const std::string& name, DType type) {
     if (auto it = i8_matrices.find(name); it != i8_matrices.end()) {
       const WeightView& w = it->second;  // the model's conversion, with its SmoothQuant
@@ -171,14 +258,28 @@ int RunQuantize(const QuantizeOptions& o) {
                   std::move(scale_bytes));
   };
   for (const GgufTensorInfo& t : in->tensors()) {
+    const int64_t t_bytes = RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);
+    bytes_in += t_bytes;
+    if (o.restrict_input_embedding && t.name == "token_embd.weight") {
+      const DType type = copy ? t.type : TypeFor(t, *want);
+      std::vector<uint8_t> data = RestrictedEmbedding(t, kept_inputs, type);
+      bytes_out += data.size();
+      const int64_t n_rows = static_cast<int64_t>(kept_inputs.size()) + 1;
+      out.AddTensor(t.name, type, {t.shape[0], n_rows}, std::move(data));
+      continue;
+    }
+    if (copy) {
+      bytes_out += t_bytes;
+      out.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t_bytes));
+      continue;
+    }
     // An i8 input's row scales and multipliers are read with their matrix.
     if (IsI8Companion(*in, t)) continue;
     const DType type = TypeFor(t, *want);
     n_fallback += t.shape.size() >= 2 && type != *want;
-    bytes_in += RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);
     add(t, t.name, type);
   }
-  if (*want == DType::kI8 && in->FindTensor("output.weight") == nullptr) {
+  if (want == DType::kI8 && in->FindTensor("output.weight") == nullptr) {
     add(in->GetTensor("token_embd.weight"), "output.weight", DType::kI8);  // tied: own i8 head
   }
   out.Write(o.output);
@@ -186,6 +287,10 @@ int RunQuantize(const QuantizeOptions& o) {
                "wrote %s: %zu tensors as %s (%lld with a fallback type), %.1f MB -> %.1f MB\n",
                o.output.c_str(), in->tensors().size(), o.type.c_str(),
                static_cast<long long>(n_fallback), bytes_in / 1e6, bytes_out / 1e6);
+  if (o.restrict_input_embedding) {
+    std::fprintf(stderr, "input embedding: %zu tokens keep their rows, the others share one\n",
+                 kept_inputs.size());
+  }
   return 0;
 }
 
@@ -197,11 +302,15 @@ Command AddQuantizeCommand(CLI::App& app) {
   q->add_option("input", o->input, "input GGUF")->required();
   q->add_option("output", o->output, "output GGUF")->required();
   q->add_option("--type", o->type,
-                "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32 or i8 "
-                "(specd only); iq4 with ggml's first-pass scales, not its search")
+                "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32, i8 "
+                "(specd only; iq4 with ggml's first-pass scales, not its search), or copy "
+                "(every tensor as it is, with --restrict-input-embedding)")
       ->required()
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
-                             "iq4_nl", "iq4_xs", "i8", "f16", "bf16", "f32"}));
+                             "iq4_nl", "iq4_xs", "i8", "f16", "bf16", "f32", "copy"}));
+  q->add_flag("--restrict-input-embedding", o->restrict_input_embedding,
+              "a draft's input embedding kept for its FR-Spec head's tokens and the control tokens "
+              "only; every other token shares one row, the mean of theirs (specd.input_tokens)");
   AddThreadsFlag(q, &o->threads);
   q->add_option("--smooth-alpha", o->smooth_alpha,
                 "i8: SmoothQuant migration strength (0 = none; default 0.5)")

@@ -159,9 +159,10 @@ void Model::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
     SPECD_CHECK(token >= 0 && token < config_.n_vocab, "token ", token,
                 " is outside the vocabulary");
     float* xr = out + r * d;
-    DequantizeRow(token_embd_.type, token_embd_.Row(token), xr, d);
+    const int64_t row = config_.input_rows.empty() ? token : config_.input_rows[token];
+    DequantizeRow(token_embd_.type, token_embd_.Row(row), xr, d);
     if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
-      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[token];
+      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[row];
     }
     if (const float* delta = embedding_lora_.Find(token)) {
       for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];

@@ -2,6 +2,7 @@
 // pass over a ragged batch: rows of many sequences, each row with its own sequence and position.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -68,6 +69,13 @@ struct ModelConfig {
   // FR-Spec draft head (`specd.head_tokens`): the output matrix has a row for these token ids
   // only; every other token's logit is -infinity. Empty: the whole vocabulary.
   std::vector<int32_t> head_tokens;
+  // A restricted input embedding (`specd.input_tokens`): token -> its row of token_embd.weight,
+  // tokens that were not listed sharing the last row. Empty: row = token.
+  std::vector<int32_t> input_rows;
+  int64_t n_input_rows() const {
+    return input_rows.empty() ? n_vocab
+                              : *std::max_element(input_rows.begin(), input_rows.end()) + 1;
+  }
   // An EAGLE draft head (`specd.eagle`, made by `specd train eagle`): the file has no token
   // embedding. Row i's input is eagle.fc [n_embd, 2 n_embd] times [the target's embedding of
   // token i+1; the target's final normed hidden state at position i], and its own final normed
@@ -344,7 +352,7 @@ class Model {
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
-  WeightView token_embd_;  // [n_vocab, n_embd]
+  WeightView token_embd_;  // [n_input_rows, n_embd]
   WeightView output_;      // [n_vocab or head_tokens.size(), n_embd]
   WeightView eagle_fc_;    // [n_embd, 2 n_embd], EAGLE heads only
   std::vector<float> output_norm_;

@@ -59,6 +59,26 @@ void ReadRopeFactors(const GgufFile& f, ModelConfig* config) {
   }
 }
 
+// A draft's restricted input embedding (`specd.input_tokens`): the listed tokens have rows
+// 0..n-1 of token_embd.weight, every other token shares row n (rare tokens cost the file a
+// row each otherwise: 22 MB of Qwen's 151,936-token vocabulary at d = 256).
+void ReadInputRows(const GgufFile& f, ModelConfig* config) {
+  ModelConfig& c = *config;
+  const auto& items = f.Find("specd.input_tokens")->AsArray("specd.input_tokens").items;
+  SPECD_CHECK(!items.empty() && static_cast<int64_t>(items.size()) < c.n_vocab, f.path(),
+              ": specd.input_tokens lists ", items.size(), " tokens of a vocabulary of ", c.n_vocab,
+              " (a restricted embedding lists at least one and not all)");
+  const int32_t shared_row = static_cast<int32_t>(items.size());
+  c.input_rows.assign(c.n_vocab, -1);
+  for (size_t row = 0; row < items.size(); ++row) {
+    const int64_t id = items[row].AsInt("specd.input_tokens");
+    SPECD_CHECK(id >= 0 && id < c.n_vocab && c.input_rows[id] < 0, f.path(),
+                ": specd.input_tokens has a token id out of range or twice (", id, ")");
+    c.input_rows[id] = static_cast<int32_t>(row);
+  }
+  for (int32_t& row : c.input_rows) row = row < 0 ? shared_row : row;
+}
+
 }  // namespace
 
 Model::Layer Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
@@ -127,6 +147,11 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
     SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
                 ".vocab_size ", c.n_vocab, " is out of range");
+  } else if (f.Find("specd.input_tokens") != nullptr) {
+    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
+    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
+                ".vocab_size ", c.n_vocab, " is out of range");
+    ReadInputRows(f, &c);
   } else {
     const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
     SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
@@ -145,7 +170,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   if (c.eagle) {
     model->eagle_fc_ = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
   } else {
-    model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+    model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_input_rows());
   }
   model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
@@ -161,6 +186,9 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     SPECD_CHECK(!c.head_tokens.empty() && !c.tied_embeddings, f.path(),
                 ": specd.head_tokens needs an output.weight with one row per listed token");
   }
+  SPECD_CHECK(c.input_rows.empty() || !c.tied_embeddings, f.path(),
+              ": specd.input_tokens needs an output.weight of its own (the embedding is not the "
+              "head)");
   const int64_t n_output_rows = c.head_tokens.empty() ? c.n_vocab : c.head_tokens.size();
   model->output_ =
       c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);

@@ -272,6 +272,26 @@ TEST(Train, ARestrictedHeadGivesTheTrainersLogitsAndMinusInfinityElsewhere) {
       }
     }
   }
+  // Its input embedding restricted (the head's tokens keep their rows, the rest share one): the
+  // trainer imports it as specd runs it.
+  const std::string restricted = specd::testing::TempDir() + "/head-restricted-input.gguf";
+  const auto run = specd::testing::RunSpecd("quantize " + options.out + " " + restricted +
+                                            " --type copy --restrict-input-embedding");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  Llama imported = ImportGguf(restricted);
+  auto restricted_model = Model::Load(restricted, &ctx);
+  const auto trainer_logits = TrainerLogits(imported, tokens);  // [20, 200]
+  const std::vector<float> specd_logits = SpecdLogits(ctx, *restricted_model, tokens);
+  int n_unlisted = 0;
+  for (int32_t t : tokens) n_unlisted += head_index[t] < 0;
+  EXPECT_GT(n_unlisted, 0);  // the tokens read the shared row too
+  for (int r = 0; r < 20; ++r) {
+    for (int t = 0; t < 1024; ++t) {
+      if (head_index[t] < 0) continue;
+      ASSERT_NEAR(specd_logits[r * 1024 + t], trainer_logits[r][head_index[t]].item<float>(), 1e-3)
+          << r << " " << t;
+    }
+  }
 }
 
 // A folder written before checkpoints held only the trainable parameters (the whole model in

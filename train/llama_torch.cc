@@ -383,7 +383,9 @@ Llama ImportGguf(const std::string& path) {
   s.ctx = key("context_length").AsInt("ctx");
   s.rope_base = key("rope.freq_base").AsFloat("rope");
   s.rms_eps = key("attention.layer_norm_rms_epsilon").AsFloat("eps");
-  s.n_vocab = f->GetTensor("token_embd.weight").shape[1];
+  const GgufValue* input_tokens = f->Find("specd.input_tokens");
+  s.n_vocab = input_tokens != nullptr ? key("vocab_size").AsInt("vocab")
+                                      : f->GetTensor("token_embd.weight").shape[1];
   const GgufValue* head = f->Find("specd.head_tokens");
   Llama model(s);
   const bool untied = f->FindTensor("output.weight") != nullptr && head == nullptr;
@@ -409,7 +411,24 @@ Llama ImportGguf(const std::string& path) {
     }
     target.copy_(values.view(target.sizes()));
   };
-  load("token_embd.weight", model->embed->weight);
+  if (input_tokens != nullptr) {
+    // A restricted input embedding (specd quantize --restrict-input-embedding): every token not
+    // listed starts from the shared last row.
+    const auto& items = input_tokens->AsArray("specd.input_tokens").items;
+    const int64_t n_rows = static_cast<int64_t>(items.size()) + 1;
+    auto rows = torch::empty({n_rows, s.dim}, torch::kFloat32);
+    load("token_embd.weight", rows);
+    auto row_of_token = torch::full({s.n_vocab}, n_rows - 1, torch::kInt64);
+    for (size_t r = 0; r < items.size(); ++r) {
+      const int64_t id = items[r].AsInt("specd.input_tokens");
+      SPECD_CHECK(id >= 0 && id < s.n_vocab, path, ": specd.input_tokens has token ", id,
+                  " outside the vocabulary");
+      row_of_token[id] = static_cast<int64_t>(r);
+    }
+    model->embed->weight.copy_(rows.index_select(0, row_of_token));
+  } else {
+    load("token_embd.weight", model->embed->weight);
+  }
   load("output_norm.weight", model->final_norm);
   if (untied) load("output.weight", model->output);
   for (int64_t i = 0; i < s.n_layers; ++i) {

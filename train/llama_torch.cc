@@ -367,6 +367,26 @@ void ExportLoraAdapter(Llama& model, DType type, const std::string& name, const 
   w.Write(path);
 }
 
+// A restricted input embedding (specd quantize --restrict-input-embedding) into the model's
+// full one: every token not listed starts from the shared last row. `load` reads a tensor.
+template <typename Load>
+void LoadRestrictedEmbedding(const GgufValue& input_tokens, const std::string& path,
+                             const Load& load, Llama& model) {
+  const auto& items = input_tokens.AsArray("specd.input_tokens").items;
+  const int64_t n_rows = static_cast<int64_t>(items.size()) + 1;
+  const int64_t n_vocab = model->shape.n_vocab;
+  auto rows = torch::empty({n_rows, model->shape.dim}, torch::kFloat32);
+  load("token_embd.weight", rows);
+  auto row_of_token = torch::full({n_vocab}, n_rows - 1, torch::kInt64);
+  for (size_t r = 0; r < items.size(); ++r) {
+    const int64_t id = items[r].AsInt("specd.input_tokens");
+    SPECD_CHECK(id >= 0 && id < n_vocab, path, ": specd.input_tokens has token ", id,
+                " outside the vocabulary");
+    row_of_token[id] = static_cast<int64_t>(r);
+  }
+  model->embed->weight.copy_(rows.index_select(0, row_of_token));
+}
+
 Llama ImportGguf(const std::string& path) {
   auto f = GgufFile::Open(path);
   LlamaShape s;
@@ -412,20 +432,7 @@ Llama ImportGguf(const std::string& path) {
     target.copy_(values.view(target.sizes()));
   };
   if (input_tokens != nullptr) {
-    // A restricted input embedding (specd quantize --restrict-input-embedding): every token not
-    // listed starts from the shared last row.
-    const auto& items = input_tokens->AsArray("specd.input_tokens").items;
-    const int64_t n_rows = static_cast<int64_t>(items.size()) + 1;
-    auto rows = torch::empty({n_rows, s.dim}, torch::kFloat32);
-    load("token_embd.weight", rows);
-    auto row_of_token = torch::full({s.n_vocab}, n_rows - 1, torch::kInt64);
-    for (size_t r = 0; r < items.size(); ++r) {
-      const int64_t id = items[r].AsInt("specd.input_tokens");
-      SPECD_CHECK(id >= 0 && id < s.n_vocab, path, ": specd.input_tokens has token ", id,
-                  " outside the vocabulary");
-      row_of_token[id] = static_cast<int64_t>(r);
-    }
-    model->embed->weight.copy_(rows.index_select(0, row_of_token));
+    LoadRestrictedEmbedding(*input_tokens, path, load, model);
   } else {
     load("token_embd.weight", model->embed->weight);
   }

@@ -206,6 +206,96 @@ void CopyMetadata(const GgufFile& in, std::optional<DType> want, GgufWriter* out
   out->Set("general.quantization_version", GgufValue::U32(2));
 }
 
+// One conversion: the input, what it becomes, and the bytes in and out.
+class Conversion {
+ public:
+  // `want`: the type asked for; none for --type copy.
+  Conversion(const QuantizeOptions& o, std::optional<DType> want)
+      : o_(o), want_(want), in_(GgufFile::Open(o.input)), pool_(o.threads) {
+    CopyMetadata(*in_, want_, &out_);
+    if (o.restrict_input_embedding) {
+      kept_inputs_ = InputTokensToKeep(*in_, in_->GetTensor("token_embd.weight").shape.at(1));
+      std::vector<GgufValue> ids;
+      for (int32_t id : kept_inputs_) ids.push_back(GgufValue::I32(id));
+      out_.Set("specd.input_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
+    }
+    if (want_ == DType::kI8) i8_model_ = LoadI8(o, &pool_, &i8_matrices_);
+  }
+
+  void Run() {
+    for (const GgufTensorInfo& t : in_->tensors()) {
+      const int64_t t_bytes = RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);
+      bytes_in_ += t_bytes;
+      if (o_.restrict_input_embedding && t.name == "token_embd.weight") {
+        AddRestrictedEmbedding(t);
+      } else if (!want_.has_value()) {
+        bytes_out_ += t_bytes;
+        out_.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t_bytes));
+      } else if (!IsI8Companion(*in_, t)) {  // an i8 input's scales are read with their matrix
+        const DType type = TypeFor(t, *want_);
+        n_fallback_ += t.shape.size() >= 2 && type != *want_;
+        Add(t, t.name, type);
+      }
+    }
+    if (want_ == DType::kI8 && in_->FindTensor("output.weight") == nullptr) {
+      Add(in_->GetTensor("token_embd.weight"), "output.weight", DType::kI8);  // tied: own head
+    }
+    out_.Write(o_.output);
+    std::fprintf(stderr,
+                 "wrote %s: %zu tensors as %s (%lld with a fallback type), %.1f MB -> %.1f MB\n",
+                 o_.output.c_str(), in_->tensors().size(), o_.type.c_str(),
+                 static_cast<long long>(n_fallback_), bytes_in_ / 1e6, bytes_out_ / 1e6);
+    if (o_.restrict_input_embedding) {
+      std::fprintf(stderr, "input embedding: %zu tokens keep their rows, the others share one\n",
+                   kept_inputs_.size());
+    }
+  }
+
+ private:
+  void AddRestrictedEmbedding(const GgufTensorInfo& t) {
+    const DType type = want_.has_value() ? TypeFor(t, *want_) : t.type;
+    std::vector<uint8_t> data = RestrictedEmbedding(t, kept_inputs_, type);
+    bytes_out_ += data.size();
+    const int64_t n_rows = static_cast<int64_t>(kept_inputs_.size()) + 1;
+    out_.AddTensor(t.name, type, {t.shape[0], n_rows}, std::move(data));
+  }
+
+  // The model's i8 conversion of a matrix, with its row scales and SmoothQuant multipliers.
+  void AddI8(const std::string& name, const WeightView& w) {
+    const auto* values = static_cast<const uint8_t*>(w.data);
+    bytes_out_ += w.rows * w.cols + (w.rows + (w.col_scales ? w.cols : 0)) * 4;
+    out_.AddTensor(name, DType::kI8, {w.cols, w.rows},
+                   std::vector<uint8_t>(values, values + w.rows * w.cols));
+    out_.AddTensor(I8ScaleTensorName(name), DType::kF32, {w.rows},
+                   FloatBytes(w.row_scales, w.rows));
+    if (w.col_scales != nullptr) {
+      out_.AddTensor(I8SmoothTensorName(name), DType::kF32, {w.cols},
+                     FloatBytes(w.col_scales, w.cols));
+    }
+  }
+
+  void Add(const GgufTensorInfo& t, const std::string& name, DType type) {
+    if (auto it = i8_matrices_.find(name); it != i8_matrices_.end()) return AddI8(name, it->second);
+    std::vector<float> row_scales;
+    std::vector<uint8_t> data = Convert(*in_, t, type, &pool_, &row_scales);
+    bytes_out_ += data.size() + row_scales.size() * sizeof(float);
+    out_.AddTensor(name, type, t.shape, std::move(data));
+    if (type != DType::kI8) return;
+    out_.AddTensor(I8ScaleTensorName(name), DType::kF32, {static_cast<int64_t>(row_scales.size())},
+                   FloatBytes(row_scales.data(), static_cast<int64_t>(row_scales.size())));
+  }
+
+  const QuantizeOptions& o_;
+  const std::optional<DType> want_;
+  std::unique_ptr<GgufFile> in_;
+  ThreadPool pool_;
+  GgufWriter out_;
+  std::vector<int32_t> kept_inputs_;  // --restrict-input-embedding: the tokens keeping rows
+  std::map<std::string, WeightView> i8_matrices_;
+  std::unique_ptr<Model> i8_model_;  // holds i8_matrices_' memory
+  int64_t bytes_in_ = 0, bytes_out_ = 0, n_fallback_ = 0;
+};
+
 }  // namespace
 
 int RunQuantize(const QuantizeOptions& o) {
@@ -216,81 +306,7 @@ int RunQuantize(const QuantizeOptions& o) {
   SPECD_CHECK(o.input != o.output, "quantize: the output must be another file than the input");
   SPECD_CHECK(!copy || o.restrict_input_embedding,
               "quantize --type copy changes nothing without --restrict-input-embedding");
-  auto in = GgufFile::Open(o.input);
-  ThreadPool pool(o.threads);
-  GgufWriter out;
-  CopyMetadata(*in, want, &out);
-  std::vector<int32_t> kept_inputs;
-  if (o.restrict_input_embedding) {
-    const int64_t n_vocab = in->GetTensor("token_embd.weight").shape.at(1);
-    kept_inputs = InputTokensToKeep(*in, n_vocab);
-    std::vector<GgufValue> ids;
-    for (int32_t id : kept_inputs) ids.push_back(GgufValue::I32(id));
-    out.Set("specd.input_tokens", GgufValue::Array(GgufType::kInt32, std::move(ids)));
-  }
-  int64_t bytes_in = 0, bytes_out = 0, n_fallback = 0;
-  std::map<std::string, WeightView> i8_matrices;
-  std::unique_ptr<Model> i8_model;
-  if (want == DType::kI8) i8_model = LoadI8(o, &pool, &i8_matrices);
-  auto add = [&](const GgufTensorInfo& t, const std::string& name, DType type) {
-    if (auto it = i8_matrices.find(name); it != i8_matrices.end()) {
-      const WeightView& w = it->second;  // the model's conversion, with its SmoothQuant
-      const auto* values = static_cast<const uint8_t*>(w.data);
-      bytes_out += w.rows * w.cols + (w.rows + (w.col_scales ? w.cols : 0)) * 4;
-      out.AddTensor(name, DType::kI8, {w.cols, w.rows},
-                    std::vector<uint8_t>(values, values + w.rows * w.cols));
-      out.AddTensor(I8ScaleTensorName(name), DType::kF32, {w.rows},
-                    FloatBytes(w.row_scales, w.rows));
-      if (w.col_scales != nullptr) {
-        out.AddTensor(I8SmoothTensorName(name), DType::kF32, {w.cols},
-                      FloatBytes(w.col_scales, w.cols));
-      }
-      return;
-    }
-    std::vector<float> row_scales;
-    std::vector<uint8_t> data = Convert(*in, t, type, &pool, &row_scales);
-    bytes_out += data.size() + row_scales.size() * sizeof(float);
-    out.AddTensor(name, type, t.shape, std::move(data));
-    if (type != DType::kI8) return;
-    std::vector<uint8_t> scale_bytes(row_scales.size() * sizeof(float));
-    std::memcpy(scale_bytes.data(), row_scales.data(), scale_bytes.size());
-    out.AddTensor(I8ScaleTensorName(name), DType::kF32, {static_cast<int64_t>(row_scales.size())},
-                  std::move(scale_bytes));
-  };
-  for (const GgufTensorInfo& t : in->tensors()) {
-    const int64_t t_bytes = RowBytes(t.type, t.shape[0]) * (t.NumElements() / t.shape[0]);
-    bytes_in += t_bytes;
-    if (o.restrict_input_embedding && t.name == "token_embd.weight") {
-      const DType type = copy ? t.type : TypeFor(t, *want);
-      std::vector<uint8_t> data = RestrictedEmbedding(t, kept_inputs, type);
-      bytes_out += data.size();
-      const int64_t n_rows = static_cast<int64_t>(kept_inputs.size()) + 1;
-      out.AddTensor(t.name, type, {t.shape[0], n_rows}, std::move(data));
-      continue;
-    }
-    if (copy) {
-      bytes_out += t_bytes;
-      out.AddTensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t_bytes));
-      continue;
-    }
-    // An i8 input's row scales and multipliers are read with their matrix.
-    if (IsI8Companion(*in, t)) continue;
-    const DType type = TypeFor(t, *want);
-    n_fallback += t.shape.size() >= 2 && type != *want;
-    add(t, t.name, type);
-  }
-  if (want == DType::kI8 && in->FindTensor("output.weight") == nullptr) {
-    add(in->GetTensor("token_embd.weight"), "output.weight", DType::kI8);  // tied: own i8 head
-  }
-  out.Write(o.output);
-  std::fprintf(stderr,
-               "wrote %s: %zu tensors as %s (%lld with a fallback type), %.1f MB -> %.1f MB\n",
-               o.output.c_str(), in->tensors().size(), o.type.c_str(),
-               static_cast<long long>(n_fallback), bytes_in / 1e6, bytes_out / 1e6);
-  if (o.restrict_input_embedding) {
-    std::fprintf(stderr, "input embedding: %zu tokens keep their rows, the others share one\n",
-                 kept_inputs.size());
-  }
+  Conversion(o, want).Run();
   return 0;
 }
 

@@ -79,6 +79,37 @@ void ReadInputRows(const GgufFile& f, ModelConfig* config) {
   for (int32_t& row : c.input_rows) row = row < 0 ? shared_row : row;
 }
 
+// The vocabulary's size: the token embedding's rows, or `<arch>.vocab_size` for an EAGLE head
+// (no embedding) and a restricted input embedding (fewer rows), whose token -> row map it reads.
+void ReadVocabSize(const GgufFile& f, ModelConfig* config) {
+  ModelConfig& c = *config;
+  const bool restricted = !c.eagle && f.Find("specd.input_tokens") != nullptr;
+  if (c.eagle) {
+    // The head's block is its target's kind (llama, or qwen2 with q / k / v biases).
+    SPECD_CHECK((c.arch == "llama" || c.arch == "qwen2") &&
+                    f.FindTensor("token_embd.weight") == nullptr &&
+                    f.FindTensor("output.weight") != nullptr,
+                f.path(), ": an EAGLE head (specd.eagle) is a llama or qwen2 file with ",
+                "output.weight and no token_embd.weight");
+  }
+  if (c.eagle || restricted) {
+    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
+    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
+                ".vocab_size ", c.n_vocab, " is out of range");
+    if (restricted) ReadInputRows(f, &c);
+  } else {
+    const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
+    SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
+                ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
+                ", n_vocab]");
+    c.n_vocab = embd.shape[1];
+  }
+  if (const GgufValue* v = f.Find(Key(c.arch, "vocab_size"))) {
+    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
+                v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
+  }
+}
+
 }  // namespace
 
 Model::Layer Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
@@ -137,32 +168,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   model->ReadConfig(f);
   ModelConfig& c = model->config_;
   c.eagle = f.Find("specd.eagle") != nullptr;
-  if (c.eagle) {
-    // The head's block is its target's kind (llama, or qwen2 with q / k / v biases).
-    SPECD_CHECK((c.arch == "llama" || c.arch == "qwen2") &&
-                    f.FindTensor("token_embd.weight") == nullptr &&
-                    f.FindTensor("output.weight") != nullptr,
-                f.path(), ": an EAGLE head (specd.eagle) is a llama or qwen2 file with ",
-                "output.weight and no token_embd.weight");
-    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
-    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
-                ".vocab_size ", c.n_vocab, " is out of range");
-  } else if (f.Find("specd.input_tokens") != nullptr) {
-    c.n_vocab = GetInt(f, Key(c.arch, "vocab_size"));
-    SPECD_CHECK(c.n_vocab >= 1 && c.n_vocab <= (int64_t{1} << 24), f.path(), ": ", c.arch,
-                ".vocab_size ", c.n_vocab, " is out of range");
-    ReadInputRows(f, &c);
-  } else {
-    const GgufTensorInfo& embd = f.GetTensor("token_embd.weight");
-    SPECD_CHECK(embd.shape.size() == 2 && embd.shape[0] == c.n_embd, f.path(),
-                ": token_embd.weight has shape ", ShapeString(embd.shape), ", expected [", c.n_embd,
-                ", n_vocab]");
-    c.n_vocab = embd.shape[1];
-  }
-  if (const GgufValue* v = f.Find(Key(c.arch, "vocab_size"))) {
-    SPECD_CHECK(v->AsInt("vocab_size") == c.n_vocab, f.path(), ": ", c.arch, ".vocab_size (",
-                v->AsInt("vocab_size"), ") does not match token_embd.weight (", c.n_vocab, ")");
-  }
+  ReadVocabSize(f, &c);
   model_file::CheckSpecialTokens(f, &c);
 
   ReadRopeFactors(f, &c);

@@ -37,14 +37,20 @@ std::vector<int32_t> Tokens(int n, int salt) {
 
 // Logits of every row of `tokens`, run alone as one sequence in one forward (64 positions per
 // sequence, as the ragged batches below: with LongRoPE the context chooses the factors).
-std::vector<float> AloneLogits(Fixture& f, const std::vector<int32_t>& tokens, AttentionMode mode) {
-  auto kv = f.model->NewKvCache({1, 64});
+std::vector<float> SequenceLogits(Model& model, const KernelContext& ctx,
+                                  const std::vector<int32_t>& tokens,
+                                  AttentionMode mode = AttentionMode::kSplit) {
+  auto kv = model.NewKvCache({1, 64});
   const int seq = kv->Acquire();
   Batch b;
   for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, true);
   std::vector<float> logits;
-  f.model->Forward(f.ctx, b, *kv, mode, &logits);
+  model.Forward(ctx, b, *kv, mode, &logits);
   return logits;
+}
+
+std::vector<float> AloneLogits(Fixture& f, const std::vector<int32_t>& tokens, AttentionMode mode) {
+  return SequenceLogits(*f.model, f.ctx, tokens, mode);
 }
 
 class RaggedTest : public ::testing::TestWithParam<std::tuple<std::string, DType, AttentionMode>> {
@@ -495,18 +501,6 @@ TEST(FuzzyForward, TraceShowsTheGroupInput) {
   EXPECT_FALSE(SameNormalizedInput(fuzzy.attn_input[2], fuzzy.attn_input[3]));
   EXPECT_NE(fuzzy.hidden[1], fuzzy.hidden[2]);  // the residual stream still moved on
   EXPECT_EQ(fuzzy.q[2].size(), 3u * 64);        // the last forward's 3 rows
-}
-
-// Logits of every row of `tokens`, one sequence in one forward.
-std::vector<float> SequenceLogits(Model& model, const KernelContext& ctx,
-                                  const std::vector<int32_t>& tokens) {
-  auto kv = model.NewKvCache({1, 64});
-  const int seq = kv->Acquire();
-  Batch b;
-  for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, true);
-  std::vector<float> logits;
-  model.Forward(ctx, b, *kv, AttentionMode::kSplit, &logits);
-  return logits;
 }
 
 // `specd quantize --restrict-input-embedding` keeps the rows of a draft's head tokens and control

@@ -97,6 +97,31 @@ void AddThreadsFlag(CLI::App* app, int* threads) {
   app->add_option("-t,--threads", *threads, "threads")->check(CLI::Range(1, 256));
 }
 
+void AddSdsatFlags(CLI::App* app, SdsatFlags* flags) {
+  app->add_option("--adaptive-k", flags->adaptive_k,
+                  "sdsat: adaptive tokens appended per step = tokens drafted (default 5)")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--adaptive-token", flags->adaptive_token,
+                  "sdsat: the adaptive token id (default: the one the fine-tuned model records)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--sdsat-loop", flags->loop,
+                  "sdsat: two-step (the paper's loop: adaptive tokens ride on steps without "
+                  "drafts; the default, faster on CPUs) or merged (they ride on every "
+                  "verification: one forward per loop while every draft is kept)")
+      ->check(CLI::IsMember({"two-step", "merged"}));
+  app->add_option("--sdsat-tree", flags->tree,
+                  "sdsat: draft a token tree of at most NODES nodes, as deep as "
+                  "--adaptive-k, each node with at most WIDTH children (default 10), "
+                  "verified in one forward: NODES[,WIDTH]");
+}
+
+SdsatOptions SdsatOptionsFor(const SdsatFlags& flags) {
+  SdsatOptions options = SdsatOptionsWithTree({.merge = flags.loop == "merged"}, flags.tree);
+  options.n_adaptive = flags.adaptive_k > 0 ? flags.adaptive_k : 5;
+  options.adaptive_token = flags.adaptive_token;
+  return options;
+}
+
 void AddTraceStepsFlag(CLI::App* app, std::string* path) {
   app->add_option("--trace-steps", *path,
                   "append every speculative step to FILE as a JSON line: the draft length "

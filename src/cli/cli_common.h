@@ -4,15 +4,29 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "draft/draft_model_proposer.h"
+#include "draft/sdsat_proposer.h"
 #include "engine/model_catalog.h"
 #include "engine/model_options.h"
 
 namespace specd::cli {
+
+// SDSAT's flags (generate --strategy sdsat, serve --spec-type sdsat): adaptive tokens per step
+// (0: 5), the adaptive token (-1: the one the model records), the loop and the tree.
+struct SdsatFlags {
+  int adaptive_k = 0;
+  int32_t adaptive_token = -1;
+  std::string loop;  // "" (the default, two-step), "two-step" or "merged"
+  std::string tree;  // --sdsat-tree NODES[,WIDTH]; empty: chains
+  bool Given() const {
+    return adaptive_k != 0 || adaptive_token >= 0 || !loop.empty() || !tree.empty();
+  }
+};
 
 // --weights, --int8-kernel, --smooth-alpha, --calibration and the LoRA flags.
 void AddWeightFlags(CLI::App* app, WeightFlags* flags);
@@ -20,6 +34,10 @@ void AddWeightFlags(CLI::App* app, WeightFlags* flags);
 void AddLoraFlags(CLI::App* app, WeightFlags* flags);
 // EasySpec's drafting flags: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree.
 void AddDraftFlags(CLI::App* app, DraftFlags* flags);
+// SDSAT's --adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree.
+void AddSdsatFlags(CLI::App* app, SdsatFlags* flags);
+// The proposer's options from them (checks --sdsat-tree's spelling).
+SdsatOptions SdsatOptionsFor(const SdsatFlags& flags);
 void AddTraceStepsFlag(CLI::App* app, std::string* path);
 // -t / --threads N (1..256).
 void AddThreadsFlag(CLI::App* app, int* threads);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_common.h"
 #include "draft/draft_model_proposer.h"
 
 namespace specd::cli {
@@ -30,12 +31,7 @@ struct GenerateOptions {
   std::string model;
   std::string draft_model;  // -md: speculative decoding with this draft
   std::string strategy;     // ar | spec | bass | sdsat (empty: spec when a draft is available)
-  // SDSAT (--strategy sdsat): adaptive tokens per step (0: 5), the adaptive token (-1: the one
-  // the model records), and the paper's two-forward loop instead of merged forwards.
-  int adaptive_k = 0;
-  int32_t adaptive_token = -1;
-  std::string sdsat_loop;       // "" (the default, two-step), "two-step" or "merged"
-  std::string sdsat_tree;       // --sdsat-tree NODES[,WIDTH]; empty: chains
+  SdsatFlags sdsat;
   int draft_max = 0;            // > 0 alone: fixed draft length; with a policy: its cap / start
   bool draft_auto = false;      // cost-aware draft length in 0..draft_max (8 when not given)
   bool draft_adaptive = false;  // BASS Algorithm 1 (starting at draft_max, 7 when not given)
@@ -123,8 +119,9 @@ struct ServeOptions {
   WeightFlags weight_flags;
   std::string model;
   std::string draft_model;
-  std::string spec_type = "draft";  // none | draft | ngram | draft+ngram
+  std::string spec_type = "draft";  // none | draft | ngram | draft+ngram | sdsat
   bool spec_type_given = false;     // --spec-type was on the command line
+  SdsatFlags sdsat;                 // --spec-type sdsat
   int draft_max = 0;                // > 0: fixed draft length; else cost-aware 0..8
   int ngram_min = 1;
   int ngram_max = 3;
@@ -148,13 +145,5 @@ struct ServeOptions {
   std::string trace_steps;  // --trace-steps FILE
 };
 int RunServe(const ServeOptions& options);
-
-// The default pair of src/engine/model_catalog.h, looked up in SPECD_PRETRAINED_DIR and
-// SPECD_MODELS_DIR (or the source tree's pretrained/ and models/); "" where absent.
-std::string DefaultTargetModel();
-// Fills an empty *model with the default target (and *draft_model with its draft when
-// wants_draft); for a model given without a draft, pairs the draft shipped for it when
-// wants_draft, saying so on stderr. An empty *model with no default there is an Error.
-void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft);
 
 }  // namespace specd::cli

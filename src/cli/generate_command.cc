@@ -52,8 +52,7 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
 // The proposer the flags ask for (models already chosen); checks their combinations.
 ProposerKind ProposerFor(const GenerateOptions& o, bool draft_given) {
   const bool sdsat = o.strategy == "sdsat";
-  SPECD_CHECK(sdsat || (o.adaptive_k == 0 && o.adaptive_token < 0 && o.sdsat_loop.empty() &&
-                        o.sdsat_tree.empty()),
+  SPECD_CHECK(sdsat || !o.sdsat.Given(),
               "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --strategy "
               "sdsat");
   SPECD_CHECK(!sdsat || (o.draft_model.empty() && o.spec_type == "draft"),
@@ -124,9 +123,7 @@ EngineConfig EngineConfigFor(const GenerateOptions& o, bool draft_given) {
   c.draft_flags = o.draft_flags;
   c.ngram_min = o.ngram_min;
   c.ngram_max = o.ngram_max;
-  c.sdsat = SdsatOptionsWithTree({.merge = o.sdsat_loop == "merged"}, o.sdsat_tree);
-  c.sdsat.n_adaptive = o.adaptive_k > 0 ? o.adaptive_k : 5;
-  c.sdsat.adaptive_token = o.adaptive_token;
+  c.sdsat = SdsatOptionsFor(o.sdsat);
   c.speculation = SpeculationFor(o, c.proposer, c.sdsat);
   c.n_slots = o.batch;
   c.n_ctx = o.ctx;

@@ -25,21 +25,7 @@ void AddSpeculationFlags(CLI::App* g, GenerateOptions* o) {
                 "ar (plain), spec / bass (speculative; default when a draft is given), sdsat "
                 "(the target drafts for itself with adaptive tokens; no draft model)")
       ->check(CLI::IsMember({"ar", "spec", "bass", "sdsat"}));
-  g->add_option("--adaptive-k", o->adaptive_k,
-                "sdsat: adaptive tokens appended per step = tokens drafted (default 5)")
-      ->check(CLI::Range(1, 64));
-  g->add_option("--adaptive-token", o->adaptive_token,
-                "sdsat: the adaptive token id (default: the one the fine-tuned model records)")
-      ->check(CLI::NonNegativeNumber);
-  g->add_option("--sdsat-loop", o->sdsat_loop,
-                "sdsat: two-step (the paper's loop: adaptive tokens ride on steps without "
-                "drafts; the default, faster on CPUs) or merged (they ride on every "
-                "verification: one forward per loop while every draft is kept)")
-      ->check(CLI::IsMember({"two-step", "merged"}));
-  g->add_option("--sdsat-tree", o->sdsat_tree,
-                "sdsat: draft a token tree of at most NODES nodes, as deep as "
-                "--adaptive-k, each node with at most WIDTH children (default 10), "
-                "verified in one forward: NODES[,WIDTH]");
+  AddSdsatFlags(g, &o->sdsat);
   g->add_option("--draft-max", o->draft_max,
                 "fixed draft length; with --draft-auto its cap, with --draft-adaptive its start")
       ->check(CLI::Range(1, 32));

@@ -108,17 +108,31 @@ EngineConfig EngineConfigFor(const ServeOptions& o) {
   c.proposer = o.spec_type == "draft"         ? ProposerKind::kDraftModel
                : o.spec_type == "ngram"       ? ProposerKind::kNgram
                : o.spec_type == "draft+ngram" ? ProposerKind::kNgramOrDraft
+               : o.spec_type == "sdsat"       ? ProposerKind::kSdsat
                                               : ProposerKind::kNone;
   SPECD_CHECK(!UsesDraftModel(c.proposer) || !o.draft_model.empty(), "--spec-type ", o.spec_type,
               " needs a draft model (-md DRAFT.gguf)");
+  const bool sdsat = c.proposer == ProposerKind::kSdsat;
+  SPECD_CHECK(sdsat || !o.sdsat.Given(),
+              "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --spec-type "
+              "sdsat");
+  SPECD_CHECK(!sdsat || o.draft_model.empty(),
+              "--spec-type sdsat drafts with the target itself: drop -md");
+  SPECD_CHECK(!sdsat || o.draft_max == 0,
+              "--spec-type sdsat drafts --adaptive-k tokens per step: drop --draft-max");
+  c.sdsat = SdsatOptionsFor(o.sdsat);
   if (UsesDraftModel(c.proposer)) c.draft_path = o.draft_model;
   SPECD_CHECK(o.trace_steps.empty() || c.proposer != ProposerKind::kNone,
               "--trace-steps traces speculative steps: this server decodes without a draft");
   c.draft_flags = o.draft_flags;
   c.ngram_min = o.ngram_min;
   c.ngram_max = o.ngram_max;
-  c.speculation.cost_aware = o.draft_max <= 0;
-  c.speculation.draft_max = o.draft_max > 0 ? o.draft_max : 8;
+  // SDSAT drafts a fixed --adaptive-k tokens (or a tree of its nodes) per step.
+  c.speculation.cost_aware = o.draft_max <= 0 && !sdsat;
+  c.speculation.draft_max = o.draft_max > 0 ? o.draft_max
+                            : sdsat
+                                ? (c.sdsat.tree_nodes > 0 ? c.sdsat.tree_nodes : c.sdsat.n_adaptive)
+                                : 8;
   c.speculation.spec_sampling = SpecSampling::kCoupled;
   c.speculation.trace_steps_path = o.trace_steps;
   c.n_slots = o.parallel;
@@ -146,7 +160,8 @@ std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Token
 
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;
-  ChooseModels(&o.model, &o.draft_model, o.spec_type != "none" && o.spec_type != "ngram");
+  ChooseModels(&o.model, &o.draft_model,
+               o.spec_type != "none" && o.spec_type != "ngram" && o.spec_type != "sdsat");
   DropDraftSpeculationWithoutDraft(&o);
   const EngineConfig config = EngineConfigFor(o);
   SignalStopper signals;  // before any thread starts, so that all inherit the mask
@@ -194,8 +209,11 @@ Command AddServeCommand(CLI::App& app) {
   s->add_option("-m,--model", o->model, "target model (GGUF; default: generate's)");
   s->add_option("--model-draft", o->draft_model, "draft model (also -md)");
   s->add_option("--spec-type", o->spec_type,
-                "proposer: draft (the default), ngram, draft+ngram, none (no speculation)")
-      ->check(CLI::IsMember({"none", "draft", "ngram", "draft+ngram"}));
+                "proposer: draft (the default), ngram, draft+ngram, sdsat (a model fine-tuned "
+                "for SDSAT drafts for itself with adaptive tokens, as generate --strategy "
+                "sdsat), none (no speculation)")
+      ->check(CLI::IsMember({"none", "draft", "ngram", "draft+ngram", "sdsat"}));
+  AddSdsatFlags(s, &o->sdsat);
   s->add_option("--draft-max", o->draft_max,
                 "fixed draft length (default: cost-aware, 0..8 per step from measured costs)")
       ->check(CLI::Range(1, 32));

@@ -537,6 +537,39 @@ class LimitsTest(unittest.TestCase):
             self.assertIn(bad, out.stderr)
             self.assertNotIn("draft", out.stderr)
 
+    def test_sdsat_serves_the_plain_output_of_its_fine_tuned_model(self):
+        # The shipped 16.5M SDSAT fine-tune drafts for itself: greedy and seeded sampled
+        # completions, concurrent, in both loops and with a tree, equal --spec-type none's.
+        model = ["-m", os.path.join(ROOT, "models", "specd-target-sdsat-q8_0.gguf"),
+                 "--parallel", "3"]
+        requests = [dict(prompt=p, max_tokens=24, temperature=t, seed=7)
+                    for p in PROMPTS[:3] for t in (0, 0.8)]
+
+        def outputs(*args):
+            server = Server(*model, *args)
+            try:
+                with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                    got = list(pool.map(lambda r: server.client().completions.create(
+                        model=server.model, extra_body={"ignore_eos": True}, **r)
+                        .choices[0].text, requests))
+                return got, server.metrics(), "".join(server.log)
+            finally:
+                self.assertEqual(server.stop(), 0)
+        plain, _, _ = outputs("--spec-type", "none")
+        for args in (["--adaptive-k", "3"], ["--adaptive-k", "2", "--sdsat-loop", "merged"],
+                     ["--sdsat-tree", "6,2", "--adaptive-k", "3"]):
+            got, metrics, log = outputs("--spec-type", "sdsat", *args)
+            self.assertEqual(got, plain, args)
+            self.assertIn("speculation: sdsat", log)
+            self.assertGreater(metrics["specd:spec_decode_num_accepted_tokens_total"], 0, args)
+        for bad, why in ((["--adaptive-k", "2"], "go with --spec-type sdsat"),
+                         (["--spec-type", "sdsat", "-md", model[1]], "drop -md"),
+                         (["--spec-type", "sdsat", "--draft-max", "3"], "drop --draft-max")):
+            out = subprocess.run([SPECD, "serve", "--port", "0", *model, *bad],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(out.returncode, 0, bad)
+            self.assertIn(why, out.stderr, bad)
+
     def _drain(self, timeout_s, n_tokens):
         """SIGTERM while a streamed request runs: what that request got, what a new request
         got, and the exit code."""

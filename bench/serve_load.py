@@ -166,7 +166,7 @@ def main():
     levels = [int(c) for c in a.concurrency.split(",")]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pairs = {"smollm2": ["-m", f"{root}/pretrained/SmolLM2-135M-Instruct.Q4_1.gguf",
-                         "-md", f"{root}/models/specd-smollm2-draft-q8_0.gguf"],
+                         "-md", f"{root}/models/specd-smollm2-draft.gguf"],
              "16m": ["-m", f"{root}/models/specd-target-q8_0.gguf",
                      "-md", f"{root}/models/specd-draft-q8_0.gguf"]}
     prompts = code_prompts(128)

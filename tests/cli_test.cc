@@ -690,7 +690,7 @@ TEST(Cli, FlagsWithoutEffectAreRefusedAndTheSummaryReadsAsLlamaCpps) {
   r = RunSpecd("serve --help");
   EXPECT_NE(r.out.find("--parallel INT:INT in [1 - 256]=4"), std::string::npos) << r.out;
   // SmolLM2's vocabulary without its template: ChatML, said on stderr.
-  auto file = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf");
+  auto file = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-smollm2-draft.gguf");
   GgufWriter w;
   for (const auto& [key, value] : file->metadata()) {
     if (key != "tokenizer.chat_template") w.Set(key, value);

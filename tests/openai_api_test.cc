@@ -19,7 +19,7 @@ namespace {
 class OpenAiApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    file_ = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf").release();
+    file_ = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-smollm2-draft.gguf").release();
     tokenizer_ = Tokenizer::FromGguf(*file_).release();
     chat_ = new ChatTemplate(ChatTemplate::FromGguf(*file_, *tokenizer_));
   }

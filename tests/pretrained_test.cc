@@ -144,7 +144,7 @@ const std::string kQwenDraft = SPECD_SOURCE_DIR "/models/specd-qwen-coder-draft.
 
 TEST(Pretrained, DefaultIsTheFlagshipPairAndAModelAloneTakesItsShippedDraft) {
   REQUIRE_MODEL(kSmol);
-  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
+  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft.gguf";
   ASSERT_TRUE(std::filesystem::exists(draft)) << draft << " is shipped in git";
   // Without -m: Qwen2.5-Coder with its draft where both are there, else SmolLM2 with its draft.
   const bool flagship =
@@ -189,7 +189,7 @@ void ExpectSpeculativeEqualsPlain(const std::string& base, const std::vector<std
 
 TEST(Pretrained, SmolLM2WithItsShippedDraftIsGreedyLossless) {
   REQUIRE_MODEL(kSmol);
-  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft-q8_0.gguf";
+  const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft.gguf";
   // Greedy speculative output is plain greedy output, token for token: a code prompt and a chat
   // prompt at batch 1, and eight prompts at batch 8.
   ExpectSpeculativeEqualsPlain(

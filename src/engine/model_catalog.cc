@@ -16,7 +16,7 @@ struct KnownPair {
 // In order of preference for the default.
 constexpr KnownPair kKnownPairs[] = {
     {"qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", Home::kPretrained, "specd-qwen-coder-draft.gguf"},
-    {"SmolLM2-135M-Instruct.Q4_1.gguf", Home::kPretrained, "specd-smollm2-draft-q8_0.gguf"},
+    {"SmolLM2-135M-Instruct.Q4_1.gguf", Home::kPretrained, "specd-smollm2-draft.gguf"},
     {"specd-target-q8_0.gguf", Home::kModels, "specd-draft-q8_0.gguf"},
 };
 

@@ -1109,9 +1109,21 @@ TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
   EXPECT_FALSE(first.finished);
   EXPECT_EQ(first.steps, 40);
   EXPECT_FALSE(fs::exists(o.out));
+  // The base model's evaluation is kept beside the checkpoint and read back on resume, not
+  // redone: a resumed run reports what the file says (here a planted perplexity).
+  const std::string base_eval = o.checkpoint_dir + "/base-eval.txt";
+  std::string key;
+  {
+    std::ifstream in(base_eval);
+    std::getline(in, key);
+  }
+  ASSERT_FALSE(key.empty());
+  std::ofstream(base_eval) << key << "\n123.5 " << first.base_adaptive.loss << " 0.25 0.5 0.75\n";
   const SdsatTrainResult r = TrainSdsat(o);  // resumes at 40
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.steps, 80);
+  EXPECT_EQ(r.base_perplexity, 123.5);
+  EXPECT_EQ(r.base_adaptive.accuracy, (std::vector<double>{0.25, 0.5, 0.75}));
   EXPECT_EQ(r.adaptive_token, ResolveToken(base.out, "<unused0>"));
   ASSERT_EQ(r.adaptive.accuracy.size(), 3u);
   // The adaptive tokens learned: their held-out loss fell well below the untrained token's.

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -250,6 +252,62 @@ void ExportSdsat(const SdsatTrainOptions& o, const SdsatData& d, Llama& model) {
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
 }
 
+// The untouched model's evaluation, kept in the checkpoint folder: it costs as much as ~20
+// training steps and would otherwise be redone on every resume. The key names what it depends on.
+std::string BaseEvaluationKey(const SdsatTrainOptions& o, const SdsatData& d) {
+  std::ostringstream key;
+  key << o.base << " ctx " << o.ctx << " windows " << o.eval_windows << " token "
+      << d.layout.adaptive_token << " max_window " << o.max_window << " held-out tokens "
+      << d.valid_stream.size() << " bf16 " << o.bf16;
+  return key.str();
+}
+
+bool LoadBaseEvaluation(const std::string& path, const std::string& key, double* perplexity,
+                        AdaptiveScore* score) {
+  std::ifstream in(path);
+  std::string stored_key;
+  if (!in || !std::getline(in, stored_key) || stored_key != key) return false;
+  std::vector<double> accuracy;
+  double loss = 0.0;
+  if (!(in >> *perplexity >> loss)) return false;
+  for (double a; in >> a;) accuracy.push_back(a);
+  score->loss = loss;
+  score->accuracy = std::move(accuracy);
+  return true;
+}
+
+void SaveBaseEvaluation(const std::string& path, const std::string& key, double perplexity,
+                        const AdaptiveScore& score) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out.precision(17);
+    out << key << "\n" << perplexity << " " << score.loss;
+    for (double a : score.accuracy) out << " " << a;
+    out << "\n";
+    SPECD_CHECK(static_cast<bool>(out), "could not write " + tmp);
+  }
+  SPECD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "could not write " + path);
+}
+
+template <typename HeldOut, typename Adaptive>
+void EvaluateBase(const SdsatTrainOptions& o, const SdsatData& d, Llama& model,
+                  const HeldOut& held_out, const Adaptive& adaptive, SdsatTrainResult* result) {
+  const std::string path = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/base-eval.txt";
+  const std::string key = BaseEvaluationKey(o, d);
+  if (!path.empty() &&
+      LoadBaseEvaluation(path, key, &result->base_perplexity, &result->base_adaptive)) {
+    std::fprintf(stderr, "base evaluation read from %s\n", path.c_str());
+  } else {
+    result->base_perplexity = held_out(model);
+    result->base_adaptive = adaptive(model);
+    if (!path.empty())
+      SaveBaseEvaluation(path, key, result->base_perplexity, result->base_adaptive);
+  }
+  std::fprintf(stderr, "base: held-out perplexity %.3f, %s\n", result->base_perplexity,
+               Describe(result->base_adaptive).c_str());
+}
+
 }  // namespace
 
 SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
@@ -268,10 +326,7 @@ SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
   Llama model = ImportGguf(o.base);
   SdsatTrainResult result;
   result.adaptive_token = d.layout.adaptive_token;
-  result.base_perplexity = held_out(model);
-  result.base_adaptive = adaptive(model);
-  std::fprintf(stderr, "base: held-out perplexity %.3f, %s\n", result.base_perplexity,
-               Describe(result.base_adaptive).c_str());
+  EvaluateBase(o, d, model, held_out, adaptive, &result);
   if (o.lora_rank > 0) {
     model->EnableLora(o.lora_rank, o.lora_alpha > 0.0 ? o.lora_alpha : 2.0 * o.lora_rank,
                       d.layout.adaptive_token);

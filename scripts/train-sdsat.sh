@@ -52,7 +52,9 @@ case "$which" in
     # tokens, 12 GB resident. A 1200-step schedule (~5.5 hours) was tried across sessions; its
     # place-1 accuracy stayed at 0.39-0.40 from step 100 to step 300, and its checkpoints were lost
     # twice with the machine, so the run is sized to fit a session beside its evaluation: 150
-    # steps (~45 minutes), annealed to 0.1 x lr. The adapter (~9 MB in f16) goes to pretrained/, not models/.
+    # steps (~45 minutes), annealed to 0.1 x lr. On an AVX2-only EPYC (Zen 3 class, no bf16: f32)
+    # a step takes ~39 s (150 steps ~1.7 hours) and the trainer holds 21.6 GB. The adapter (~9 MB
+    # in f16) goes to pretrained/, not models/.
     "$specd" train sdsat --base pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
       --corpus "$corpus" --adaptive-token '<|vision_pad|>' --max-window 5 --lora-rank 16 \
       --ctx 256 --batch 8 --steps 150 --lr 1e-3 --min-lr-ratio 0.1 --warmup 20 \

@@ -1211,5 +1211,53 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
   }
 }
 
+// KL(base || tuned) of the next token, averaged over a fixed token sequence: the tuned model is
+// the checkpoint's LoRA, the base the same model with it switched off.
+double PlainKlFromBase(const std::string& base_gguf, const std::string& checkpoint_dir,
+                       int32_t adaptive_token) {
+  Llama model = ImportGguf(base_gguf);
+  model->EnableLora(4, 8.0, adaptive_token);
+  Checkpoint(checkpoint_dir).LoadModel(model);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto input =
+      torch::arange(7, 7 + 48, torch::kInt64).remainder(900).unsqueeze(0);  // [1, 48]
+  const auto tuned = torch::log_softmax(model->forward(input), -1);         // [1, 48, n_vocab]
+  model->SetLoraActive(false);
+  const auto base = torch::log_softmax(model->forward(input), -1);
+  return (base.exp() * (base - tuned)).sum(-1).mean().item<double>();
+}
+
+// With --plain-loss kl-to-base the plain rows hold the model at the base's predictions, where the
+// corpus's next tokens pull it away; the adaptive tokens learn either way.
+TEST(SdsatTrain, KlToBasePlainRowsKeepTheBasesPredictions) {
+  const std::string dir = specd::testing::TempDir() + "/sdsat_kl";
+  TrainOptions base;
+  SdsatTrainOptions o = TinySdsatSetup(dir, &base);
+  o.steps = 40;
+  o.lr = 1e-2;
+  o.lora_rank = 4;
+  EXPECT_THROW(
+      {
+        SdsatTrainOptions full = o;
+        full.lora_rank = 0;
+        full.plain_loss = PlainLoss::kKlToBase;
+        TrainSdsat(full);
+      },
+      Error);
+  double kl[2];
+  for (const PlainLoss plain : {PlainLoss::kNextToken, PlainLoss::kKlToBase}) {
+    const int i = plain == PlainLoss::kKlToBase;
+    o.plain_loss = plain;
+    o.checkpoint_dir = dir + "/ckpt" + std::to_string(i);
+    const SdsatTrainResult r = TrainSdsat(o);
+    ASSERT_TRUE(r.finished);
+    EXPECT_LT(r.adaptive.loss, r.base_adaptive.loss - 0.5)
+        << "base " << r.base_adaptive.loss << ", after " << r.adaptive.loss;
+    kl[i] = PlainKlFromBase(base.out, o.checkpoint_dir, r.adaptive_token);
+  }
+  EXPECT_LT(kl[1], 0.5 * kl[0]) << "next-token " << kl[0] << ", kl-to-base " << kl[1];
+}
+
 }  // namespace
 }  // namespace specd::train

@@ -77,7 +77,7 @@ torch::nn::Linear& LlamaBlockImpl::matrix(int which) {
 
 torch::Tensor LlamaBlockImpl::Project(int which, const torch::Tensor& x) {
   auto y = matrix(which)->forward(x);
-  if (!lora_a[which].defined()) return y;
+  if (!lora_a[which].defined() || !lora_active) return y;
   const auto down = torch::matmul(x, lora_a[which].t().to(x.scalar_type()));  // [..., rank]
   return y + lora_scale * torch::matmul(down, lora_b[which].t().to(x.scalar_type()));
 }
@@ -130,7 +130,7 @@ int64_t LlamaImpl::NumParameters() {
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
                                  const torch::Tensor& visible) {
   auto x = embed->forward(tokens);  // [B, T, dim]
-  if (token_delta.defined()) {
+  if (token_delta.defined() && lora_active) {
     x = x + (tokens == lora_token).unsqueeze(-1).to(x.scalar_type()) * token_delta;
   }
   return Logits(Hidden(x, positions, visible));
@@ -191,7 +191,7 @@ torch::Tensor LlamaImpl::Logits(const torch::Tensor& x) {
                       : has_head()     ? embed->weight.index_select(0, head_tokens)
                                        : embed->weight;
   auto logits = torch::matmul(x, matrix.t().to(x.scalar_type()));  // [B, T, n_head]
-  if (token_delta.defined() && !has_head() && !output.defined()) {
+  if (token_delta.defined() && lora_active && !has_head() && !output.defined()) {
     // Tied: the token's output row changes with its embedding.
     const auto extra = torch::matmul(x, token_delta.to(x.scalar_type()));  // [B, T]
     logits = logits.index_add(-1, torch::tensor({lora_token}), extra.unsqueeze(-1));
@@ -234,6 +234,11 @@ void LlamaImpl::EnableLora(int64_t rank, double alpha, int64_t token) {
     }
   }
   if (token >= 0) token_delta = register_parameter("token_delta", torch::zeros({shape.dim}));
+}
+
+void LlamaImpl::SetLoraActive(bool active) {
+  lora_active = active;
+  for (const auto& module : *blocks) module->as<LlamaBlockImpl>()->lora_active = active;
 }
 
 void ExportGguf(Llama& model, const std::string& tokenizer_gguf, DType type,

@@ -48,6 +48,7 @@ struct LlamaBlockImpl : torch::nn::Module {
   // LoRA (empty when off): A [rank, in], B [out, rank] per matrix; B starts at 0.
   std::array<torch::Tensor, kNumLlamaMatrices> lora_a, lora_b;
   double lora_scale = 0.0;  // alpha / rank
+  bool lora_active = true;  // false: the block computes the base model's function
 };
 TORCH_MODULE(LlamaBlock);
 
@@ -95,6 +96,9 @@ struct LlamaImpl : torch::nn::Module {
   // (input and, tied, output).
   void EnableLora(int64_t rank, double alpha, int64_t token);
   bool has_lora() const { return lora_rank > 0; }
+  // Switches the LoRA (and the token's embedding change) off or back on: off, the model computes
+  // the frozen base's function, e.g. for a distillation target.
+  void SetLoraActive(bool active);
   // EAGLE head: adds the input projection eagle_fc ([2 dim] -> [dim], no bias) and freezes the
   // embedding (the target's, which the head reads and, as its output layer, shares).
   void EnableEagle();
@@ -104,6 +108,7 @@ struct LlamaImpl : torch::nn::Module {
   int64_t lora_rank = 0;
   double lora_alpha = 0.0;
   int64_t lora_token = -1;
+  bool lora_active = true;
   torch::Tensor token_delta;            // [dim] the LoRA token's embedding change, or undefined
   torch::nn::Embedding embed{nullptr};  // [n_vocab, dim], tied with the output unless `output`
   torch::Tensor output;       // [n_vocab or n_head, dim] an untied output matrix, or undefined

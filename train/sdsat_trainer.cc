@@ -218,6 +218,43 @@ SdsatData LoadSdsatData(const SdsatTrainOptions& o) {
   return d;
 }
 
+// The frozen base's next-token distribution on the first `count` rows: the model with its LoRA
+// switched off. Computed before the model's own forward, so that only the probabilities stay
+// alive beside its activations (Qwen's vocabulary makes each [rows, T, n_vocab] tensor 0.6 GB).
+struct BaseDistribution {
+  torch::Tensor probs;    // [count * T, n_vocab] f32
+  torch::Tensor entropy;  // [] mean entropy over the slots
+};
+
+BaseDistribution BaseDistributionOf(Llama& model, const BatchTensors& batch, int64_t count,
+                                    bool bf16) {
+  torch::NoGradGuard no_grad;
+  model->SetLoraActive(false);
+  torch::Tensor log_probs;  // [count * T, n_vocab]
+  {
+    Autocast autocast(bf16);
+    const auto logits =
+        model->forward(batch.tokens.narrow(0, 0, count), batch.positions.narrow(0, 0, count),
+                       batch.visible.narrow(0, 0, count));  // [count, T, n_vocab]
+    log_probs = torch::log_softmax(logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), -1);
+  }
+  model->SetLoraActive(true);
+  BaseDistribution base{log_probs.exp(), {}};
+  base.entropy = -(base.probs * log_probs).sum(-1).mean();
+  return base;
+}
+
+// KL(base || model) over every slot of the first rows: the cross-entropy against the base's
+// distribution minus its entropy (a constant for the gradient, subtracted so the loss reads as a
+// KL, 0 at the start of a LoRA).
+torch::Tensor RowsKlToBase(const torch::Tensor& logits, const BaseDistribution& base) {
+  if (!base.probs.defined()) return torch::zeros({}, torch::kFloat32);
+  const int64_t rows = base.probs.size(0) / logits.size(1);
+  const auto l = logits.narrow(0, 0, rows).to(torch::kFloat32);
+  return torch::nn::functional::cross_entropy(l.reshape({-1, l.size(-1)}), base.probs) -
+         base.entropy;
+}
+
 // The paper's improved loss: half plain rows, half with windows of adaptive tokens (their loss on
 // the adaptive positions only), the second half weighted by adaptive_weight.
 torch::Tensor SdsatLoss(const SdsatTrainOptions& o, const SdsatData& d, Llama& model,
@@ -229,12 +266,17 @@ torch::Tensor SdsatLoss(const SdsatTrainOptions& o, const SdsatData& d, Llama& m
         MakeRow(d.train_stream, o.ctx, r, n_plain, d.layout, d.fim, RowSeed(o.seed, step, r)));
   }
   const BatchTensors batch = ToTensors(rows);
+  const bool kl_to_base = o.plain_loss == PlainLoss::kKlToBase;
+  const BaseDistribution base = kl_to_base && n_plain > 0
+                                    ? BaseDistributionOf(model, batch, n_plain, o.bf16)
+                                    : BaseDistribution{};
   torch::Tensor logits;  // [B, T, n_vocab]
   {
     Autocast autocast(o.bf16);
     logits = model->forward(batch.tokens, batch.positions, batch.visible);
   }
-  const auto plain_loss = RowsLoss(logits, batch.labels, 0, n_plain);
+  const auto plain_loss =
+      kl_to_base ? RowsKlToBase(logits, base) : RowsLoss(logits, batch.labels, 0, n_plain);
   const auto adaptive_loss = RowsLoss(logits, batch.labels, n_plain, o.batch - n_plain);
   return 0.5 * (plain_loss + o.adaptive_weight * adaptive_loss);
 }
@@ -313,6 +355,9 @@ void EvaluateBase(const SdsatTrainOptions& o, const SdsatData& d, Llama& model,
 }  // namespace
 
 SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
+  SPECD_CHECK(o.plain_loss != PlainLoss::kKlToBase || o.lora_rank > 0,
+              "the plain rows' KL to the base needs a LoRA (--lora-rank): a full fine-tune keeps "
+              "no frozen copy of the base");
   const FolderLock lock(o.checkpoint_dir);
   SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
               "stopping at a step needs a checkpoint folder to resume from");

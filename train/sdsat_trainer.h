@@ -1,9 +1,9 @@
 // `specd train sdsat`: fine-tunes a llama model so that appended adaptive tokens predict the
 // tokens after the next one (SDSAT, Semantic Adaptive Tokens; the paper's improved approach):
-// a share of each batch is plain rows (next-token loss), the rest mixed rows with windows of
-// 1..L adaptive tokens after 10% of positions (loss on the adaptive tokens only); loss =
-// 1/2 (f(plain) + w f(adaptive)). FIM reordering where the tokenizer has FIM tokens; AdamW
-// (0.9, 0.95), warm-up + cosine; checkpoints; GGUF export with specd.sdsat.* metadata.
+// a share of each batch is plain rows (next-token loss, or KL to the frozen base), the rest mixed
+// rows with windows of 1..L adaptive tokens after 10% of positions (loss on the adaptive tokens
+// only); loss = 1/2 (f(plain) + w f(adaptive)). FIM reordering where the tokenizer has FIM tokens;
+// AdamW (0.9, 0.95), warm-up + cosine; checkpoints; GGUF export with specd.sdsat.* metadata.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,14 @@
 #include "tensor/dtype.h"
 
 namespace specd::train {
+
+// What the plain rows teach.
+enum class PlainLoss {
+  kNextToken,  // cross-entropy against the corpus's next token (the paper's loss)
+  // KL divergence from the frozen base's next-token distribution (LoRA only): the plain rows then
+  // hold the model's predictions where they were instead of pulling them toward the corpus's style.
+  kKlToBase,
+};
 
 struct SdsatTrainOptions {
   std::string base;            // GGUF to fine-tune (any supported type; dequantized)
@@ -26,7 +34,8 @@ struct SdsatTrainOptions {
   double window_share = 0.10;    // of real positions followed by a window
   double plain_share = 0.5;      // of each batch's rows
   double adaptive_weight = 1.0;  // w
-  bool fim = true;               // when the tokenizer has FIM tokens
+  PlainLoss plain_loss = PlainLoss::kNextToken;
+  bool fim = true;  // when the tokenizer has FIM tokens
   // LoRA instead of a full fine-tune: the output is then a llama.cpp LoRA adapter (plus the
   // adaptive token's embedding row) for `specd generate --lora`. 0: full fine-tune.
   int lora_rank = 0;

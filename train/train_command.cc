@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "base/cpu_features.h"
@@ -272,6 +273,12 @@ void AddSdsatFlags(CLI::App* sdsat, SdsatTrainOptions& s, std::string* type) {
       ->check(CLI::Range(0.0, 1.0));
   sdsat->add_option("--adaptive-weight", s.adaptive_weight, "w: weight of the adaptive loss")
       ->check(CLI::Range(0.0, 100.0));
+  sdsat
+      ->add_option("--plain-loss", s.plain_loss,
+                   "what the plain rows teach: next-token (cross-entropy on the corpus, the "
+                   "paper's) or kl-to-base (KL from the frozen base's predictions; LoRA only)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, PlainLoss>{
+          {"next-token", PlainLoss::kNextToken}, {"kl-to-base", PlainLoss::kKlToBase}}));
   sdsat->add_flag("!--no-fim", s.fim, "no fill-in-the-middle reordering");
   sdsat
       ->add_option("--lora-rank", s.lora_rank,

@@ -1256,7 +1256,9 @@ TEST(SdsatTrain, KlToBasePlainRowsKeepTheBasesPredictions) {
         << "base " << r.base_adaptive.loss << ", after " << r.adaptive.loss;
     kl[i] = PlainKlFromBase(base.out, o.checkpoint_dir, r.adaptive_token);
   }
-  EXPECT_LT(kl[1], 0.5 * kl[0]) << "next-token " << kl[0] << ", kl-to-base " << kl[1];
+  std::fprintf(stderr, "plain next-token KL from the base: next-token %.4f, kl-to-base %.4f\n",
+               kl[0], kl[1]);
+  EXPECT_LT(kl[1], 0.5 * kl[0]);
 }
 
 }  // namespace

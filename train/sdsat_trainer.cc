@@ -352,15 +352,19 @@ void EvaluateBase(const SdsatTrainOptions& o, const SdsatData& d, Llama& model,
                Describe(result->base_adaptive).c_str());
 }
 
-}  // namespace
-
-SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
+void CheckSdsatOptions(const SdsatTrainOptions& o) {
   SPECD_CHECK(o.plain_loss != PlainLoss::kKlToBase || o.lora_rank > 0,
               "the plain rows' KL to the base needs a LoRA (--lora-rank): a full fine-tune keeps "
               "no frozen copy of the base");
-  const FolderLock lock(o.checkpoint_dir);
   SPECD_CHECK(o.stop_at_step == 0 || !o.checkpoint_dir.empty(),
               "stopping at a step needs a checkpoint folder to resume from");
+}
+
+}  // namespace
+
+SdsatTrainResult TrainSdsat(const SdsatTrainOptions& o) {
+  CheckSdsatOptions(o);
+  const FolderLock lock(o.checkpoint_dir);
   torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
   const SdsatData d = LoadSdsatData(o);

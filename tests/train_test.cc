@@ -1145,6 +1145,17 @@ TEST(SdsatTrain, FineTuneLearnsTheAdaptiveTokenResumesAndRecordsItInTheExport) {
   EXPECT_EQ(ResolveToken(base.out, "12"), 12);
 }
 
+// The trainer's rank-4 LoRA model (alpha 8) from the last checkpoint in `checkpoint_dir`, in eval
+// mode.
+Llama TrainedLora(const std::string& base_gguf, const std::string& checkpoint_dir,
+                  int32_t adaptive_token) {
+  Llama model = ImportGguf(base_gguf);
+  model->EnableLora(4, 8.0, adaptive_token);
+  Checkpoint(checkpoint_dir).LoadModel(model);
+  model->eval();
+  return model;
+}
+
 // A LoRA fine-tune exports a llama.cpp adapter that specd, merging it at load or applying it at
 // run time, turns into the model the trainer ran: the same logits, the adaptive token's own row
 // (input and tied output) included.
@@ -1180,10 +1191,7 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
             (std::vector<int64_t>{1, 1024}));  // llama.cpp's flipped embedding layout
 
   // The trainer's model, from its last checkpoint.
-  Llama trained = ImportGguf(base.out);
-  trained->EnableLora(4, 8.0, r.adaptive_token);
-  Checkpoint(o.checkpoint_dir).LoadModel(trained);
-  trained->eval();
+  Llama trained = TrainedLora(base.out, o.checkpoint_dir, r.adaptive_token);
   const std::vector<int32_t> tokens = {5, 300, r.adaptive_token, 41, r.adaptive_token, 77, 12};
   auto input = torch::empty({1, int64_t(tokens.size())}, torch::kInt64);
   for (size_t i = 0; i < tokens.size(); ++i) input[0][i] = tokens[i];
@@ -1215,10 +1223,7 @@ TEST(SdsatTrain, LoraFineTuneExportsAnAdapterThatSpecdAppliesAsTheTrainerDoes) {
 // the checkpoint's LoRA, the base the same model with it switched off.
 double PlainKlFromBase(const std::string& base_gguf, const std::string& checkpoint_dir,
                        int32_t adaptive_token) {
-  Llama model = ImportGguf(base_gguf);
-  model->EnableLora(4, 8.0, adaptive_token);
-  Checkpoint(checkpoint_dir).LoadModel(model);
-  model->eval();
+  Llama model = TrainedLora(base_gguf, checkpoint_dir, adaptive_token);
   torch::NoGradGuard no_grad;
   const auto input =
       torch::arange(7, 7 + 48, torch::kInt64).remainder(900).unsqueeze(0);  // [1, 48]

@@ -66,8 +66,8 @@ case "$which" in
   qwen-coder-kl)
     # The same LoRA with the plain rows' loss as KL to the frozen base instead of next-token
     # cross-entropy on the corpus: the qwen-coder recipe's step-50 adapter lost 12 points of
-    # HumanEval Pass@1 by taking up the standard library's terse style from those rows. 120 steps
-    # (~80 minutes in f32 on an AVX2 EPYC, the base's extra forward over the plain rows included).
+    # HumanEval Pass@1 by taking up the standard library's terse style from those rows. 120 steps:
+    # ~2 hours in f32 on an AVX2 EPYC (58 s a step measured, the base's extra forward included).
     "$specd" train sdsat --base pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
       --corpus "$corpus" --adaptive-token '<|vision_pad|>' --max-window 5 --lora-rank 16 \
       --plain-loss kl-to-base --ctx 256 --batch 8 --steps 120 --lr 1e-3 --min-lr-ratio 0.1 \

@@ -209,7 +209,8 @@ Bench SpecBench(CLI::App& app) {
           "KV cache type of both models (f32, f16)")
       ->check(CLI::IsMember({"f32", "f16"}));
   return {bench_spec, [sb, sdsat_bench, bench_strategy, bench_spec] {
-            ChooseModels(&sb->target, &sb->draft, (*bench_strategy) != "sdsat");
+            ChooseModels(&sb->target, &sb->draft, (*bench_strategy) != "sdsat",
+                         sb->spec_type == "ngram" ? nullptr : &sb->draft_flags);
             const bool sdsat_flags =
                 bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
                     bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >

@@ -52,7 +52,7 @@ class Server:
         self.proc = subprocess.Popen([specd, "serve", "--port", "0", *args],
                                      stderr=subprocess.PIPE, text=True)
         for line in self.proc.stderr:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
                 # Keep reading its log, or a full pipe would block the server.

@@ -154,6 +154,7 @@ SpecBench SetUp(const SpecBenchOptions& o) {
   config.proposer = ProposerKind::kDraftModel;
   config.weights = o.weight_flags;
   config.threads = o.threads;
+  config.draft_flags = o.draft_flags;  // the draft's vocabulary (FR-Spec)
   SpecBench b;
   b.models = LoadModels(config);
   const Model& target = *b.models->target;

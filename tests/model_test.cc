@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <limits>
 
 #include "base/error.h"
 #include "engine/generate.h"
@@ -339,9 +341,6 @@ TEST(Generate, RejectsRequestsThatDoNotFit) {
   EXPECT_THROW(GenerateAutoregressive(*f.model, f.ctx, *kv, req), Error);
 }
 
-}  // namespace
-}  // namespace specd
-
 namespace specd {
 namespace {
 
@@ -610,6 +609,97 @@ TEST(InputEmbedding, BadTokenListsAreClearErrors) {
 
 INSTANTIATE_TEST_SUITE_P(Types, FuzzyForwardTest, ::testing::Values(DType::kF32, DType::kQ8_0),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace specd
+
+std::string WriteRanking(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// FR-Spec at load (--draft-vocab): the head keeps the listed tokens' rows and the end-of-
+// generation tokens, and its logits are those of a file whose head lists the same tokens
+// (specd.head_tokens), bit for bit: the listed tokens' logits of the full model, -inf elsewhere.
+TEST(DraftVocab, AHeadRestrictedAtLoadEqualsTheSameHeadInTheFile) {
+  const std::string path = testing::TinyModel("tiny", DType::kQ8_0, 11);
+  ThreadPool pool(2);
+  const KernelContext ctx{&pool, CpuFeatures::Detect()};
+  const std::vector<int32_t> listed = {40, 7, 300, 7, 12};  // a repeat is kept once
+  ModelLoadOptions options;
+  options.head_tokens = listed;
+  auto full = Model::Load(path, &ctx);
+  auto restricted = Model::Load(path, &ctx, options);
+  std::vector<int32_t> kept = {40, 7, 300, 12};
+  for (int32_t t : full->config().end_of_generation) {
+    if (std::find(kept.begin(), kept.end(), t) == kept.end()) kept.push_back(t);
+  }
+  ASSERT_EQ(restricted->config().head_tokens, kept);
+  auto from_file = Model::Load(testing::WithRestrictedHead(path, kept), &ctx);
+  const std::vector<int32_t> tokens = {1, 3, 9, 27};
+  const std::vector<float> got = SequenceLogits(*restricted, ctx, tokens);
+  EXPECT_EQ(got, SequenceLogits(*from_file, ctx, tokens));
+  const std::vector<float> all = SequenceLogits(*full, ctx, tokens);
+  const int64_t n_vocab = full->config().n_vocab;
+  for (int64_t t = 0; t < n_vocab; ++t) {
+    const bool in_head = std::find(kept.begin(), kept.end(), t) != kept.end();
+    EXPECT_EQ(got[3 * n_vocab + t],
+              in_head ? all[3 * n_vocab + t] : -std::numeric_limits<float>::infinity())
+        << t;
+  }
+  // A head that grows with its context: the tokens it read have their full logits too (the
+  // first two of them: the limit), and the rest stays -inf.
+  options.head_context_tokens = 2;
+  auto grown = Model::Load(path, &ctx, options);
+  const std::vector<float> grown_logits = SequenceLogits(*grown, ctx, tokens);
+  for (int64_t t = 0; t < n_vocab; ++t) {
+    const bool in_head = std::find(kept.begin(), kept.end(), t) != kept.end() || t == 1 || t == 3;
+    EXPECT_EQ(grown_logits[3 * n_vocab + t],
+              in_head ? all[3 * n_vocab + t] : -std::numeric_limits<float>::infinity())
+        << t;
+  }
+  options.head_tokens = {5, 384};
+  EXPECT_THROW(Model::Load(path, &ctx, options), Error);
+}
+
+// Speculation with a draft restricted by --draft-vocab gives plain decoding's tokens (greedy and
+// coupled sampling); a size without a ranking, a ranking of another vocabulary and a malformed
+// ranking are clear errors.
+TEST(DraftVocab, RestrictedDraftsAreLosslessAndBadRankingsAreClearErrors) {
+  std::string ids;
+  for (int t = 383; t >= 0; t -= 2) ids += std::to_string(t) + "\n";
+  const std::string ranking = WriteRanking(
+      "ranking.txt", "specd-token-ranking 1 n_vocab=384\n# odd tokens, highest first\n" + ids);
+  const std::string plain_args = " --tokens 1,5,9,33,7 -n 24 --ignore-eos --json -m " +
+                                 testing::TinyModel("tiny", DType::kQ8_0, 7);
+  const std::string common =
+      plain_args + " -md " + testing::TinyModel("tiny", DType::kQ8_0, 11) + " --draft-max 3";
+  for (const std::string sampling : {" --temp 0", " --temp 0.8 --seed 5"}) {
+    const auto plain = testing::RunSpecd("generate" + plain_args + sampling + " --strategy ar");
+    const auto spec = testing::RunSpecd("generate" + common + sampling +
+                                        " --draft-vocab 64 --draft-vocab-file " + ranking);
+    ASSERT_EQ(spec.exit_code, 0) << spec.out;
+    EXPECT_EQ(testing::FirstJsonLine(plain)["tokens"], testing::FirstJsonLine(spec)["tokens"]);
+  }
+  const std::string other =
+      WriteRanking("ranking-other.txt", "specd-token-ranking 1 n_vocab=500\n1\n2\n");
+  const std::string repeated =
+      WriteRanking("ranking-repeated.txt", "specd-token-ranking 1 n_vocab=384\n1\n2\n1\n");
+  const std::string no_header = WriteRanking("ranking-no-header.txt", "1\n2\n");
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --draft-vocab 64", "--draft-vocab 64 needs a token ranking (--draft-vocab-file)"},
+           {" --draft-vocab-file " + other, "ranks a vocabulary of 500 tokens"},
+           {" --draft-vocab-file " + repeated,
+            ":4: expected a token id in 0..383 not listed before"},
+           {" --draft-vocab-file " + no_header, "not a token ranking"},
+           {" --strategy ar --draft-vocab 8 --draft-vocab-file " + ranking,
+            "only speculative decoding reads these"}}) {
+    const auto bad = testing::RunSpecd("generate" + common + " --temp 0" + args);
+    EXPECT_EQ(bad.exit_code, 1) << args;
+    EXPECT_NE(bad.out.find(message), std::string::npos) << bad.out;
+  }
+}
 
 }  // namespace
 }  // namespace specd

@@ -17,6 +17,7 @@
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "base/file_util.h"
+#include "engine/draft_vocab.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tests/test_util.h"
@@ -30,6 +31,7 @@ const std::string kDir = SPECD_SOURCE_DIR "/pretrained/";
 const std::string kSmol = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
 const std::string kQwenCoder = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+const std::string kQwenCoder15 = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
 #define REQUIRE_MODEL(name)                  \
   if (!std::filesystem::exists(kDir + name)) \
@@ -146,19 +148,23 @@ TEST(Pretrained, DefaultIsTheFlagshipPairAndAModelAloneTakesItsShippedDraft) {
   REQUIRE_MODEL(kSmol);
   const std::string draft = SPECD_SOURCE_DIR "/models/specd-smollm2-draft.gguf";
   ASSERT_TRUE(std::filesystem::exists(draft)) << draft << " is shipped in git";
-  // Without -m: Qwen2.5-Coder with its draft where both are there, else SmolLM2 with its draft.
+  // Without -m: Qwen2.5-Coder-1.5B drafted by the 0.5B where both are there, else the 0.5B with
+  // its shipped draft, else SmolLM2 with its draft.
+  const bool pair =
+      std::filesystem::exists(kDir + kQwenCoder15) && std::filesystem::exists(kDir + kQwenCoder);
   const bool flagship =
       std::filesystem::exists(kDir + kQwenCoder) && std::filesystem::exists(kQwenDraft);
+  const std::string want_target =
+      pair ? kDir + kQwenCoder15 : kDir + (flagship ? kQwenCoder : kSmol);
+  const std::string want_draft = pair ? kDir + kQwenCoder : flagship ? kQwenDraft : draft;
   CliRun r = RunSpecd("generate -p 'def fibonacci(n):' -n 16 --temp 0", "", true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("model: " + kDir + (flagship ? kQwenCoder : kSmol)), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("draft " + (flagship ? kQwenDraft : draft)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model: " + want_target), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("draft " + want_draft), std::string::npos) << r.out;
   // -m alone names a model with a shipped draft: it is paired, and the user is told.
   r = RunSpecd("generate -m " + kDir + kSmol + " -p 'def f(x):' -n 8 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("has a shipped draft: speculating with " + draft), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("has a known draft: speculating with " + draft), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("draft " + draft), std::string::npos) << r.out;
 }
 
@@ -216,6 +222,32 @@ TEST(Pretrained, QwenCoderWithItsDraftIsLossless) {
        "for i in range(10):", "def fizzbuzz(n):", "# Sort a list",
        "def main():", "from typing import List\n\ndef mean(xs: List[float]) -> float:"},
       "qwen");
+}
+
+// The default pair: Qwen2.5-Coder-1.5B drafted by the 0.5B through its FR-Spec vocabulary (the
+// default --draft-vocab) gives plain decoding's tokens, greedy (code and chat) and sampled with
+// the same seed (coupled sampling); and so with the whole vocabulary.
+TEST(Pretrained, QwenCoderPairWithTheRestrictedDraftIsLossless) {
+  REQUIRE_MODEL(kQwenCoder15);
+  REQUIRE_MODEL(kQwenCoder);
+  const std::string model = "generate -m " + kDir + kQwenCoder15;
+  const CliRun said = RunSpecd(model + " -p 'def f(x):' -n 4 --temp 0");
+  ASSERT_EQ(said.exit_code, 0) << said.out;
+  EXPECT_NE(said.out.find("draft " + kDir + kQwenCoder + " (0.49 GB) with its draft vocabulary " +
+                          std::to_string(kDefaultDraftVocab)),
+            std::string::npos)
+      << said.out;
+  const std::string base = model + " -n 32 --json";
+  ExpectSpeculativeEqualsPlain(
+      base,
+      {" --temp 0 -p 'def is_prime(n):'",
+       " --temp 0 --chat -p 'Write a Python function that reverses a string.'",
+       " --temp 0.7 --seed 11 -p 'import json\n\ndef load(path):'"},
+      {"def add(a, b):", "class Queue:", "import sys", "# Sort a list"}, "qwen-pair");
+  const CliRun whole = RunSpecd(base + " --temp 0 --draft-vocab 0 -p 'def is_prime(n):'");
+  const CliRun plain = RunSpecd(base + " --temp 0 --strategy ar -p 'def is_prime(n):'");
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_EQ(JsonTokens(whole.out), JsonTokens(plain.out));
 }
 
 TEST(Pretrained, ChatTemplatesRenderExactly) {

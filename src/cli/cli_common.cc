@@ -91,6 +91,17 @@ void AddDraftFlags(CLI::App* app, DraftFlags* flags) {
   app->add_option("--draft-tree", flags->tree,
                   "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
                   "at most --draft-max nodes");
+  app->add_option("--draft-vocab", flags->vocab,
+                  "FR-Spec: the draft's output layer over only the N most frequent tokens of "
+                  "--draft-vocab-file (the target still scores every token, so the output is "
+                  "unchanged); 0: the whole vocabulary (default: " +
+                      std::to_string(kDefaultDraftVocab) +
+                      " when a ranking is known for the draft)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--draft-vocab-file", flags->vocab_ranking,
+                  "FR-Spec token ranking, most frequent first (scripts/make-token-ranking.py; "
+                  "default: the one in models/ for a known draft)")
+      ->check(CLI::ExistingFile);
 }
 
 void AddThreadsFlag(CLI::App* app, int* threads) {
@@ -136,6 +147,8 @@ std::string FlagForField(std::string_view field) {
       {"draft_lp_groups", "--draft-lp-groups"},
       {"draft_max", "--draft-max"},
       {"draft_tree", "--draft-tree"},
+      {"draft_vocab", "--draft-vocab"},
+      {"draft_vocab_file", "--draft-vocab-file"},
       {"int8_kernel", "--int8-kernel"},
       {"lora", "--lora"},
       {"min_p", "--min-p"},
@@ -244,12 +257,22 @@ ModelDirs DefaultModelDirs() {
 
 std::string DefaultTargetModel() { return DefaultModelPair(DefaultModelDirs()).target; }
 
-void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft) {
-  const ModelDirs dirs = DefaultModelDirs();
+namespace {
+
+// The FR-Spec ranking of a known draft, unless the user named one.
+void ChooseDraftVocab(const std::string& draft_model, const ModelDirs& dirs, DraftFlags* flags) {
+  if (flags == nullptr || draft_model.empty() || !flags->vocab_ranking.empty()) return;
+  flags->vocab_ranking = TokenRankingFor(draft_model, dirs);
+}
+
+// Fills the model paths as ChooseModels says (without the draft's ranking).
+void ChooseModelFiles(std::string* model, std::string* draft_model, bool wants_draft,
+                      const ModelDirs& dirs) {
   if (model->empty()) {
     const ModelPair pair = DefaultModelPair(dirs);
     SPECD_CHECK(!pair.target.empty(),
                 "no model given (-m MODEL.gguf) and no default model is there: "
+                "pretrained/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf, "
                 "pretrained/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf or "
                 "pretrained/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/get-models.sh fetches them) "
                 "with their drafts in models/, or models/specd-target-q8_0.gguf (set "
@@ -266,10 +289,39 @@ void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft
   *draft_model = ShippedDraftFor(*model, dirs);
   if (!draft_model->empty()) {
     std::fprintf(stderr,
-                 "specd: %s has a shipped draft: speculating with %s (-md to choose another, "
+                 "specd: %s has a known draft: speculating with %s (-md to choose another, "
                  "--strategy ar for none)\n",
                  std::filesystem::path(*model).filename().c_str(), draft_model->c_str());
   }
+}
+
+}  // namespace
+
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft,
+                  DraftFlags* draft_flags) {
+  const ModelDirs dirs = DefaultModelDirs();
+  ChooseModelFiles(model, draft_model, wants_draft, dirs);
+  if (wants_draft) ChooseDraftVocab(*draft_model, dirs, draft_flags);
+}
+
+std::string DescribeLoading(const EngineConfig& config) {
+  const auto gigabytes = [](const std::string& path) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.2f GB", ec ? 0.0 : static_cast<double>(bytes) / 1e9);
+    return std::string(text);
+  };
+  std::string line = "loading " + config.model_path + " (" + gigabytes(config.model_path) + ")";
+  if (!UsesDraftModel(config.proposer)) return line;
+  line += ", draft " + config.draft_path + " (" + gigabytes(config.draft_path) + ")";
+  const DraftFlags& f = config.draft_flags;
+  const int vocab = f.vocab < 0 && !f.vocab_ranking.empty() ? kDefaultDraftVocab : f.vocab;
+  if (vocab > 0) {
+    line += " with its draft vocabulary " + std::to_string(vocab) + " (FR-Spec, " +
+            f.vocab_ranking + ")";
+  }
+  return line;
 }
 
 }  // namespace specd::cli

@@ -11,6 +11,8 @@
 
 #include "draft/draft_model_proposer.h"
 #include "draft/sdsat_proposer.h"
+#include "engine/draft_vocab.h"
+#include "engine/engine_builder.h"
 #include "engine/model_catalog.h"
 #include "engine/model_options.h"
 
@@ -71,9 +73,13 @@ ModelDirs DefaultModelDirs();
 // The default target of src/engine/model_catalog.h ("" where absent).
 std::string DefaultTargetModel();
 // Fills an empty *model with the default target (and *draft_model with its draft when
-// wants_draft); for a model given without a draft, pairs the draft shipped for it when
-// wants_draft, saying so on stderr. An empty *model with no default there, or a path that is
-// not a file, is an Error.
-void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft);
+// wants_draft); for a model given without a draft, pairs the draft known for it when
+// wants_draft, saying so on stderr; with draft_flags, names the draft's FR-Spec ranking
+// (--draft-vocab) where one is known and none was given. An empty *model with no default there,
+// or a path that is not a file, is an Error.
+void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft,
+                  DraftFlags* draft_flags = nullptr);
+// "loading FILE (1.12 GB), draft FILE (0.49 GB)": said before a load that takes seconds.
+std::string DescribeLoading(const EngineConfig& config);
 
 }  // namespace specd::cli

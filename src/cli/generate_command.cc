@@ -439,7 +439,8 @@ int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;
   // A model with a shipped draft decodes speculatively unless asked otherwise.
   ChooseModels(&o.model, &o.draft_model,
-               o.strategy != "ar" && o.strategy != "sdsat" && o.spec_type != "ngram");
+               o.strategy != "ar" && o.strategy != "sdsat" && o.spec_type != "ngram",
+               &o.draft_flags);
   EngineConfig config = EngineConfigFor(o, !options.draft_model.empty());
   SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
   if (o.chat && o.prompt.empty() && o.prompt_file.empty() && o.tokens.empty() &&
@@ -448,6 +449,7 @@ int RunGenerate(const GenerateOptions& options) {
   }
   CheckPromptSources(o);
   WarnAboutThreads(o.threads);
+  if (!o.json) std::fprintf(stderr, "specd: %s\n", DescribeLoading(config).c_str());
   const auto models = LoadModels(config);
   const Tokenizer* tokenizer = models->tokenizer.get();
   GenerateRequest request;

@@ -162,23 +162,24 @@ Command AddGenerateCommand(CLI::App& app) {
   AddSamplingFlags(g, &state->options);
   AddEngineFlags(g, &state->options);
   AddLlamaCppNoOpFlags(g, state.get());
-  return {g, [g, state] {
-            const GenerateOptions& o = state->options;
-            SPECD_CHECK(g->count("--model") == 0 || !o.model.empty(),
-                        "-m was given an empty path (omit -m for the shipped model)");
-            SPECD_CHECK(g->count("--prompt") == 0 || !o.prompt.empty(), "the prompt (-p) is empty");
-            SPECD_CHECK(!(state->no_conversation && o.chat),
-                        "-no-cnv and --chat / -cnv contradict each other");
-            for (const std::string& note : state->ignored_flags) {
-              std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
-            }
-            GenerateOptions run = o;
-            for (const char* flag : {"--spec-type", "--draft-max", "--draft-auto",
-                                     "--draft-adaptive", "--spec-sampling"}) {
-              if (g->count(flag) > 0) run.speculation_flags_given.push_back(flag);
-            }
-            return RunGenerate(run);
-          }};
+  return {
+      g, [g, state] {
+        const GenerateOptions& o = state->options;
+        SPECD_CHECK(g->count("--model") == 0 || !o.model.empty(),
+                    "-m was given an empty path (omit -m for the shipped model)");
+        SPECD_CHECK(g->count("--prompt") == 0 || !o.prompt.empty(), "the prompt (-p) is empty");
+        SPECD_CHECK(!(state->no_conversation && o.chat),
+                    "-no-cnv and --chat / -cnv contradict each other");
+        for (const std::string& note : state->ignored_flags) {
+          std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
+        }
+        GenerateOptions run = o;
+        for (const char* flag : {"--spec-type", "--draft-max", "--draft-auto", "--draft-adaptive",
+                                 "--spec-sampling", "--draft-vocab", "--draft-vocab-file"}) {
+          if (g->count(flag) > 0) run.speculation_flags_given.push_back(flag);
+        }
+        return RunGenerate(run);
+      }};
 }
 
 }  // namespace specd::cli

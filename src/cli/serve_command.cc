@@ -67,7 +67,7 @@ std::string ModelId(const std::string& path) {
 namespace {
 
 // The HTTP side's settings: address, key, limits, CORS, and what /props reports.
-server::HttpOptions HttpOptionsFor(const ServeOptions& o, const Model& model, bool speculative) {
+server::HttpOptions HttpOptionsFor(const ServeOptions& o) {
   server::HttpOptions h;
   h.host = o.host;
   h.port = o.port;
@@ -79,13 +79,19 @@ server::HttpOptions HttpOptionsFor(const ServeOptions& o, const Model& model, bo
   h.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
   h.cors_origins = o.cors_origins;
   h.cache_reuse = o.cache_reuse;
-  h.props.model_path = o.model;
-  h.props.total_slots = o.parallel;
-  h.props.speculative = speculative;
-  if (const GgufValue* t = model.gguf().Find("tokenizer.chat_template")) {
-    h.props.chat_template = t->AsString("tokenizer.chat_template");
-  }
   return h;
+}
+
+// What /props says of the loaded model and the server.
+server::PropsInfo PropsFor(const ServeOptions& o, const Model& model, bool speculative) {
+  server::PropsInfo props;
+  props.model_path = o.model;
+  props.total_slots = o.parallel;
+  props.speculative = speculative;
+  if (const GgufValue* t = model.gguf().Find("tokenizer.chat_template")) {
+    props.chat_template = t->AsString("tokenizer.chat_template");
+  }
+  return props;
 }
 
 // `-m MODEL` alone, or a default model without a draft: served without speculation, said so.
@@ -158,13 +164,45 @@ std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Token
 
 }  // namespace
 
+// Serve() on a thread of its own from construction; stopped and joined when it goes out of
+// scope, also when loading the model throws.
+class ServingThread {
+ public:
+  explicit ServingThread(server::HttpServer& http)
+      : http_(http), thread_([&http] { http.Serve(); }) {}
+  ~ServingThread() {
+    if (!thread_.joinable()) return;
+    http_.Stop();
+    thread_.join();
+  }
+  // Waits until the server stops (a drain on SIGTERM / SIGINT).
+  void Join() { thread_.join(); }
+
+ private:
+  server::HttpServer& http_;
+  std::thread thread_;
+};
+
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;
   ChooseModels(&o.model, &o.draft_model,
-               o.spec_type != "none" && o.spec_type != "ngram" && o.spec_type != "sdsat");
+               o.spec_type != "none" && o.spec_type != "ngram" && o.spec_type != "sdsat",
+               &o.draft_flags);
   DropDraftSpeculationWithoutDraft(&o);
   const EngineConfig config = EngineConfigFor(o);
   SignalStopper signals;  // before any thread starts, so that all inherit the mask
+  // Bound and answering (503 "Loading model", as llama-server) before the models load.
+  server::Metrics metrics;
+  server::HttpServer http(HttpOptionsFor(o), metrics);
+  http.Bind();
+  signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {
+    std::fprintf(stderr, "specd serve: draining (at most %.0f s)\n", timeout_ms / 1000);
+    http.Drain(timeout_ms);
+  });
+  ServingThread serving(http);
+  std::fprintf(stderr, "listening on http://%s:%d; %s\n", o.host.c_str(), http.port(),
+               DescribeLoading(config).c_str());
+  std::fflush(stderr);
   const auto models = LoadModels(config);
   SPECD_CHECK(models->tokenizer != nullptr, o.model,
               " has no tokenizer metadata: the server needs one");
@@ -173,19 +211,13 @@ int RunServe(const ServeOptions& options) {
   const auto stack = BuildEngine(*models, config);
   const bool speculative = stack->speculative();
 
-  server::Metrics metrics;
   server::Scheduler scheduler(stack->engine(), o.parallel, o.max_queue, &metrics);
   server::ApiLimits limits;
   limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
   limits.n_ctx = stack->n_ctx();
   limits.max_n = o.parallel;
-  const server::HttpOptions http_options = HttpOptionsFor(o, *models->target, speculative);
-  server::HttpServer http(http_options, scheduler, metrics, tokenizer, chat.get(), limits);
-  http.Bind();
-  signals.Start([&http, timeout_ms = o.shutdown_timeout_s * 1000] {
-    std::fprintf(stderr, "specd serve: draining (at most %.0f s)\n", timeout_ms / 1000);
-    http.Drain(timeout_ms);
-  });
+  http.Attach(
+      {scheduler, tokenizer, chat.get(), limits, PropsFor(o, *models->target, speculative)});
   const ModelConfig& mc = models->target->config();
   const std::string speculation =
       speculative ? o.spec_type + ", " + DescribeDraftLength(stack->speculation()) : "off";
@@ -193,10 +225,10 @@ int RunServe(const ServeOptions& options) {
                o.model.c_str(), mc.arch.c_str(), static_cast<long long>(mc.n_vocab),
                models->draft ? ", draft " : "", models->draft ? o.draft_model.c_str() : "",
                o.parallel, stack->n_ctx(), speculation.c_str());
-  std::fprintf(stderr, "listening on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
+  std::fprintf(stderr, "ready on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
                limits.model_id.c_str());
   std::fflush(stderr);
-  http.Serve();
+  serving.Join();
   std::fprintf(stderr, "stopped\n");
   return 0;
 }

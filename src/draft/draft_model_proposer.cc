@@ -15,8 +15,8 @@ DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* dr
                                         bool with_lookup) {
   DraftModelOptions o;
   SPECD_CHECK(draft != nullptr || !flags.any(),
-              "{draft_lp}, {draft_lp_groups}, {no_calibration} and {draft_tree} need a draft "
-              "model ({spec_type} draft)");
+              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab} "
+              "and {draft_vocab_file} need a draft model ({spec_type} draft)");
   if (draft == nullptr) return o;
   SPECD_CHECK(flags.tree.empty() || !with_lookup, "{draft_tree} works with {spec_type} draft only");
   const int n_layer = draft->config().n_layer;

@@ -6,6 +6,7 @@
 #include "draft/combined_proposer.h"
 #include "draft/eagle_proposer.h"
 #include "draft/ngram_proposer.h"
+#include "engine/draft_vocab.h"
 #include "engine/model_options.h"
 
 namespace specd {
@@ -42,9 +43,15 @@ std::unique_ptr<LoadedModels> LoadModels(const EngineConfig& config) {
                           LoadOptionsForModel(config.weights, config.model_path));
   if (UsesDraftModel(config.proposer)) {
     SPECD_CHECK(!config.draft_path.empty(), "speculation with a draft model needs its file");
-    m->draft =
-        Model::Load(config.draft_path, &m->ctx,
-                    LoadOptionsForModel(config.weights, config.draft_path, ModelRole::kDraft));
+    ModelLoadOptions options =
+        LoadOptionsForModel(config.weights, config.draft_path, ModelRole::kDraft);
+    const DraftVocab vocab = DraftVocabFor(config.draft_flags);
+    options.head_tokens = vocab.head_tokens;
+    options.head_context_tokens = kDraftContextTokens;
+    m->draft = Model::Load(config.draft_path, &m->ctx, options);
+    SPECD_CHECK(vocab.head_tokens.empty() || vocab.n_vocab == m->draft->config().n_vocab,
+                config.draft_flags.vocab_ranking, " ranks a vocabulary of ", vocab.n_vocab,
+                " tokens, ", config.draft_path, " has ", m->draft->config().n_vocab);
     CheckDraftCompatible(*m->target, *m->draft);
   }
   if (m->target->gguf().Find("tokenizer.ggml.model") != nullptr) {

@@ -235,6 +235,10 @@ std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
   return file;
 }
 
+void GgufFile::ReleaseResidentPages() const {
+  if (mapping_ != nullptr) ::madvise(mapping_, mapping_size_, MADV_DONTNEED);
+}
+
 std::unique_ptr<GgufFile> GgufFile::FromMemory(const uint8_t* data, size_t size,
                                                const std::string& name) {
   std::unique_ptr<GgufFile> file(new GgufFile());

@@ -79,6 +79,10 @@ class GgufFile {
   // Opens and validates a GGUF file; throws Error on any problem.
   static std::unique_ptr<GgufFile> Open(const std::string& path);
   // Parses an in-memory image (which must outlive the result); used by tests and fuzzers.
+  // Gives the mapped pages back (they stay in the page cache): after the weights were copied
+  // into their packed layouts, the file's pages would otherwise stay resident beside the
+  // copies. Whatever is read later faults back in. No effect on a file read from memory.
+  void ReleaseResidentPages() const;
   static std::unique_ptr<GgufFile> FromMemory(const uint8_t* data, size_t size,
                                               const std::string& name = "<memory>");
   ~GgufFile();

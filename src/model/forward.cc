@@ -203,6 +203,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
     extras.hidden->resize(m * d);  // [m, n_embd]
     RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, config_.rms_eps);
   }
+  GrowHead(ctx, batch);
   OutputLogits(ctx, batch, logits);
   marks.Mark(ForwardProfile::kLogits);
   AdvanceCache(batch, kv);
@@ -312,6 +313,47 @@ void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vect
     float* row = logits->data() + o * c.n_vocab;
     const float* head_row = head_logits_.data() + o * n_head;
     for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
+  }
+  ContextHeadLogits(ctx, n_out, logits);
+}
+
+void Model::GrowHead(const KernelContext& ctx, const Batch& batch) {
+  ContextHead& h = context_head_;
+  // An i8 file's head (row scales) stays as listed.
+  if (h.max_tokens == 0 || h.full_output.row_scales != nullptr) return;
+  const int64_t before = static_cast<int64_t>(h.tokens.size());
+  const int64_t row_bytes = RowBytes(h.full_output.type, h.full_output.cols);
+  for (const int32_t token : batch.tokens) {
+    if (static_cast<int64_t>(h.tokens.size()) >= h.max_tokens) break;
+    if (token < 0 || token >= config_.n_vocab || h.in_head[token]) continue;
+    h.in_head[token] = 1;
+    h.tokens.push_back(token);
+    const uint8_t* row = h.full_output.Row(token);
+    h.rows.insert(h.rows.end(), row, row + row_bytes);
+  }
+  if (static_cast<int64_t>(h.tokens.size()) == before) return;
+  // The joined rows as one matrix, packed for the fast kernels as the head is.
+  h.view = h.full_output;
+  h.view.data = h.rows.data();
+  h.view.rows = static_cast<int64_t>(h.tokens.size());
+  h.view.packed = nullptr;
+  h.packed.reset();
+  if (ctx.cpu.packed_kernels() && IsPackable(h.view.type) && h.view.cols % 32 == 0) {
+    h.packed = std::make_unique<PackedInt8Weights>(PackInt8(h.view, ctx.pool));
+    h.view.packed = h.packed.get();
+  }
+}
+
+void Model::ContextHeadLogits(const KernelContext& ctx, int64_t n_out, std::vector<float>* logits) {
+  ContextHead& h = context_head_;
+  const int64_t n = static_cast<int64_t>(h.tokens.size());
+  if (n == 0) return;
+  h.logits.ResizeForOverwrite(n_out * n);  // [n_out, joined tokens]
+  Matmul(ctx, out_rows_.data(), n_out, h.view, h.logits.data(), &matmul_scratch_);
+  for (int64_t o = 0; o < n_out; ++o) {
+    float* row = logits->data() + o * config_.n_vocab;
+    const float* joined = h.logits.data() + o * n;
+    for (int64_t j = 0; j < n; ++j) row[h.tokens[j]] = joined[j];
   }
 }
 

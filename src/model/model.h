@@ -197,6 +197,14 @@ struct ModelLoadOptions {
   // LoRA adapters, in order, applied as `lora_apply` says.
   std::vector<LoraSpec> lora;
   LoraApply lora_apply = LoraApply::kAuto;
+  // FR-Spec (Zhao et al. 2025) at load: the output layer keeps only these tokens' rows (a draft's
+  // frequent tokens); the model's end-of-generation tokens are kept too. Every other token's
+  // logit is -infinity, so a draft never proposes it. Empty: the file's head as it is.
+  std::vector<int32_t> head_tokens;
+  // With head_tokens: every token the model reads (prompts, accepted tokens) joins the head too,
+  // at most this many beyond the listed ones. A name in the prompt (`(arr`) or one the target
+  // just wrote (` pivot`) is what a frequency ranking misses and what a draft is asked to repeat.
+  int head_context_tokens = 0;
 };
 
 // Per input channel max |x| of every matrix input, over the rows of the forwards it watched.
@@ -347,6 +355,13 @@ class Model {
   void FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch, KvCache& kv,
                   AttentionMode attention);
   void TraceLayer(int il, const AttentionScratch& s, int64_t m);
+  // ModelLoadOptions::head_tokens: output_ becomes a copy of those rows.
+  void RestrictHead(const std::string& path, std::vector<int32_t> tokens);
+  // ModelLoadOptions::head_context_tokens: the batch's tokens not in the head join it (their rows
+  // copied from the full output matrix into context_head_).
+  void GrowHead(const KernelContext& ctx, const Batch& batch);
+  // Logits of the rows [n_out, n_embd] for the joined tokens, written into their places.
+  void ContextHeadLogits(const KernelContext& ctx, int64_t n_out, std::vector<float>* logits);
   // Fills kv_index_ and the attention rows' visibility (n_visible; a key mask for token trees).
   void SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows);
 
@@ -360,9 +375,22 @@ class Model {
   std::vector<std::unique_ptr<PackedInt8Weights>> packed_;          // owned fast layouts
   std::vector<std::unique_ptr<I8Matrix>> i8_matrices_;              // owned i8 conversions
   std::vector<std::unique_ptr<std::vector<uint8_t>>> lora_merged_;  // owned merged matrices
-  std::vector<std::unique_ptr<GgufFile>> adapters_;                 // for FindMetadata
-  std::vector<LowRankTerm> output_lora_;  // run-time LoRA of an untied output matrix
-  EmbeddingDelta embedding_lora_;         // run-time LoRA rows of token_embd
+  std::vector<uint8_t> restricted_head_;       // [head_tokens.size(), row bytes]: RestrictHead
+  std::vector<float> restricted_head_scales_;  // [head_tokens.size()] an i8 file's row scales
+  // The tokens a restricted head took on from the context (GrowHead), and their rows.
+  struct ContextHead {
+    int max_tokens = 0;                         // 0: the head does not grow
+    WeightView full_output;                     // [n_vocab, n_embd] in the file
+    std::vector<char> in_head;                  // [n_vocab]
+    std::vector<int32_t> tokens;                // joined, in order
+    std::vector<uint8_t> rows;                  // [tokens.size(), row bytes]
+    std::unique_ptr<PackedInt8Weights> packed;  // of rows, remade when tokens join
+    WeightView view;                            // [tokens.size(), n_embd]
+    AlignedBuffer<float> logits;                // [n_out, tokens.size()]
+  } context_head_;
+  std::vector<std::unique_ptr<GgufFile>> adapters_;  // for FindMetadata
+  std::vector<LowRankTerm> output_lora_;             // run-time LoRA of an untied output matrix
+  EmbeddingDelta embedding_lora_;                    // run-time LoRA rows of token_embd
   LowRankScratch lora_scratch_;
 
   // Scratch reused across calls.

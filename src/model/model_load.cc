@@ -1,6 +1,7 @@
 // Loading a model: its tensors viewed in the mapped file, adapters, packing for the fast
 // kernels, and what the weights cost per token.
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "base/error.h"
@@ -112,6 +113,40 @@ void ReadVocabSize(const GgufFile& f, ModelConfig* config) {
 
 }  // namespace
 
+void Model::RestrictHead(const std::string& path, std::vector<int32_t> tokens) {
+  ModelConfig& c = config_;
+  SPECD_CHECK(c.head_tokens.empty() && !c.eagle && output_lora_.empty(), path,
+              ": a draft vocabulary restricts a full output layer; this one is restricted "
+              "already (specd.head_tokens), an EAGLE head's, or has a run-time LoRA");
+  std::vector<char> seen(c.n_vocab, 0);
+  std::vector<int32_t> kept;
+  for (const int32_t id : tokens) {
+    SPECD_CHECK(id >= 0 && id < c.n_vocab, path, ": a draft vocabulary lists token ", id,
+                ", outside the model's ", c.n_vocab);
+    if (!seen[id]) kept.push_back(id);
+    seen[id] = 1;
+  }
+  // A draft that can propose the end of a turn keeps its run going to the last token.
+  for (const int32_t id : c.end_of_generation) {
+    if (!seen[id]) kept.push_back(id);
+    seen[id] = 1;
+  }
+  context_head_.full_output = output_;  // rows of tokens that join the head later (GrowHead)
+  context_head_.in_head = seen;
+  const int64_t row_bytes = RowBytes(output_.type, output_.cols);
+  restricted_head_.resize(kept.size() * row_bytes);
+  for (size_t j = 0; j < kept.size(); ++j) {
+    std::memcpy(restricted_head_.data() + j * row_bytes, output_.Row(kept[j]), row_bytes);
+  }
+  if (output_.row_scales != nullptr) {
+    for (const int32_t id : kept) restricted_head_scales_.push_back(output_.row_scales[id]);
+    output_.row_scales = restricted_head_scales_.data();
+  }
+  output_.data = restricted_head_.data();
+  output_.rows = static_cast<int64_t>(kept.size());
+  c.head_tokens = std::move(kept);
+}
+
 Model::Layer Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
   const std::string p = "blk." + std::to_string(il) + ".";
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
@@ -200,6 +235,10 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
       c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);
   for (int i = 0; i < c.n_layer; ++i) model->layers_.push_back(ReadLayer(f, c, i));
   model->LoadLora(options.lora, options.lora_apply);
+  if (!options.head_tokens.empty()) {
+    model->RestrictHead(f.path(), options.head_tokens);
+    model->context_head_.max_tokens = options.head_context_tokens;
+  }
   const bool fast = ctx != nullptr && ctx->cpu.packed_kernels();
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
@@ -210,6 +249,8 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
     model->ConvertAllToI8(ctx, options);
     if (fast) model->PackWeights(*ctx);
   }
+  // The packed copies are what the forward reads; the mapped pages they came from are not.
+  if (fast) file->ReleaseResidentPages();
   model->file_ = std::move(file);
   return model;
 }

@@ -93,19 +93,30 @@ class ChoiceCollector {
 
 }  // namespace
 
-HttpServer::HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics& metrics,
-                       const Tokenizer& tokenizer, const ChatTemplate* chat_template,
-                       const ApiLimits& limits)
+HttpServer::HttpServer(const HttpOptions& options, Metrics& metrics)
     : options_(options),
-      scheduler_(scheduler),
       metrics_(metrics),
-      tokenizer_(tokenizer),
-      chat_template_(chat_template),
-      limits_(limits),
-      fim_(FindFimTokens(tokenizer)),
       http_(std::make_unique<httplib::Server>()),
       created_(UnixSeconds()) {
   Routes();
+}
+
+HttpServer::HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics& metrics,
+                       const Tokenizer& tokenizer, const ChatTemplate* chat_template,
+                       const ApiLimits& limits)
+    : HttpServer(options, metrics) {
+  Attach({scheduler, tokenizer, chat_template, limits, options.props});
+}
+
+void HttpServer::Attach(const Backend& backend) {
+  SPECD_CHECK(!ready_.load(), "the server has its engine already");
+  scheduler_ = &backend.scheduler;
+  tokenizer_ = &backend.tokenizer;
+  chat_template_ = backend.chat_template;
+  limits_ = backend.limits;
+  options_.props = backend.props;
+  fim_ = FindFimTokens(backend.tokenizer);
+  ready_.store(true, std::memory_order_release);  // the handlers read the above after this
 }
 
 HttpServer::~HttpServer() = default;
@@ -133,12 +144,16 @@ void HttpServer::Stop() { http_->stop(); }
 
 bool HttpServer::Drain(double timeout_ms) {
   draining_ = true;
-  const bool finished = scheduler_.WaitIdle(timeout_ms);
+  if (!ready_.load(std::memory_order_acquire)) {  // still loading: nothing runs
+    Stop();
+    return true;
+  }
+  const bool finished = scheduler_->WaitIdle(timeout_ms);
   if (!finished) {
     std::fprintf(stderr, "specd serve: requests still running after %.0f ms: cancelling them\n",
                  timeout_ms);
-    scheduler_.CancelAll();
-    scheduler_.WaitIdle(60000.0);
+    scheduler_->CancelAll();
+    scheduler_->WaitIdle(60000.0);
   }
   Stop();  // waits for the handlers, which are writing the last responses
   return finished;
@@ -222,6 +237,18 @@ void HttpServer::ConfigureCors() {
 void HttpServer::Routes() {
   ConfigureTransport();
   ConfigureCors();
+  // Until the engine is attached every request but a CORS preflight gets llama-server's answer
+  // while it loads: 503 "Loading model" (clients poll /health for it to turn 200).
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (ready_.load(std::memory_order_acquire) || req.method == "OPTIONS") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 503;
+    res.set_content(
+        "{\"error\":{\"code\":503,\"message\":\"Loading model\",\"type\":\"unavailable_error\"}}",
+        "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   GetRoutes();
   PostRoutes();
   MethodGuards();
@@ -281,10 +308,10 @@ void HttpServer::PostRoutes() {
     });
   };
   PostWithBody("/tokenize", json_route([this](const std::string& body) {
-                 return TokenizeResponse(body, tokenizer_, limits_);
+                 return TokenizeResponse(body, *tokenizer_, limits_);
                }));
   PostWithBody("/detokenize", json_route([this](const std::string& body) {
-                 return DetokenizeResponse(body, tokenizer_, limits_);
+                 return DetokenizeResponse(body, *tokenizer_, limits_);
                }));
 }
 
@@ -383,9 +410,9 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
   LlamaRequest r;
   try {
     if (llama) {
-      r = ParseLlamaCompletion(body, api == Api::kLlamaInfill, tokenizer_, fim_, limits_);
+      r = ParseLlamaCompletion(body, api == Api::kLlamaInfill, *tokenizer_, fim_, limits_);
     } else {
-      r.completion = ParseCompletionRequest(body, api == Api::kOpenAiChat, tokenizer_,
+      r.completion = ParseCompletionRequest(body, api == Api::kOpenAiChat, *tokenizer_,
                                             chat_template_, fim_, limits_);
     }
   } catch (const ApiError& e) {
@@ -399,7 +426,7 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
     LlamaOutcome outcome;
     outcome.stop_type = "limit";
     outcome.prompt_tokens = static_cast<int64_t>(r.completion.prompt.size());
-    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_)),
+    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, *tokenizer_)),
                     "application/json");
     Record(req, 200, outcome.prompt_tokens, 0, 0);
     return;
@@ -427,7 +454,7 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
   s.sum_logprob = false;  // nothing in a response reports it
   s.cache_prompt = r.cache_prompt;
   s.cache_reuse_chunk = options_.cache_reuse;
-  std::shared_ptr<Job> job = scheduler_.Submit(s, r.n, r.time_budget_ms);
+  std::shared_ptr<Job> job = scheduler_->Submit(s, r.n, r.time_budget_ms);
   if (job == nullptr) {
     res.set_header("Retry-After", "1");
     ReplyError(res, ApiError(503, "server_overloaded",
@@ -489,7 +516,7 @@ LlamaOutcome OutcomeOf(ChoiceCollector& collector, const Job& job, int64_t promp
 void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
                             std::shared_ptr<Job> job, httplib::Response& res) {
   const int64_t prompt_tokens = static_cast<int64_t>(r.completion.prompt.size());
-  auto collector = std::make_shared<ChoiceCollector>(r.completion, tokenizer_, *job);
+  auto collector = std::make_shared<ChoiceCollector>(r.completion, *tokenizer_, *job);
   if (!r.completion.stream) {
     std::vector<ChoiceEvent> events;
     while (job->Wait(&events, 100)) {
@@ -498,7 +525,7 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
     }
     collector->outputs()[0].text = collector->text(0).TakeDelta(true);
     const LlamaOutcome outcome = OutcomeOf(*collector, *job, prompt_tokens);
-    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_)),
+    res.set_content(Dump(LlamaCompletionResponse(r, outcome, limits_.model_id, *tokenizer_)),
                     "application/json");
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
@@ -520,14 +547,14 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
           text += d.text;
           if ((!d.text.empty() || !d.tokens.empty()) &&
               !send(LlamaStreamChunk(d.text, d.tokens, d.logprobs, r.n_probs,
-                                     collector->completion_tokens(), prompt_tokens, tokenizer_))) {
+                                     collector->completion_tokens(), prompt_tokens, *tokenizer_))) {
             job->CancelAll("cancelled");  // the client went away: free its slot now
             return false;
           }
         }
         LlamaOutcome outcome = OutcomeOf(*collector, *job, prompt_tokens);
         outcome.choice.text = "";  // the last chunk carries no content, as llama-server's
-        send(LlamaCompletionResponse(r, outcome, limits_.model_id, tokenizer_));
+        send(LlamaCompletionResponse(r, outcome, limits_.model_id, *tokenizer_));
         sink.done();
         Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
                collector->elapsed_ms());
@@ -540,7 +567,7 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
   const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
                           r.logprobs};
   const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
-  auto collector = std::make_shared<ChoiceCollector>(r, tokenizer_, *job);
+  auto collector = std::make_shared<ChoiceCollector>(r, *tokenizer_, *job);
   if (!r.stream) {
     std::vector<ChoiceEvent> events;
     while (job->Wait(&events, 100)) {
@@ -550,7 +577,7 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
     for (auto& out : collector->outputs()) out.text = collector->text(out.index).TakeDelta(true);
     res.set_content(
         Dump(CompletionResponse(info, collector->outputs(), {prompt_tokens, job->n_cached()},
-                                tokenizer_, job->n_drafted(), job->n_accepted())),
+                                *tokenizer_, job->n_drafted(), job->n_accepted())),
         "application/json");
     Record(req, 200, prompt_tokens, collector->completion_tokens(), collector->elapsed_ms());
     return;
@@ -571,7 +598,7 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
             d.text = collector->text(c).TakeDelta(finished);
             if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
             if (d.text.empty() && d.tokens.empty() && !finished) continue;
-            if (!send(StreamChunk(info, d, first[c], tokenizer_))) {
+            if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
               job->CancelAll("cancelled");  // the client went away: free its slots now
               return false;
             }

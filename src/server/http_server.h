@@ -48,9 +48,22 @@ struct HttpOptions {
 
 class HttpServer {
  public:
+  // What the routes serve: the engine's scheduler and the model's tokenizer and facts.
+  struct Backend {
+    Scheduler& scheduler;
+    const Tokenizer& tokenizer;
+    const ChatTemplate* chat_template;  // null: chat completions answer 400
+    ApiLimits limits;
+    PropsInfo props;
+  };
+  // A server without its engine yet: it can Bind and Serve at once, answering every request
+  // 503 "Loading model" (as llama-server) until Attach.
+  HttpServer(const HttpOptions& options, Metrics& metrics);
   HttpServer(const HttpOptions& options, Scheduler& scheduler, Metrics& metrics,
              const Tokenizer& tokenizer, const ChatTemplate* chat_template,
              const ApiLimits& limits);
+  // Gives the routes their engine (once, from any thread); requests are served from then on.
+  void Attach(const Backend& backend);
   ~HttpServer();
   // Binds; throws Error if the address cannot be bound.
   void Bind();
@@ -100,11 +113,13 @@ class HttpServer {
   bool RefusedKey(const httplib::Request& req, httplib::Response* res);
 
   HttpOptions options_;
-  Scheduler& scheduler_;
+  // Set by Attach before ready_; read by the handlers only after they saw ready_.
   Metrics& metrics_;
-  const Tokenizer& tokenizer_;
-  const ChatTemplate* chat_template_;
+  Scheduler* scheduler_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;
+  const ChatTemplate* chat_template_ = nullptr;
   ApiLimits limits_;
+  std::atomic<bool> ready_{false};
   FimTokens fim_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;

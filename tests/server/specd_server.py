@@ -30,7 +30,7 @@ class Server:
             if not line:
                 break
             self.log.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(model id '([^']+)'\)", line)
+            m = re.search(r"ready on http://127\.0\.0\.1:(\d+) \(model id '([^']+)'\)", line)
             if m:
                 self.port, self.model = int(m.group(1)), m.group(2)
                 self.has_chat = not any("no chat template" in l for l in self.log)

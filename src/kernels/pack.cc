@@ -295,24 +295,33 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
       }
     }
   }
+  // lanes[g][j * 4 + t]: row j's value g * 4 + t, the byte layout (one 64-byte load holds the
+  // same 4-value group of the 16 rows).
+  uint8_t lanes[8][64];
+  for (int j = 0; j < 16; ++j) {
+    for (int g = 0; g < 8; ++g) std::memcpy(&lanes[g][j * 4], &rows[j].u[g * 4], 4);
+  }
   uint8_t* values = out + p.HeaderBytes();
   std::fill(values, out + p.BlockBytes(), 0);
-  for (int j = 0; j < 16; ++j) {
+  if (!p.nibbles) {
+    std::memcpy(values, lanes, sizeof(lanes));
+    return;
+  }
+  // Low nibble for groups 0..3, high nibble for groups 4..7 of the same byte.
+  for (int q = 0; q < 4; ++q) {
+    for (int byte = 0; byte < 64; ++byte) {
+      values[q * 64 + byte] =
+          static_cast<uint8_t>((lanes[q][byte] & 15) | ((lanes[q + 4][byte] & 15) << 4));
+    }
+  }
+  // Bit planes of the levels' 5th and 6th bits: bit (byte % 8) of byte g * 8 + byte / 8.
+  for (int plane = 0; plane < p.high_planes; ++plane) {
+    uint8_t* bits = values + 256 + plane * 64;
     for (int g = 0; g < 8; ++g) {
-      for (int t = 0; t < 4; ++t) {
-        const uint8_t u = rows[j].u[g * 4 + t];
-        const int byte = j * 4 + t;
-        if (!p.nibbles) {
-          values[g * 64 + byte] = u;
-          continue;
-        }
-        // Low nibble for lanes 0..3, high nibble for lanes 4..7 of the same byte.
-        values[(g % 4) * 64 + byte] |= static_cast<uint8_t>((u & 15) << (g < 4 ? 0 : 4));
-        for (int plane = 0; plane < p.high_planes; ++plane) {
-          if ((u >> (4 + plane)) & 1) {
-            values[256 + plane * 64 + g * 8 + byte / 8] |= static_cast<uint8_t>(1u << (byte % 8));
-          }
-        }
+      for (int k = 0; k < 8; ++k) {
+        unsigned packed = 0;
+        for (int i = 0; i < 8; ++i) packed |= ((lanes[g][8 * k + i] >> (4 + plane)) & 1u) << i;
+        bits[g * 8 + k] = static_cast<uint8_t>(packed);
       }
     }
   }
@@ -322,20 +331,21 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
 
 bool IsPackable(DType t) { return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16; }
 
-PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
+namespace {
+
+void CheckPackable(const WeightView& w) {
   SPECD_CHECK(IsPackable(w.type) && w.cols % 32 == 0 && w.cols % BlockElements(w.type) == 0,
               "PackInt8: needs quantized weights with a multiple of 32 columns, got ",
               DTypeName(w.type), " with ", w.cols);
   SPECD_CHECK(w.type != DType::kI8 || w.row_scales != nullptr, "PackInt8: i8 weights without ",
               "row scales");
-  PackedInt8Weights p = FormatFor(w.type);
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_groups = (w.rows + 15) / 16;
+}
+
+// Writes w's ceil(rows / 16) row groups in p's layout (FormatFor(w.type)) at `out`.
+void PackRowGroups(const WeightView& w, const PackedInt8Weights& p, ThreadPool* pool,
+                   uint8_t* out) {
   const int64_t nb = w.cols / 32;
-  p.data.Resize(p.row_groups * p.GroupBytes() + p.SlackBytes());
-  std::fill(p.data.data() + p.row_groups * p.GroupBytes(), p.data.data() + p.data.size(), 0);
-  pool->ParallelFor(p.row_groups, 1, [&](int64_t g0, int64_t g1) {
+  pool->ParallelFor((w.rows + 15) / 16, 1, [&](int64_t g0, int64_t g1) {
     BlockLevels rows[16];
     for (int64_t group = g0; group < g1; ++group) {
       for (int64_t b = 0; b < nb; ++b) {
@@ -348,7 +358,7 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
             std::fill(rows[j].u, rows[j].u + 32, static_cast<uint8_t>(p.offset));
           }
         }
-        uint8_t* group_data = p.data.data() + group * p.GroupBytes();
+        uint8_t* group_data = out + group * p.GroupBytes();
         WriteBlock(p, rows, group_data + b * p.BlockBytes());
         if (p.k_scales && b % 8 == 0) {  // the super-block's d (and dmin) of the 16 rows
           auto* trailer = reinterpret_cast<uint16_t*>(group_data + p.TrailerOffset() +
@@ -360,8 +370,8 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
         }
       }
       if (p.row_scales) {
-        auto* scales = reinterpret_cast<float*>(p.data.data() + group * p.GroupBytes() +
-                                                p.TrailerOffset());  // [16]
+        auto* scales =
+            reinterpret_cast<float*>(out + group * p.GroupBytes() + p.TrailerOffset());  // [16]
         for (int j = 0; j < 16; ++j) {
           const int64_t n = group * 16 + j;
           scales[j] = n < w.rows ? w.row_scales[n] : 0.0f;
@@ -369,6 +379,19 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
       }
     }
   });
+}
+
+}  // namespace
+
+PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
+  CheckPackable(w);
+  PackedInt8Weights p = FormatFor(w.type);
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_groups = (w.rows + 15) / 16;
+  p.data.Resize(p.row_groups * p.GroupBytes() + p.SlackBytes());
+  std::fill(p.data.data() + p.row_groups * p.GroupBytes(), p.data.data() + p.data.size(), 0);
+  PackRowGroups(w, p, pool, p.data.data());
   return p;
 }
 
@@ -390,12 +413,12 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
   stacked.data.Resize(stacked.row_groups * stacked.GroupBytes() + stacked.SlackBytes());
   std::fill(stacked.data.data() + stacked.row_groups * stacked.GroupBytes(),
             stacked.data.data() + stacked.data.size(), 0);
+  // Each part straight into its place (every part but the last has whole row groups).
   uint8_t* at = stacked.data.data();
   for (const WeightView* w : parts) {
-    const PackedInt8Weights part = PackInt8(*w, pool);
-    const int64_t bytes = part.row_groups * part.GroupBytes();
-    std::copy(part.data.data(), part.data.data() + bytes, at);
-    at += bytes;
+    CheckPackable(*w);
+    PackRowGroups(*w, stacked, pool, at);
+    at += (w->rows + 15) / 16 * stacked.GroupBytes();
   }
   *out = std::move(stacked);
   return true;

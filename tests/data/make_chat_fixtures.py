@@ -13,7 +13,8 @@ import sys
 import jinja2
 from gguf import GGUFReader
 
-MODELS = ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"]
+MODELS = ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+          "SmolLM2-135M-Instruct.Q4_1.gguf"]
 CONVERSATIONS = [
     [{"role": "user", "content": "Write is_prime in Python."}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],

@@ -230,7 +230,7 @@ TEST(Pretrained, QwenCoderWithItsDraftIsLossless) {
 TEST(Pretrained, QwenCoderPairWithTheRestrictedDraftIsLossless) {
   REQUIRE_MODEL(kQwenCoder15);
   REQUIRE_MODEL(kQwenCoder);
-  const std::string model = "generate -m " + kDir + kQwenCoder15;
+  const std::string model = "generate -m " + kDir + kQwenCoder15 + " -md " + kDir + kQwenCoder;
   const CliRun said = RunSpecd(model + " -p 'def f(x):' -n 4 --temp 0");
   ASSERT_EQ(said.exit_code, 0) << said.out;
   EXPECT_NE(said.out.find("draft " + kDir + kQwenCoder + " (0.49 GB) with its draft vocabulary " +
@@ -245,9 +245,16 @@ TEST(Pretrained, QwenCoderPairWithTheRestrictedDraftIsLossless) {
        " --temp 0.7 --seed 11 -p 'import json\n\ndef load(path):'"},
       {"def add(a, b):", "class Queue:", "import sys", "# Sort a list"}, "qwen-pair");
   const CliRun whole = RunSpecd(base + " --temp 0 --draft-vocab 0 -p 'def is_prime(n):'");
+  const CliRun restricted = RunSpecd(base + " --temp 0 -p 'def is_prime(n):'");
   const CliRun plain = RunSpecd(base + " --temp 0 --strategy ar -p 'def is_prime(n):'");
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
   EXPECT_EQ(JsonTokens(whole.out), JsonTokens(plain.out));
+  // Both drafted (the equalities above are not those of two plain runs), and most was accepted.
+  for (const CliRun* run : {&whole, &restricted}) {
+    const auto summary = nlohmann::json::parse(run->out.substr(run->out.rfind("{\"")));
+    EXPECT_GT(summary["n_drafted"].get<int>(), 0) << run->out;
+    EXPECT_GT(summary["acceptance_rate"].get<double>(), 0.3) << run->out;
+  }
 }
 
 TEST(Pretrained, ChatTemplatesRenderExactly) {

@@ -351,7 +351,10 @@ def report_from_saved(args):
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--specd", default=os.path.join(ROOT, "build", "release", "specd"))
-    ap.add_argument("--model", default=os.path.join(
+    # The default pair's target where it is fetched (specd serve pairs the 0.5B as its draft), else
+    # the 0.5B (with its shipped draft).
+    pair = os.path.join(ROOT, "pretrained", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--model", default=pair if os.path.exists(pair) else os.path.join(
         ROOT, "pretrained", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
     ap.add_argument("--peer-llama-server", help="llama.cpp's llama-server binary (required "
                     "but with --self-test)")

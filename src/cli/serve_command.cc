@@ -162,8 +162,6 @@ std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Token
   }
 }
 
-}  // namespace
-
 // Serve() on a thread of its own from construction; stopped and joined when it goes out of
 // scope, also when loading the model throws.
 class ServingThread {
@@ -182,6 +180,8 @@ class ServingThread {
   server::HttpServer& http_;
   std::thread thread_;
 };
+
+}  // namespace
 
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;

@@ -315,11 +315,9 @@ std::string DescribeLoading(const EngineConfig& config) {
   std::string line = "loading " + config.model_path + " (" + gigabytes(config.model_path) + ")";
   if (!UsesDraftModel(config.proposer)) return line;
   line += ", draft " + config.draft_path + " (" + gigabytes(config.draft_path) + ")";
-  const DraftFlags& f = config.draft_flags;
-  const int vocab = f.vocab < 0 && !f.vocab_ranking.empty() ? kDefaultDraftVocab : f.vocab;
-  if (vocab > 0) {
+  if (const int vocab = DraftVocabSize(config.draft_flags); vocab > 0) {
     line += " with its draft vocabulary " + std::to_string(vocab) + " (FR-Spec, " +
-            f.vocab_ranking + ")";
+            config.draft_flags.vocab_ranking + ")";
   }
   return line;
 }

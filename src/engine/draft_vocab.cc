@@ -41,11 +41,16 @@ TokenRanking ReadTokenRanking(const std::string& path) {
   return r;
 }
 
+int DraftVocabSize(const DraftFlags& flags) {
+  if (flags.vocab_ranking.empty()) return 0;
+  return flags.vocab < 0 ? kDefaultDraftVocab : flags.vocab;
+}
+
 DraftVocab DraftVocabFor(const DraftFlags& flags) {
   SPECD_CHECK(flags.vocab <= 0 || !flags.vocab_ranking.empty(), "{draft_vocab} ", flags.vocab,
               " needs a token ranking ({draft_vocab_file}); this draft has none by default");
-  const int size = flags.vocab < 0 ? kDefaultDraftVocab : flags.vocab;
-  if (size == 0 || flags.vocab_ranking.empty()) return {};
+  const int size = DraftVocabSize(flags);
+  if (size == 0) return {};
   TokenRanking ranking = ReadTokenRanking(flags.vocab_ranking);
   DraftVocab v;
   v.n_vocab = ranking.n_vocab;

@@ -32,6 +32,9 @@ TokenRanking ReadTokenRanking(const std::string& path);
 
 // What a draft keeps of its vocabulary for these flags: the first `vocab` tokens of the ranking
 // (kDefaultDraftVocab for vocab -1 when a ranking is given). Empty: the whole vocabulary.
+// The number of ranked tokens a draft keeps for these flags (0: the whole vocabulary).
+int DraftVocabSize(const DraftFlags& flags);
+
 struct DraftVocab {
   std::vector<int32_t> head_tokens;
   int64_t n_vocab = 0;  // the ranking's, to check against the draft's

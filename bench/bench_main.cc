@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -16,19 +17,18 @@
 #include "bench/sdsat_bench.h"
 #include "bench/spec_bench.h"
 #include "bench/tokenize_bench.h"
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
+#include "flags/speculation_flags.h"
 #include "model/synth.h"
 #include "tensor/dtype.h"
 
 namespace specd::bench {
 namespace {
 
-using cli::AddDraftFlags;
-using cli::AddLoraFlags;
-using cli::AddThreadsFlag;
-using cli::AddTraceStepsFlag;
-using cli::AddWeightFlags;
-using cli::ChooseModels;
+using flags::AddLoraFlags;
+using flags::AddThreadsFlag;
+using flags::AddWeightFlags;
+using flags::ChooseModels;
 
 // A benchmark subcommand: its flags registered, and what runs once they are parsed.
 struct Bench {
@@ -80,11 +80,8 @@ Bench ForwardBench(CLI::App& app) {
       ->delimiter(',')
       ->transform([](std::string form) { return form == "as-stored" ? std::string() : form; })
       ->check(CLI::IsMember({"", "i8"}));
-  bench_forward
-      ->add_option("--int8-kernel", fwd->weight_flags.int8_kernel,
-                   "matmul of i8 weights: auto, specd (VNNI), amx or onednn")
-      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
-  AddLoraFlags(bench_forward, &fwd->weight_flags);
+  flags::AddInt8KernelFlag(bench_forward, &fwd->weight_options);
+  AddLoraFlags(bench_forward, &fwd->weight_options);
   return {bench_forward, [fwd, fwd_types] {
             fwd->types.clear();
             for (const auto& t : (*fwd_types)) fwd->types.push_back(*DTypeFromName(t));
@@ -148,41 +145,8 @@ Bench MatmulBench(CLI::App& app) {
           }};
 }
 
-Bench SpecBench(CLI::App& app) {
-  auto sb = std::make_shared<SpecBenchOptions>();
-  auto sdsat_bench = std::make_shared<SdsatBenchOptions>();
-  auto bench_strategy = std::make_shared<std::string>("spec");
-  auto* bench_spec = app.add_subcommand("spec", "plain vs speculative decoding by batch size");
-  bench_spec->add_option("-m,--model", sb->target, "target (default: the shipped one)");
-  bench_spec->add_option("--model-draft", sb->draft, "draft (default: the shipped one; also -md)");
-  bench_spec->add_option("--batches", sb->batches, "batch sizes")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 64));
-  bench_spec->add_option("--draft-lengths", sb->draft_lengths, "fixed draft lengths to try")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 32));
-  bench_spec->add_option("-n,--n-predict", sb->n_predict, "new tokens per sequence")
-      ->check(CLI::Range(1, 4096));
-  AddThreadsFlag(bench_spec, &sb->threads);
-  AddDraftFlags(bench_spec, &sb->draft_flags);
-  AddTraceStepsFlag(bench_spec, &sb->trace_steps);
-  AddWeightFlags(bench_spec, &sb->weight_flags);
-  bench_spec->add_option("--reps", sb->reps, "runs per configuration")->check(CLI::Range(1, 100));
-  bench_spec->add_option("--out", sb->out_dir, "where results are written");
-  bench_spec->add_option("--prompt-set", sb->prompt_set, "code (Python) or chat prompts")
-      ->check(CLI::IsMember({"code", "chat"}));
-  bench_spec
-      ->add_option("--prompt-groups", sb->prompt_groups,
-                   "groups of B prompts run at batch B (0: all prompts at every batch size)")
-      ->check(CLI::Range(0, 4096));
-  bench_spec
-      ->add_option("--spec-type", sb->spec_type,
-                   "proposer of the speculative runs: draft, ngram or draft+ngram")
-      ->check(CLI::IsMember({"draft", "ngram", "draft+ngram"}));
-  bench_spec
-      ->add_option("--strategy", *bench_strategy,
-                   "spec (a proposer against plain) or sdsat (the target drafting for itself)")
-      ->check(CLI::IsMember({"spec", "sdsat"}));
+// bench spec's SDSAT sweep: adaptive tokens per step and tree sizes.
+void AddSdsatSweepFlags(CLI::App* bench_spec, SdsatBenchOptions* sdsat_bench) {
   bench_spec->add_option("--adaptive-ks", sdsat_bench->ks, "sdsat: adaptive tokens per step")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
@@ -193,37 +157,76 @@ Bench SpecBench(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   bench_spec->add_option("--sdsat-tree-width", sdsat_bench->tree_width, "sdsat: tree width")
       ->check(CLI::Range(1, 64));
+}
+
+void AddSpecSweepFlags(CLI::App* bench_spec, SpecBenchOptions* sb) {
+  bench_spec->add_option("--batches", sb->batches, "batch sizes")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  bench_spec->add_option("--draft-lengths", sb->draft_lengths, "fixed draft lengths to try")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 32));
+  bench_spec->add_option("-n,--n-predict", sb->n_predict, "new tokens per sequence")
+      ->check(CLI::Range(1, 4096));
+  bench_spec->add_option("--reps", sb->reps, "runs per configuration")->check(CLI::Range(1, 100));
+  bench_spec->add_option("--out", sb->out_dir, "where results are written");
+  bench_spec->add_option("--prompt-set", sb->prompt_set, "code (Python) or chat prompts")
+      ->check(CLI::IsMember({"code", "chat"}));
   bench_spec
-      ->add_option("--adaptive-token", sdsat_bench->adaptive_token,
-                   "sdsat: the adaptive token (default: the one the model records)")
-      ->check(CLI::NonNegativeNumber);
+      ->add_option("--prompt-groups", sb->prompt_groups,
+                   "groups of B prompts run at batch B (0: all prompts at every batch size)")
+      ->check(CLI::Range(0, 4096));
   bench_spec->add_option("--temps", sb->temperatures, "temperatures of the sampled settings")
       ->delimiter(',')
       ->check(CLI::Range(0.01, 10.0));
-  bench_spec->add_option("--spec-sampling", sb->spec_sampling, "rejection and / or coupled")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"coupled", "rejection"}));
   bench_spec
-      ->add_option_function<std::string>(
-          "--cache-type", [sb](const std::string& t) { sb->cache_type = *DTypeFromName(t); },
-          "KV cache type of both models (f32, f16)")
-      ->check(CLI::IsMember({"f32", "f16"}));
-  return {bench_spec, [sb, sdsat_bench, bench_strategy, bench_spec] {
-            ChooseModels(&sb->target, &sb->draft, (*bench_strategy) != "sdsat",
-                         sb->spec_type == "ngram" ? nullptr : &sb->draft_flags);
-            const bool sdsat_flags =
-                bench_spec->count("--adaptive-ks") + bench_spec->count("--adaptive-token") +
-                    bench_spec->count("--sdsat-trees") + bench_spec->count("--sdsat-tree-width") >
-                0;
-            SPECD_CHECK(
-                (*bench_strategy) == "sdsat" || !sdsat_flags,
-                "--adaptive-ks, --adaptive-token, --sdsat-trees and --sdsat-tree-width go with "
-                "--strategy sdsat");
-            if ((*bench_strategy) == "sdsat") {
-              SPECD_CHECK(sb->draft.empty() && bench_spec->count("--draft-lengths") == 0 &&
-                              bench_spec->count("--spec-type") == 0,
-                          "bench spec --strategy sdsat drafts with the target itself: drop -md, "
-                          "--draft-lengths and --spec-type");
+      ->add_option("--spec-samplings", sb->spec_samplings,
+                   "how sampled drafts are verified: rejection and / or coupled")
+      ->delimiter(',')
+      ->transform(CLI::CheckedTransformer(std::map<std::string, SpecSampling>{
+          {"coupled", SpecSampling::kCoupled}, {"rejection", SpecSampling::kRejection}}));
+}
+
+Bench SpecBench(CLI::App& app) {
+  auto sb = std::make_shared<SpecBenchOptions>();
+  auto sdsat_bench = std::make_shared<SdsatBenchOptions>();
+  auto spec_flags = std::make_shared<flags::SpeculationFlags>();
+  auto* bench_spec = app.add_subcommand("spec", "plain vs speculative decoding by batch size");
+  bench_spec->add_option("-m,--model", sb->target, "target (default: the shipped one)");
+  AddSpecSweepFlags(bench_spec, sb.get());
+  AddSdsatSweepFlags(bench_spec, sdsat_bench.get());
+  flags::AddSpeculationFlags(bench_spec, spec_flags.get(), flags::SpeculationFlagSet::kSweep);
+  AddThreadsFlag(bench_spec, &sb->threads);
+  AddWeightFlags(bench_spec, &sb->weights);
+  flags::AddCacheTypeFlag(bench_spec, &sb->cache_type);
+  return {bench_spec, [sb, sdsat_bench, spec_flags, bench_spec] {
+            flags::SpeculationFlags& f = *spec_flags;
+            const bool sdsat = f.strategy == flags::Strategy::kSdsat;
+            SPECD_CHECK(f.strategy == flags::Strategy::kUnset || f.strategy == flags::Strategy::kSpec ||
+                            sdsat,
+                        "bench spec --strategy: spec (a proposer against plain) or sdsat (the "
+                        "target drafting for itself)");
+            const bool draft_given = !f.config.draft.path.empty();
+            const bool lookup_only = f.spec_type == ProposerKind::kNgram;
+            ChooseModels(&sb->target, &f.config.draft.path, !sdsat,
+                         lookup_only ? nullptr : &f.config.draft);
+            const std::string draft = f.config.draft.path;
+            const bool sdsat_sweep = bench_spec->count("--adaptive-ks") +
+                                         bench_spec->count("--sdsat-trees") +
+                                         bench_spec->count("--sdsat-tree-width") >
+                                     0;
+            SPECD_CHECK(sdsat || !sdsat_sweep,
+                        "--adaptive-ks, --sdsat-trees and --sdsat-tree-width go with --strategy "
+                        "sdsat");
+            if (sdsat) {
+              SPECD_CHECK(bench_spec->count("--draft-lengths") == 0,
+                          "bench spec --strategy sdsat drafts with the target itself: drop "
+                          "--draft-lengths");
+            }
+            sb->speculation = flags::SpeculationFromFlags(f, draft_given && !lookup_only);
+            // Loaded for every proposer: the plain and speculative runs' caches are sized alike.
+            sb->speculation.draft.path = draft;
+            if (sdsat) {
               RunSdsatBench(*sb, *sdsat_bench);
               return;
             }
@@ -240,11 +243,11 @@ Bench EasySpecBench(CLI::App& app) {
   bench_easyspec->add_option("--lp", eb->lp_sizes, "layer-parallel sizes")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  bench_easyspec->add_option("--draft-lp-groups", eb->lp_groups, "packed, aligned or ranges");
+  bench_easyspec->add_option("--lp-groups", eb->lp_groups, "packed, aligned or ranges");
   bench_easyspec->add_option("--draft-lengths", eb->draft_lengths, "exact chain lengths")
       ->delimiter(',')
       ->check(CLI::Range(1, 32));
-  bench_easyspec->add_option("--draft-max", eb->draft_max, "fuzzy chain length")
+  bench_easyspec->add_option("--fuzzy-length", eb->draft_max, "fuzzy chain length")
       ->check(CLI::Range(1, 32));
   bench_easyspec->add_option("--tree-widths", eb->tree_widths, "token tree widths")
       ->delimiter(',')
@@ -286,9 +289,9 @@ int Run(int argc, char** argv) {
   const std::vector<Bench> benches = {ForwardBench(app), AttentionBench(app), MatmulBench(app),
                                       SpecBench(app),    EasySpecBench(app),  TokenizeBench(app)};
   std::vector<std::string> args;
-  if (!cli::ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
-  if (const int code = cli::ParseArgs(app, args, "specd bench --help"); code >= 0) return code;
-  return cli::RunReportingErrors([&]() -> int {
+  if (!flags::ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
+  if (const int code = flags::ParseArgs(app, args, "specd bench --help"); code >= 0) return code;
+  return flags::RunReportingErrors([&]() -> int {
     for (const Bench& bench : benches) {
       if (*bench.command) bench.run();
     }

@@ -147,7 +147,8 @@ Drift MeasureDrift(Model& draft, const KernelContext& ctx,
 struct Config {
   std::string name;
   bool speculative = true;
-  SpeculativeOptions options;
+  SpeculationConfig options;  // a fixed draft length (draft_max)
+  DraftModelOptions drafting;  // fuzzy drafting, calibration, trees
   std::vector<double> tokens_per_s;  // per rep
   SpeculativeStats stats;            // summed over reps
 };
@@ -175,7 +176,8 @@ void RunConfig(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, 
     r.sum_logprob = false;
     const GenerateResult out = c->speculative
                                    ? GenerateSpeculative(p.target, p.draft, p.ctx, p.target_kv,
-                                                         p.draft_kv, r, c->options, &c->stats)
+                                                         p.draft_kv, r, c->options, &c->stats,
+                                                         VerifySampled, c->drafting)
                                    : GenerateAutoregressive(p.target, p.ctx, p.target_kv, r);
     n_tokens += out.n_tokens;
     ms += out.t_prefill_ms + out.t_decode_ms;
@@ -189,9 +191,9 @@ void RunConfig(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, 
 
 std::vector<Config> EndToEndConfigs(const EasySpecBenchOptions& o, int n_layer) {
   std::vector<Config> configs;
-  configs.push_back({"plain", false, {}, {}, {}});
+  configs.push_back({"plain", false, {}, {}, {}, {}});
   for (int k : o.draft_lengths) {
-    Config c{"chain K=" + std::to_string(k), true, {}, {}, {}};
+    Config c{"chain K=" + std::to_string(k), true, {}, {}, {}, {}};
     c.options.draft_max = k;
     configs.push_back(c);
   }
@@ -204,10 +206,11 @@ std::vector<Config> EndToEndConfigs(const EasySpecBenchOptions& o, int n_layer) 
                true,
                {},
                {},
+               {},
                {}};
       c.options.draft_max = o.draft_max;
-      c.options.draft.fuzzy = LayerGroups::Parse(o.lp_groups, n_layer, lp);
-      c.options.draft.calibrate = calibrate;
+      c.drafting.fuzzy = LayerGroups::Parse(o.lp_groups, n_layer, lp);
+      c.drafting.calibrate = calibrate;
       configs.push_back(c);
     }
   }
@@ -218,10 +221,11 @@ std::vector<Config> EndToEndConfigs(const EasySpecBenchOptions& o, int n_layer) 
                true,
                {},
                {},
+               {},
                {}};
       c.options.draft_max = o.tree_nodes;
-      c.options.draft.tree_width = width;
-      if (lp > 1) c.options.draft.fuzzy = LayerGroups::Parse(o.lp_groups, n_layer, lp);
+      c.drafting.tree_width = width;
+      if (lp > 1) c.drafting.fuzzy = LayerGroups::Parse(o.lp_groups, n_layer, lp);
       configs.push_back(c);
     }
   }
@@ -245,8 +249,8 @@ void SetUp(EasySpecRun& r) {
   SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench easyspec needs a target and a draft");
   EngineConfig config;
   config.model_path = o.target;
-  config.draft_path = o.draft;
-  config.proposer = ProposerKind::kDraftModel;
+  config.speculation.proposer = ProposerKind::kDraftModel;
+  config.speculation.draft.path = o.draft;
   config.threads = o.threads;
   r.models = LoadModels(config);  // warmed up
   SPECD_CHECK(r.models->tokenizer != nullptr, o.target, " has no tokenizer");

@@ -128,9 +128,9 @@ class ForwardBench {
     }
     {
       ThreadPool pool(1);
-      WeightFlags i8_flags = o_.weight_flags;
-      i8_flags.weights = "i8";
-      const KernelContext ctx{&pool, cpu_, Int8BackendFromFlags(i8_flags, cpu_)};
+      WeightOptions i8_options = o_.weight_options;
+      i8_options.int8 = true;
+      const KernelContext ctx{&pool, cpu_, Int8BackendFor(i8_options, cpu_)};
       r_.json["int8_kernel"] = Int8KernelName(ctx);
       r_.md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu_.Name()
             << " kernels; i8 weights, where run, on " << Int8KernelName(ctx) << "), ";
@@ -172,10 +172,9 @@ class ForwardBench {
   void MeasureModel(DType listed_type, const std::string& form) {
     const std::string path = ModelPath(listed_type);
     ThreadPool load_pool(max_threads_);
-    WeightFlags flags = o_.weight_flags;
-    flags.weights = form;
-    const Int8Backend backend =
-        form.empty() ? Int8Backend::kAuto : Int8BackendFromFlags(flags, cpu_);
+    WeightOptions flags = o_.weight_options;
+    flags.int8 = form == "i8";
+    const Int8Backend backend = flags.int8 ? Int8BackendFor(flags, cpu_) : Int8Backend::kAuto;
     const KernelContext load_ctx{&load_pool, cpu_, backend};
     auto model = Model::Load(path, &load_ctx, LoadOptionsForModel(flags, path));
     nlohmann::json entry;

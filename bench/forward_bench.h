@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model_options.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 
@@ -26,7 +27,7 @@ struct ForwardBenchOptions {
   bool profile = false;  // also time each op of the M-row forwards
   // Each model is also run converted at load: "" (as stored) and / or "i8" (BASS's INT8).
   std::vector<std::string> weights = {""};
-  WeightFlags weight_flags;  // --int8-kernel, --smooth-alpha, --calibration for the i8 runs
+  WeightOptions weight_options;  // --int8-kernel, --lora (int8 is set per form)
 };
 
 // Runs the benchmark, prints a Markdown table to stdout and writes forward.md / forward.json

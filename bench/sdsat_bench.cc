@@ -89,14 +89,15 @@ struct Setting {
 std::vector<Setting> Settings(const SpecBenchOptions& o) {
   std::vector<Setting> settings = {{"greedy", {0.0f, 0, 1.0f, 1}, SpecSampling::kRejection}};
   for (float t : o.temperatures) {
-    for (const std::string& mode : o.spec_sampling) {
-      const bool coupled = mode == "coupled";
+    for (const SpecSampling mode : o.spec_samplings) {
+      const bool coupled = mode == SpecSampling::kCoupled;
       char name[64];
-      std::snprintf(name, sizeof(name), "t=%.1f top-k=10 top-p=0.95 %s", t, mode.c_str());
+      std::snprintf(name, sizeof(name), "t=%.1f top-k=10 top-p=0.95 %s", t,
+                    coupled ? "coupled" : "rejection");
       settings.push_back(
           {name,
            {t, 10, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
-           coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
+           mode});
     }
   }
   return settings;
@@ -127,7 +128,7 @@ SdsatRun SetUp(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
   SPECD_CHECK(!o.target.empty(), "bench spec --strategy sdsat needs a target model (-m)");
   EngineConfig config;
   config.model_path = o.target;
-  config.weights = o.weight_flags;
+  config.weights = o.weights;
   config.threads = o.threads;
   SdsatRun r;
   r.models = LoadModels(config);  // warmed up
@@ -135,7 +136,7 @@ SdsatRun SetUp(const SpecBenchOptions& o, const SdsatBenchOptions& so) {
   SPECD_CHECK(r.models->tokenizer != nullptr, o.target, " has no tokenizer");
   r.prompts = BenchPrompts(target, *r.models->tokenizer, o.prompt_set);
   const int k_max = *std::max_element(so.ks.begin(), so.ks.end());
-  r.base = SdsatOptionsForModel(target, k_max, so.adaptive_token);
+  r.base = SdsatOptionsForModel(target, k_max, o.speculation.sdsat.adaptive_token);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const int max_nodes =
       so.tree_nodes.empty() ? 0 : *std::max_element(so.tree_nodes.begin(), so.tree_nodes.end());
@@ -180,9 +181,10 @@ std::vector<Run> RunCandidates(const SpecBenchOptions& o, const SdsatBenchOption
       options.merge = c.merge;
       options.tree_nodes = c.tree_nodes;
       options.tree_width = so.tree_width;
-      SpeculativeOptions spec;
+      SpeculationConfig spec;
+      spec.policy = DraftLengthPolicyKind::kFixed;
       spec.draft_max = c.tree_nodes > 0 ? c.tree_nodes : c.k;
-      spec.spec_sampling = setting.mode;
+      spec.sampling = setting.mode;
       c.runs.push_back(RunAll(requests, [&](const GenerateRequest& request, Run* run) {
         SdsatProposer proposer(options);
         SpeculativeStats stats;

@@ -13,7 +13,6 @@ namespace specd::bench {
 
 struct SdsatBenchOptions {
   std::vector<int> ks = {1, 2, 3, 5, 7, 9, 11, 13};
-  int32_t adaptive_token = -1;  // -1: the model's own (specd.sdsat.adaptive_token)
   bool unmerged_too = true;     // also the paper's two-forward loop
   // Token trees of these many nodes (two-step loop, width tree_width) besides chains.
   std::vector<int> tree_nodes;

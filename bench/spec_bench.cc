@@ -145,24 +145,26 @@ struct SpecBench {
 };
 
 SpecBench SetUp(const SpecBenchOptions& o) {
-  SPECD_CHECK(!o.target.empty() && !o.draft.empty(), "bench spec needs a target and a draft model");
-  SPECD_CHECK(o.spec_type == "draft" || o.spec_type == "ngram" || o.spec_type == "draft+ngram",
-              "unknown --spec-type '", o.spec_type, "'");
+  const SpeculationConfig& spec = o.speculation;
+  SPECD_CHECK(!o.target.empty() && !spec.draft.path.empty(),
+              "bench spec needs a target and a draft model");
+  SPECD_CHECK(spec.proposer == ProposerKind::kDraftModel || spec.proposer == ProposerKind::kNgram ||
+                  spec.proposer == ProposerKind::kNgramOrDraft,
+              "bench spec compares draft, ngram or draft+ngram with plain decoding (sdsat: "
+              "--strategy sdsat)");
   EngineConfig config;
   config.model_path = o.target;
-  config.draft_path = o.draft;  // loaded for every proposer: its caches are sized alike
-  config.proposer = ProposerKind::kDraftModel;
-  config.weights = o.weight_flags;
+  config.weights = o.weights;
   config.threads = o.threads;
-  config.draft_flags = o.draft_flags;  // the draft's vocabulary (FR-Spec)
+  // The draft is loaded for every proposer (its caches are sized alike), with its vocabulary.
+  config.speculation.proposer = ProposerKind::kDraftModel;
+  config.speculation.draft = spec.draft;
   SpecBench b;
   b.models = LoadModels(config);
   const Model& target = *b.models->target;
   SPECD_CHECK(b.models->tokenizer != nullptr, o.target, " has no tokenizer");
   b.prompts = BenchPrompts(target, *b.models->tokenizer, o.prompt_set);
-  b.draft_options =
-      DraftOptionsFromFlags(o.draft_flags, o.spec_type == "ngram" ? nullptr : b.models->draft.get(),
-                            o.spec_type != "draft");
+  b.draft_options = DraftModelOptionsFor(spec.draft, *b.models->draft);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   b.target_kv = target.NewKvCache({max_batch, 512, o.cache_type});
   b.draft_kv = b.models->draft->NewKvCache({max_batch, 512, o.cache_type});
@@ -171,21 +173,22 @@ SpecBench SetUp(const SpecBenchOptions& o) {
 
 // One speculative run with the chosen proposer.
 GenerateResult RunSpeculative(const SpecBenchOptions& o, SpecBench& b,
-                              const GenerateRequest& request, const SpeculativeOptions& options,
+                              const GenerateRequest& request, const SpeculationConfig& options,
                               SpeculativeStats* stats) {
   Model& target = *b.models->target;
   Model& draft = *b.models->draft;
   const KernelContext& ctx = b.models->ctx;
-  if (o.spec_type == "draft") {
+  const ProposerKind proposer = o.speculation.proposer;
+  if (proposer == ProposerKind::kDraftModel) {
     return GenerateSpeculative(target, draft, ctx, *b.target_kv, *b.draft_kv, request, options,
-                               stats);
+                               stats, VerifySampled, b.draft_options);
   }
-  NgramProposer lookup(1, 3, target.config().n_vocab);
-  if (o.spec_type == "ngram") {
+  NgramProposer lookup(o.speculation.ngram_min, o.speculation.ngram_max, target.config().n_vocab);
+  if (proposer == ProposerKind::kNgram) {
     return GenerateWithProposer(target, ctx, *b.target_kv, lookup, request, options, stats);
   }
   const auto draft_proposer =
-      MakeModelProposer(target, draft, *b.draft_kv, ctx, request.attention, options.draft);
+      MakeModelProposer(target, draft, *b.draft_kv, ctx, request.attention, b.draft_options);
   CombinedProposer both(lookup, *draft_proposer);
   return GenerateWithProposer(target, ctx, *b.target_kv, both, request, options, stats);
 }
@@ -200,14 +203,16 @@ struct Setting {
 std::vector<Setting> Settings(const SpecBenchOptions& o) {
   std::vector<Setting> settings = {{"greedy", {0.0f, 0, 1.0f, 1}}};
   for (float t : o.temperatures) {
-    for (const std::string& mode : o.spec_sampling) {
-      const bool coupled = mode == "coupled";
+    for (const SpecSampling mode : o.spec_samplings) {
+      const bool coupled = mode == SpecSampling::kCoupled;
       char name[64];
-      std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t, mode.c_str());
+      std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t,
+                    coupled ? "coupled" : "rejection");
+      // Plain runs draw as the verification does (the engine's step forces Gumbel-max too).
       settings.push_back(
           {name,
            {t, 0, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
-           coupled ? SpecSampling::kCoupled : SpecSampling::kRejection});
+           mode});
     }
   }
   return settings;
@@ -239,24 +244,22 @@ void DescribeRun(const SpecBenchOptions& o, const SpecBench& b, nlohmann::json* 
   const std::string drafting = DraftingDescription(b.draft_options);
   *report = {{"date", date},
              {"target", o.target},
-             {"draft", o.draft},
+             {"draft", o.speculation.draft.path},
              {"cache_type", DTypeName(o.cache_type)},
              {"cpu", CpuName()},
              {"kernels", ctx.cpu.Name()},
-             {"weights", o.weight_flags.weights.empty() ? "as stored" : o.weight_flags.weights},
+             {"weights", o.weights.int8 ? "i8" : "as stored"},
              {"int8_kernel", Int8KernelName(ctx)},
              {"prompt_set", o.prompt_set},
-             {"spec_type", o.spec_type},
+             {"spec_type", ProposerKindName(o.speculation.proposer)},
              {"n_prompts", b.prompts.size()},
              {"prompt_groups", o.prompt_groups},
              {"drafting", drafting}};
   *md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
       << " kernels"
-      << (o.weight_flags.weights == "i8" ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
+      << (o.weights.int8 ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
       << "), " << o.threads << " threads, target " << o.target << ", proposer "
-      << (o.spec_type == "draft"   ? o.draft
-          : o.spec_type == "ngram" ? "n-gram lookup"
-                                   : "n-gram lookup, then " + o.draft)
+      << DescribeProposer(o.speculation)
       << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
       << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
       << " prompt per sequence, "
@@ -278,31 +281,32 @@ void DescribeRun(const SpecBenchOptions& o, const SpecBench& b, nlohmann::json* 
 // (all-sequence latency).
 struct Candidate {
   std::string name;
-  SpeculativeOptions options;
+  SpeculationConfig options;
   std::vector<Run> runs;
   Run median;
 };
 
 // Fixed lengths, BASS Algorithm 1, and the cost-aware policy (last).
-std::vector<Candidate> Candidates(const SpecBenchOptions& o, const Setting& setting,
-                                  const DraftModelOptions& draft_options) {
+std::vector<Candidate> Candidates(const SpecBenchOptions& o, const Setting& setting) {
   std::vector<Candidate> candidates;
   for (int k : o.draft_lengths) {
     Candidate c{"K=" + std::to_string(k), {}, {}, {}};
+    c.options.policy = DraftLengthPolicyKind::kFixed;
     c.options.draft_max = k;
     candidates.push_back(c);
   }
+  // The policies with their defaults (BASS from 7 up to 32, cost-aware 0..8) unless --draft-max.
   Candidate adaptive{"adaptive", {}, {}, {}};
-  adaptive.options.adaptive = true;
-  adaptive.options.draft_max = 7;
+  adaptive.options.policy = DraftLengthPolicyKind::kBass;
   candidates.push_back(adaptive);
   Candidate automatic{"auto", {}, {}, {}};
-  automatic.options.cost_aware = true;
-  automatic.options.draft_max = 8;
+  automatic.options.policy = DraftLengthPolicyKind::kCostAware;
   candidates.push_back(automatic);
   for (Candidate& c : candidates) {
-    c.options.spec_sampling = setting.mode;
-    c.options.draft = draft_options;
+    if (c.options.policy != DraftLengthPolicyKind::kFixed) {
+      c.options.draft_max = o.speculation.draft_max;
+    }
+    c.options.sampling = setting.mode;
   }
   return candidates;
 }
@@ -329,7 +333,7 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
   const std::vector<GenerateRequest> groups =
       PromptGroups(b.prompts, batch, o.prompt_groups, request);
   BatchRuns out;
-  out.candidates = Candidates(o, setting, b.draft_options);
+  out.candidates = Candidates(o, setting);
   std::vector<Candidate>& candidates = out.candidates;
   std::vector<Run> plain_runs;
   std::vector<double> auto_plain_share;
@@ -350,8 +354,8 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
           continue;
         }
         const Candidate& c = candidates[runner];
-        SpeculativeOptions options = c.options;
-        options.trace_steps_path = o.trace_steps;
+        SpeculationConfig options = c.options;
+        options.trace_steps_path = o.speculation.trace_steps_path;
         options.trace_label = setting.name + " batch " + std::to_string(batch) + " " + c.name +
                               " rep " + std::to_string(rep);
         results[runner].push_back(RunSpeculative(o, b, groups[g], options, &stats[runner]));
@@ -361,7 +365,7 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
     for (size_t i = 0; i < candidates.size(); ++i) {
       Candidate& c = candidates[i];
       c.runs.push_back(Measure(results[i], &stats[i]));
-      if (c.options.cost_aware) {
+      if ((c.options.policy == DraftLengthPolicyKind::kCostAware)) {
         auto_plain_share.push_back(
             stats[i].n_steps ? double(stats[i].n_plain_steps) / stats[i].n_steps : 0.0);
       }
@@ -379,7 +383,7 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
 const Candidate* BestInHindsight(const std::vector<Candidate>& candidates) {
   const Candidate* best = nullptr;
   for (const Candidate& c : candidates) {
-    if (c.options.cost_aware) continue;
+    if ((c.options.policy == DraftLengthPolicyKind::kCostAware)) continue;
     if (best == nullptr || c.median.ptl_all < best->median.ptl_all) best = &c;
   }
   return best;
@@ -406,11 +410,11 @@ nlohmann::json ReportBatch(const Setting& setting, int batch, const BatchRuns& r
                                     {"ptl_last_ms", r.ptl_last},
                                     {"ptl_all_ms", r.ptl_all},
                                     {"speedup_all", plain.ptl_all / r.ptl_all}});
-    if (&c != best && !c.options.cost_aware && !c.options.adaptive) continue;
-    std::string label = c.options.adaptive ? "adaptive" : c.name;
+    if (&c != best && !(c.options.policy == DraftLengthPolicyKind::kCostAware) && !(c.options.policy == DraftLengthPolicyKind::kBass)) continue;
+    std::string label = (c.options.policy == DraftLengthPolicyKind::kBass) ? "adaptive" : c.name;
     if (&c == best) label += " (best)";
     char line[512];
-    if (c.options.cost_aware) {
+    if ((c.options.policy == DraftLengthPolicyKind::kCostAware)) {
       std::snprintf(line, sizeof(line), " (default; %.0f%% plain steps)",
                     100.0 * runs.auto_plain_share);
       label += line;

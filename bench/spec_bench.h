@@ -7,15 +7,18 @@
 #include <string>
 #include <vector>
 
-#include "draft/draft_model_proposer.h"
+#include "engine/model_options.h"
+#include "engine/speculation_config.h"
 #include "tensor/dtype.h"
 
 namespace specd::bench {
 
 struct SpecBenchOptions {
-  WeightFlags weight_flags;  // --weights i8 for both models, --int8-kernel
-  std::string target;        // default: the shipped pair
-  std::string draft;
+  WeightOptions weights;  // --weights i8 for both models, --int8-kernel
+  std::string target;     // default: the shipped pair
+  // The proposer of every speculative run (draft, ngram or draft+ngram), the draft model and how
+  // it drafts, the n-gram sizes, the trace file, and the caps of the policies' runs (draft_max).
+  SpeculationConfig speculation;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   std::vector<int> draft_lengths = {1, 2, 3, 4, 6};  // fixed lengths tried besides the policies
   int n_predict = 64;
@@ -25,17 +28,12 @@ struct SpecBenchOptions {
   DType cache_type = DType::kF32;            // KV caches of both models
   std::vector<float> temperatures = {0.2f};  // sampled settings (top-p 0.95), besides greedy
   // How sampled drafts are verified: rejection sampling and / or coupled (shared Gumbel noise).
-  std::vector<std::string> spec_sampling = {"rejection", "coupled"};
+  std::vector<SpecSampling> spec_samplings = {SpecSampling::kRejection, SpecSampling::kCoupled};
   // Prompts: "code" (Python openings) or "chat" (questions in the target's chat template).
   std::string prompt_set = "code";
   // Batch B runs the prompts in groups of B, one group after the other: every prompt at every
   // batch size (0), or at most this many groups.
   int prompt_groups = 0;
-  // Proposer of every speculative run: draft (the draft model), ngram (prompt lookup) or
-  // draft+ngram (lookup first, the draft where it finds nothing).
-  std::string spec_type = "draft";
-  DraftFlags draft_flags;   // how the draft drafts (EasySpec's fuzzy drafting, trees)
-  std::string trace_steps;  // every speculative step as a JSON line (labelled by run)
 };
 
 void RunSpecBench(const SpecBenchOptions& options);

@@ -220,10 +220,9 @@ TEST(EagleGreedy, EqualsPlainGreedyAtBatch1And8) {
                              .tokens);
     }
     for (const char* policy : {"fixed", "adaptive", "cost", "schedule"}) {
-      SpeculativeOptions o;
-      o.draft_max = std::string(policy) == "adaptive" ? 7 : 3;
-      o.adaptive = std::string(policy) == "adaptive";
-      o.cost_aware = std::string(policy) == "cost";
+      SpeculationConfig o = testing::FixedDrafts(std::string(policy) == "adaptive" ? 7 : 3);
+      if (std::string(policy) == "adaptive") o.policy = DraftLengthPolicyKind::kBass;
+      if (std::string(policy) == "cost") o.policy = DraftLengthPolicyKind::kCostAware;
       if (std::string(policy) == "schedule") o.schedule = {0, 3, 0, 0, 5, 1, 0, 2};
       for (AttentionMode mode : {AttentionMode::kPad, AttentionMode::kSplit}) {
         GenerateRequest one = Greedy(prompts[3], 30);

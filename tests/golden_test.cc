@@ -30,8 +30,8 @@ std::string IsaTier(const CpuFeatures& features) {
 std::unique_ptr<LoadedModels> ShippedPair() {
   EngineConfig config;
   config.model_path = SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf";
-  config.draft_path = SPECD_SOURCE_DIR "/models/specd-draft-q8_0.gguf";
-  config.proposer = ProposerKind::kDraftModel;
+  config.speculation.draft.path = SPECD_SOURCE_DIR "/models/specd-draft-q8_0.gguf";
+  config.speculation.proposer = ProposerKind::kDraftModel;
   config.threads = 2;
   return LoadModels(config);
 }
@@ -48,8 +48,7 @@ TEST(Golden, ShippedPairWritesTheRecordedTokensPlainAndSpeculative) {
         GenerateAutoregressive(*models->target, models->ctx, *target_kv, request)
             .sequences[0]
             .tokens;
-    SpeculativeOptions options;
-    options.draft_max = 4;
+    const SpeculationConfig options = testing::FixedDrafts(4);
     const std::vector<int32_t> speculative =
         GenerateSpeculative(*models->target, *models->draft, models->ctx, *target_kv, *draft_kv,
                             request, options, nullptr)

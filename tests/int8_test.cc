@@ -287,15 +287,13 @@ TEST_P(Int8Paths, I8ModelGreedySpeculativeEqualsPlainGreedyAtBatch1And8) {
               .tokens);
     }
     for (int k : {1, 3, 6}) {
-      SpeculativeOptions o;
-      o.draft_max = k;
+      const SpeculationConfig o = testing::FixedDrafts(k);
       const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
                                            Greedy(prompts[1], 30), o, nullptr);
       EXPECT_EQ(out.sequences[0].tokens, expected[1]) << "K=" << k;
     }
-    SpeculativeOptions cost_aware;
-    cost_aware.cost_aware = true;
-    cost_aware.draft_max = 8;
+    SpeculationConfig cost_aware = testing::FixedDrafts(8);
+    cost_aware.policy = DraftLengthPolicyKind::kCostAware;
     EXPECT_EQ(GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
                                   Greedy(prompts[4], 30), cost_aware, nullptr)
                   .sequences[0]
@@ -388,8 +386,8 @@ TEST(I8Model, QuantizedFileEqualsTheLoadTimeConversion) {
   ASSERT_EQ(run.exit_code, 0) << run.out;
   ThreadPool pool(2);
   const KernelContext ctx{&pool, CpuFeatures::Detect()};
-  WeightFlags flags;
-  flags.weights = "i8";
+  WeightOptions flags;
+  flags.int8 = true;
   auto converted = Model::Load(source, &ctx, LoadOptionsForModel(flags, source));
   auto from_file = Model::Load(path, &ctx);
   ASSERT_EQ(from_file->MatrixType(), DType::kI8);

@@ -234,7 +234,7 @@ TEST(Pretrained, QwenCoderPairWithTheRestrictedDraftIsLossless) {
   const CliRun said = RunSpecd(model + " -p 'def f(x):' -n 4 --temp 0");
   ASSERT_EQ(said.exit_code, 0) << said.out;
   EXPECT_NE(said.out.find("draft " + kDir + kQwenCoder + " (0.49 GB) with its draft vocabulary " +
-                          std::to_string(kDefaultDraftVocab)),
+                          std::to_string(SpeculationDefaults::kDraftVocab)),
             std::string::npos)
       << said.out;
   const std::string base = model + " -n 32 --json";

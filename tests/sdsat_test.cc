@@ -22,11 +22,8 @@ using testing::Greedy;
 using testing::ModelPair;
 using testing::Prompt;
 
-SpeculativeOptions FixedLength(int k, SpecSampling mode = SpecSampling::kRejection) {
-  SpeculativeOptions o;
-  o.draft_max = k;
-  o.spec_sampling = mode;
-  return o;
+SpeculationConfig FixedLength(int k, SpecSampling mode = SpecSampling::kRejection) {
+  return testing::FixedDrafts(k, mode);
 }
 
 std::vector<std::vector<int32_t>> Plain(Model& target, const KernelContext& ctx, KvCache& kv,

@@ -21,27 +21,26 @@ namespace specd {
 namespace {
 
 using Pair = testing::ModelPair;
+using testing::FixedDrafts;
 using testing::Prompt;
 
 using testing::Greedy;
 
 // Every draft-length policy at batch 1: fixed lengths, BASS Algorithm 1, cost-aware, and a
 // schedule with plain steps between drafts.
-std::vector<std::pair<std::string, SpeculativeOptions>> EveryPolicy() {
-  std::vector<std::pair<std::string, SpeculativeOptions>> policies;
+std::vector<std::pair<std::string, SpeculationConfig>> EveryPolicy() {
+  std::vector<std::pair<std::string, SpeculationConfig>> policies;
   for (int k : {1, 3, 5, 8}) {
-    SpeculativeOptions o;
-    o.draft_max = k;
-    policies.emplace_back("fixed " + std::to_string(k), o);
+    policies.emplace_back("fixed " + std::to_string(k), FixedDrafts(k));
   }
-  SpeculativeOptions adaptive;
-  adaptive.adaptive = true;
+  SpeculationConfig adaptive = FixedDrafts(0);  // BASS's cap: 32
+  adaptive.policy = DraftLengthPolicyKind::kBass;
+  adaptive.bass.l0 = 4;
   policies.emplace_back("BASS Algorithm 1", adaptive);
-  SpeculativeOptions cost_aware;
-  cost_aware.cost_aware = true;
-  cost_aware.draft_max = 8;
+  SpeculationConfig cost_aware = FixedDrafts(8);
+  cost_aware.policy = DraftLengthPolicyKind::kCostAware;
   policies.emplace_back("cost-aware", cost_aware);
-  SpeculativeOptions schedule;
+  SpeculationConfig schedule = FixedDrafts();
   schedule.schedule = {0, 3, 0, 0, 6, 1};
   policies.emplace_back("schedule 0,3,0,0,6,1", schedule);
   return policies;
@@ -281,12 +280,10 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     // Tokens 2 and 3: with draft length 2 both go through one verification (rejection at either
     // position, or both accepted); with length 1 token 3 comes from the bonus path or from a
     // second verification, so every path is exercised.
-    SpeculativeOptions o;
-    o.draft_max = c.draft_base + s % 2;
+    SpeculationConfig o = FixedDrafts(c.draft_base + s % 2, c.mode);
     o.schedule = c.schedule;
-    o.adaptive = c.adaptive;
-    o.cost_aware = c.cost_aware;
-    o.spec_sampling = c.mode;
+    if (c.adaptive) o.policy = DraftLengthPolicyKind::kBass;
+    if (c.cost_aware) o.policy = DraftLengthPolicyKind::kCostAware;
     NgramProposer lookup(1, 3, target->config().n_vocab);
     DraftModelOptions draft_options = c.draft;
     draft_options.catch_up_limit = c.catch_up_limit;
@@ -546,7 +543,7 @@ namespace specd {
 namespace {
 
 TEST(Bass, DraftLengthFollowsAlgorithm1) {
-  SpeculativeOptions o;  // l0 = 7 is the caller's start; incre 2, mod 10, limit 32
+  BassParameters o;  // l0 = 7 is the caller's start; incre 2, mod 10, limit 32
   int s = 0;
   EXPECT_EQ(NextDraftLength(7, {7, 2, 0}, o, &s), 9);  // someone accepted everything: grow
   EXPECT_EQ(s, 0);
@@ -589,10 +586,9 @@ TEST(Bass, GreedyBatchEqualsPlainGreedyForEverySequence) {
       GenerateRequest r = Greedy({}, 30);
       r.prompts = prompts;
       r.attention = mode;
-      SpeculativeOptions o;
-      o.draft_max = std::string(policy) == "adaptive" ? 7 : 3;
-      o.adaptive = std::string(policy) == "adaptive";
-      o.cost_aware = std::string(policy) == "cost";
+      SpeculationConfig o = FixedDrafts(std::string(policy) == "adaptive" ? 7 : 3);
+      if (std::string(policy) == "adaptive") o.policy = DraftLengthPolicyKind::kBass;
+      if (std::string(policy) == "cost") o.policy = DraftLengthPolicyKind::kCostAware;
       if (std::string(policy) == "schedule") o.schedule = {0, 3, 0, 0, 5, 1, 0, 2};
       SpeculativeStats stats;
       const auto out =
@@ -668,7 +664,7 @@ TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
   const auto expected = PlainGreedy(p, *target_kv, prompts, 180);
   GenerateRequest r = Greedy({}, 180);
   r.prompts = prompts;
-  SpeculativeOptions o;
+  SpeculationConfig o = FixedDrafts();
   o.schedule.assign(80, 0);  // 80 plain steps, then drafting, then 70 plain steps and drafting
   for (int k : {3, 2, 4}) o.schedule.push_back(k);
   o.schedule.insert(o.schedule.end(), 70, 0);
@@ -688,9 +684,9 @@ TEST(Bass, SampledBatchReproducesAndSequencesDiffer) {
   GenerateRequest r = Greedy(Prompt(6, 3), 24);
   r.n_sequences = 4;
   r.sampling = {0.9f, 0, 0.95f, 42};
-  SpeculativeOptions o;
-  o.adaptive = true;
-  o.draft_max = 7;
+  SpeculationConfig o = FixedDrafts(7);
+  o.policy = DraftLengthPolicyKind::kBass;
+  o.bass.l0 = 7;
   const auto a =
       GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, nullptr);
   const auto b =
@@ -778,12 +774,10 @@ TEST(EasySpec, GreedyOutputEqualsPlainForEveryVariant) {
       for (int i = 0; i < n_seq && n_seq > 1; ++i) request.prompts.push_back(Prompt(4 + 3 * i, i));
       const auto plain = GenerateAutoregressive(*p.target, p.ctx, *target_kv, request);
       for (int k : {1, 4, 7}) {
-        SpeculativeOptions o;
-        o.draft_max = k;
-        o.draft = draft;
+        const SpeculationConfig o = FixedDrafts(k);
         SpeculativeStats stats;
         const auto spec = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv,
-                                              request, o, &stats);
+                                              request, o, &stats, VerifySampled, draft);
         ASSERT_EQ(spec.sequences.size(), plain.sequences.size());
         for (size_t i = 0; i < plain.sequences.size(); ++i) {
           EXPECT_EQ(spec.sequences[i].tokens, plain.sequences[i].tokens)

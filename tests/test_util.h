@@ -14,6 +14,16 @@
 
 namespace specd::testing {
 
+// A speculation config for the Generate* helpers: k drafts every step (0: the fixed default),
+// sampled drafts verified by `mode` (rejection sampling unless told).
+inline SpeculationConfig FixedDrafts(int k = 0, SpecSampling mode = SpecSampling::kRejection) {
+  SpeculationConfig c;
+  c.policy = DraftLengthPolicyKind::kFixed;
+  c.draft_max = k;
+  c.sampling = mode;
+  return c;
+}
+
 // A fresh directory under the system temp dir, unique per process.
 std::string TempDir();
 // Path of a tiny synthetic model (written once per process and cached).

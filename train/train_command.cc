@@ -7,6 +7,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "flags/common_flags.h"
 #include "gguf/gguf.h"
 #include "train/corpus.h"
 #include "train/eagle_trainer.h"
@@ -127,14 +128,14 @@ void AddModelFlags(CLI::App* cmd, ModelState* state) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--name", m.name, "general.name of the exported model");
   cmd->add_option("--seed", m.seed, "seed");
-  cmd->add_option("-t,--threads", m.threads, "threads")->check(CLI::Range(1, 256));
+  flags::AddThreadsFlag(cmd, &m.threads);
   cmd->add_flag("!--no-bf16", m.bf16,
                 "train in fp32 instead of bf16 autocast (which is only the default where the CPU "
                 "has bf16 instructions)");
 }
 
 // Distillation from a target: its text, its soft targets, FR-Spec.
-void AddDraftFlags(CLI::App* draft, ModelState* state) {
+void AddDraftTrainingFlags(CLI::App* draft, ModelState* state) {
   draft->add_option("--teacher", state->model.teacher, "target model GGUF")->required();
   draft->add_option("--alpha", state->model.distill_alpha, "weight of the distillation term")
       ->check(CLI::Range(0.0, 1.0));
@@ -228,7 +229,7 @@ std::vector<Subcommand> AddModelCommands(CLI::App* train) {
   AddModelFlags(model, state.get());
   auto* draft = train->add_subcommand("draft", "distill a draft model from a target model");
   AddModelFlags(draft, state.get());
-  AddDraftFlags(draft, state.get());
+  AddDraftTrainingFlags(draft, state.get());
   const auto run = [state, draft] { return RunTrainModel(*state, draft); };
   return {{model, run}, {draft, run}};
 }
@@ -248,13 +249,13 @@ void AddLoopFlags(CLI::App* cmd, Options& o) {
   cmd->add_option("--eval-every", o.eval_every, "steps between held-out evaluations")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--seed", o.seed, "seed");
-  cmd->add_option("-t,--threads", o.threads, "threads")->check(CLI::Range(1, 256));
+  flags::AddThreadsFlag(cmd, &o.threads);
   cmd->add_flag("!--no-bf16", o.bf16,
                 "train in fp32 instead of bf16 autocast (which is only the default where the CPU "
                 "has bf16 instructions)");
 }
 
-void AddSdsatFlags(CLI::App* sdsat, SdsatTrainOptions& s, std::string* type) {
+void AddSdsatTrainingFlags(CLI::App* sdsat, SdsatTrainOptions& s, std::string* type) {
   AddLoopFlags(sdsat, s);
   sdsat->add_option("--base", s.base, "model GGUF to fine-tune (any supported type)")
       ->required()
@@ -302,7 +303,7 @@ Subcommand AddSdsatCommand(CLI::App* train) {
   auto type = std::make_shared<std::string>("f32");
   auto* sdsat = train->add_subcommand(
       "sdsat", "fine-tune a model so that appended adaptive tokens draft for it (SDSAT)");
-  AddSdsatFlags(sdsat, *options, type.get());
+  AddSdsatTrainingFlags(sdsat, *options, type.get());
   return {sdsat, [options, type] {
             SdsatTrainOptions o = *options;
             o.export_type = *DTypeFromName(*type);
@@ -444,7 +445,7 @@ Subcommand AddMeasureCommand(CLI::App* train) {
       ->add_option("--prompts-per-file", measure_state->prompts_per_file,
                    "evenly spaced 64-token prompts per held-out file (more: a tighter estimate)")
       ->check(CLI::Range(1, 64));
-  measure->add_option("-t,--threads", measure_state->threads, "threads")->check(CLI::Range(1, 256));
+  flags::AddThreadsFlag(measure, &measure_state->threads);
 
   return {measure, [measure_state] { return RunMeasure(*measure_state); }};
 }

@@ -5,7 +5,7 @@
 #include <climits>
 #include <cstdio>
 
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 #include "train/train_command.h"
 
 namespace {
@@ -35,5 +35,5 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   KeepFreedMemoryForReuse();
-  return specd::cli::RunReportingErrors(run);
+  return specd::flags::RunReportingErrors(run);
 }

@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/cli_common.h"
-#include "draft/draft_model_proposer.h"
+#include "engine/engine_builder.h"
+#include "engine/model_options.h"
+#include "flags/common_flags.h"
+#include "flags/speculation_flags.h"
+#include "sampling/sampler.h"
 
 namespace specd::cli {
 
@@ -29,24 +32,17 @@ Command AddServeCommand(CLI::App& app);
 
 struct GenerateOptions {
   std::string model;
-  std::string draft_model;  // -md: speculative decoding with this draft
-  std::string strategy;     // ar | spec | bass | sdsat (empty: spec when a draft is available)
-  SdsatFlags sdsat;
-  int draft_max = 0;            // > 0 alone: fixed draft length; with a policy: its cap / start
-  bool draft_auto = false;      // cost-aware draft length in 0..draft_max (8 when not given)
-  bool draft_adaptive = false;  // BASS Algorithm 1 (starting at draft_max, 7 when not given)
-  std::string prompts_file;     // --prompts FILE.jsonl: one sequence per prompt
+  flags::SpeculationFlags speculation;  // -md, --strategy, --spec-type, --draft-max ...
+  std::string prompts_file;             // --prompts FILE.jsonl: one sequence per prompt
   double time_budget_ms = 0;
   std::string prompt;
   std::string prompt_file;
   std::string tokens;
+  std::vector<std::string> reverse_prompts;  // -r: text that ends generation (llama.cpp's)
   int n_predict = 128;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.0f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
+  // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n; the seed is set from
+  // `seed` (random when negative) once the flags are parsed.
+  SamplingParams sampling;
   bool escape = false;             // -e: \n, \t, \\, ... in -p are control characters
   bool no_display_prompt = false;  // --no-display-prompt: print only the generated text
   bool color = false;              // --color: the echoed prompt in another colour
@@ -54,30 +50,21 @@ struct GenerateOptions {
   int threads = 2;
   int batch = 1;
   int ctx = 0;
-  std::string attention = "split";
-  std::string cache_type = "f16";  // KV cache element type: f32 | f16 (llama.cpp default: f16)
+  AttentionMode attention = AttentionMode::kSplit;
+  DType cache_type = DType::kF16;  // KV cache element type (llama.cpp's default: f16)
   bool json = false;
   bool ignore_eos = false;
   bool special = false;
-  bool chat = false;   // --chat / -cnv: the prompt is a user turn in the model's chat format
-  std::string system;  // --system: the conversation's system message
-  // Sampled speculation: "coupled" (Gumbel-max with shared per-position noise; every sampled run,
-  // plain or speculative, then samples by Gumbel-max) or "rejection".
-  std::string spec_sampling = "coupled";
-  std::string spec_type = "draft";  // draft (a draft model, -md) or ngram (prompt lookup)
-  // Flags given that only speculation reads: refused when the run does not speculate.
-  std::vector<std::string> speculation_flags_given;
-  int ngram_min = 1;  // n-gram sizes the lookup tries, longest first
-  int ngram_max = 3;
-  DraftFlags
-      draft_flags;  // EasySpec: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree
-  WeightFlags weight_flags;  // --weights i8, --int8-kernel
-  std::string trace_steps;   // --trace-steps FILE: every speculative step as a JSON line
+  bool chat = false;         // --chat / -cnv: the prompt is a user turn in the model's chat format
+  bool single_turn = false;  // -st: the chat ends after one answer (llama-cli's --single-turn)
+  std::string system;        // --system: the conversation's system message
+  WeightOptions weights;     // --weights i8, --int8-kernel, --lora ...
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
-// per line, keeping the KV cache between turns.
-int RunInteractiveChat(const GenerateOptions& options);
+// per line, on the engine `config` describes (speculation and every sampling flag apply), the
+// conversation's KV cache kept between turns.
+int RunInteractiveChat(const GenerateOptions& options, EngineConfig config);
 
 struct TokenizeOptions {
   std::string model;
@@ -98,7 +85,7 @@ struct PerplexityOptions {
   int threads = 2;
   int64_t max_chunks = 0;  // 0: all
   bool json = false;
-  WeightFlags weight_flags;
+  WeightOptions weights;
 };
 int RunPerplexity(const PerplexityOptions& options);
 
@@ -116,15 +103,9 @@ struct QuantizeOptions {
 int RunQuantize(const QuantizeOptions& options);
 
 struct ServeOptions {
-  WeightFlags weight_flags;
+  WeightOptions weights;
   std::string model;
-  std::string draft_model;
-  std::string spec_type = "draft";  // none | draft | ngram | draft+ngram | sdsat
-  bool spec_type_given = false;     // --spec-type was on the command line
-  SdsatFlags sdsat;                 // --spec-type sdsat
-  int draft_max = 0;                // > 0: fixed draft length; else cost-aware 0..8
-  int ngram_min = 1;
-  int ngram_max = 3;
+  flags::SpeculationFlags speculation;  // -md, --spec-type, --draft-max ...
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4;    // sequences decoded at once (KV slots)
@@ -141,8 +122,8 @@ struct ServeOptions {
   int cache_reuse = 0;             // --cache-reuse: the shortest moved chunk reused (0: off)
   int max_prefill_rows = 512;      // prompt rows per step: a long prompt delays others less
   int threads = 2;
-  DraftFlags draft_flags;
-  std::string trace_steps;  // --trace-steps FILE
+  DType cache_type = DType::kF16;
+  std::vector<std::string> ignored_flags;  // llama.cpp flags taken without effect, and why
 };
 int RunServe(const ServeOptions& options);
 

@@ -16,6 +16,8 @@
 #include "base/escapes.h"
 #include "base/file_util.h"
 #include "cli/commands.h"
+#include "cli/reverse_prompts.h"
+#include "cli/signals.h"
 #include "draft/sdsat_proposer.h"
 #include "engine/engine_builder.h"
 #include "engine/generate.h"
@@ -49,88 +51,17 @@ std::vector<int32_t> ParseTokenList(const std::string& text) {
   return tokens;
 }
 
-// The proposer the flags ask for (models already chosen); checks their combinations.
-ProposerKind ProposerFor(const GenerateOptions& o, bool draft_given) {
-  const bool sdsat = o.strategy == "sdsat";
-  SPECD_CHECK(sdsat || !o.sdsat.Given(),
-              "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --strategy "
-              "sdsat");
-  SPECD_CHECK(!sdsat || (o.draft_model.empty() && o.spec_type == "draft"),
-              "--strategy sdsat drafts with the target itself: drop -md / --spec-type");
-  SPECD_CHECK(!sdsat || (o.draft_max == 0 && !o.draft_auto && !o.draft_adaptive),
-              "--strategy sdsat drafts --adaptive-k tokens per step: drop --draft-max / "
-              "--draft-auto / --draft-adaptive");
-  const bool ngram = o.spec_type == "ngram";
-  SPECD_CHECK(!ngram || o.draft_model.empty() || !draft_given,
-              "--spec-type ngram drafts from the text itself: drop -md");
-  const bool has_draft = !ngram && !o.draft_model.empty();
-  SPECD_CHECK(o.strategy != "spec" && o.strategy != "bass" ? true : ngram || has_draft,
-              "--strategy ", o.strategy,
-              " needs a draft model (-md DRAFT.gguf) or --spec-type ngram");
-  const ProposerKind kind = sdsat                          ? ProposerKind::kSdsat
-                            : o.strategy == "ar"           ? ProposerKind::kNone
-                            : ngram                        ? ProposerKind::kNgram
-                            : !has_draft                   ? ProposerKind::kNone
-                            : o.spec_type == "draft+ngram" ? ProposerKind::kNgramOrDraft
-                                                           : ProposerKind::kDraftModel;
-  SPECD_CHECK(o.trace_steps.empty() || kind != ProposerKind::kNone,
-              "--trace-steps traces speculative steps: this run decodes without a draft (give "
-              "-md DRAFT.gguf, --spec-type ngram or --strategy sdsat)");
-  if (kind == ProposerKind::kNone && !o.speculation_flags_given.empty()) {
-    std::string flags;
-    for (const std::string& f : o.speculation_flags_given) flags += (flags.empty() ? "" : ", ") + f;
-    Fail(flags, ": only speculative decoding reads ",
-         o.speculation_flags_given.size() > 1 ? "these" : "this",
-         ", and this run does not speculate (",
-         o.strategy == "ar" ? "--strategy ar"
-                            : "no draft model: give -md DRAFT.gguf or --spec-type ngram",
-         ")");
-  }
-  return kind;
-}
-
-// The draft-length policy and the sampled verification the flags ask for.
-SpeculativeOptions SpeculationFor(const GenerateOptions& o, ProposerKind kind,
-                                  const SdsatOptions& sdsat) {
-  SPECD_CHECK(!(o.draft_auto && o.draft_adaptive),
-              "--draft-auto and --draft-adaptive are two policies: choose one");
-  const bool is_sdsat = kind == ProposerKind::kSdsat;
-  const bool ngram = kind == ProposerKind::kNgram;
-  SpeculativeOptions spec;
-  spec.adaptive = o.draft_adaptive;
-  // An n-gram lookup costs nothing to draft: a fixed length unless a policy is asked for.
-  spec.cost_aware =
-      !is_sdsat && (o.draft_auto || (!ngram && !o.draft_adaptive && o.draft_max <= 0));
-  spec.draft_max = o.draft_max > 0 ? o.draft_max
-                   : is_sdsat      ? (sdsat.tree_nodes > 0 ? sdsat.tree_nodes : sdsat.n_adaptive)
-                   : spec.adaptive ? 7
-                   : ngram         ? 4
-                                   : 8;
-  spec.spec_sampling =
-      o.spec_sampling == "coupled" ? SpecSampling::kCoupled : SpecSampling::kRejection;
-  spec.trace_steps_path = o.trace_steps;
-  return spec;
-}
-
 // Everything the engine needs, typed, from the flags (the prompt's context comes later).
 EngineConfig EngineConfigFor(const GenerateOptions& o, bool draft_given) {
   EngineConfig c;
   c.model_path = o.model;
-  c.weights = o.weight_flags;
+  c.weights = o.weights;
   c.threads = o.threads;
-  c.proposer = ProposerFor(o, draft_given);
-  if (UsesDraftModel(c.proposer)) c.draft_path = o.draft_model;
-  c.draft_flags = o.draft_flags;
-  c.ngram_min = o.ngram_min;
-  c.ngram_max = o.ngram_max;
-  c.sdsat = SdsatOptionsFor(o.sdsat);
-  c.speculation = SpeculationFor(o, c.proposer, c.sdsat);
+  c.speculation = flags::SpeculationFromFlags(o.speculation, draft_given);
   c.n_slots = o.batch;
   c.n_ctx = o.ctx;
-  c.kv_type = *DTypeFromName(o.cache_type);
-  c.attention = o.attention == "pad"   ? AttentionMode::kPad
-                : o.attention == "row" ? AttentionMode::kRow
-                                       : AttentionMode::kSplit;
+  c.kv_type = o.cache_type;
+  c.attention = o.attention;
   return c;
 }
 
@@ -191,17 +122,10 @@ void SetRequestOptions(const GenerateOptions& o, GenerateRequest* request) {
                   o.batch == static_cast<int>(request->prompts.size()),
               "--batch ", o.batch, " with --prompts: the batch is one sequence per prompt (",
               request->prompts.size(), " in ", o.prompts_file, "); drop --batch");
-  SamplingParams& s = request->sampling;
-  s.temperature = o.temperature;
-  s.top_k = o.top_k;
-  s.top_p = o.top_p;
-  s.min_p = o.min_p;
-  s.repeat_penalty = o.repeat_penalty;
-  s.repeat_last_n = o.repeat_last_n;
-  s.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  // Validated by the engine when the sequences join (the errors name the flags).
+  request->sampling = o.sampling;
+  request->sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   request->stop_at_eos = !o.ignore_eos;
-  if (o.spec_sampling == "coupled") s.method = SamplingMethod::kGumbel;
-  ValidateSamplingParams(s);
 }
 
 // The context for the request's prompts: -c, or what they need (at least 4096 positions, at most
@@ -263,7 +187,7 @@ PerTokenLatency LatencyOf(const GenerateResult& result) {
 
 // What the run reports besides the sequences.
 struct RunSummary {
-  std::string strategy;  // ar | spec | bass | sdsat
+  const char* strategy = "ar";  // ar | spec | bass | sdsat
   int n_seq = 0;
   size_t prompt_tokens = 0;
   int n_over_budget = 0;
@@ -283,7 +207,7 @@ nlohmann::json AcceptanceByPosition(const SpeculativeStats& stats) {
   return per_position;
 }
 
-void PrintJsonSummary(const GenerateOptions& o, const GenerateRequest& request,
+void PrintJsonSummary(const GenerateRequest& request,
                       const GenerateResult& result, const RunSummary& run, EngineStack& stack) {
   const double total_ms = result.t_prefill_ms + result.t_decode_ms;
   nlohmann::json summary = {
@@ -301,13 +225,14 @@ void PrintJsonSummary(const GenerateOptions& o, const GenerateRequest& request,
       {"t_prefill_ms", result.t_prefill_ms},
       {"t_decode_ms", result.t_decode_ms},
       {"seed", request.sampling.seed},
-      {"spec_sampling", o.spec_sampling}};
+      {"spec_sampling",
+       stack.speculation().sampling == SpecSampling::kCoupled ? "coupled" : "rejection"}};
   if (stack.speculative()) {
     const SpeculativeStats& stats = stack.engine().stats();
-    const SpeculativeOptions& spec = stack.speculation();
+    const SpeculationConfig& spec = stack.speculation();
     summary["draft_max"] = spec.draft_max;
-    summary["draft_adaptive"] = spec.adaptive;
-    summary["draft_policy"] = spec.cost_aware ? "cost" : (spec.adaptive ? "adaptive" : "fixed");
+    summary["draft_min"] = spec.draft_min;
+    summary["draft_policy"] = DraftLengthPolicyName(spec.policy);
     summary["n_plain_steps"] = stats.n_plain_steps;
     summary["n_drafted"] = stats.n_drafted;
     summary["n_accepted"] = stats.n_accepted;
@@ -321,7 +246,7 @@ void PrintJsonSummary(const GenerateOptions& o, const GenerateRequest& request,
   std::cout << summary.dump() << std::endl;
 }
 
-void PrintTextSummary(const EngineConfig& config, const GenerateRequest& request,
+void PrintTextSummary(const GenerateRequest& request,
                       const GenerateResult& result, const RunSummary& run, EngineStack& stack) {
   std::cout << std::flush;  // the text before the statistics, also under 2>&1
   // As llama.cpp reports them: the prompt's rate, then decoding's alone (the step that finishes
@@ -335,7 +260,7 @@ void PrintTextSummary(const EngineConfig& config, const GenerateRequest& request
   std::fprintf(stderr,
                "strategy %s, batch %d: prefill %zu tokens in %.1f ms (%.1f tok/s); decode %lld "
                "tokens in %.1f ms (%.1f tok/s)%s\n",
-               run.strategy.c_str(), run.n_seq, run.prompt_tokens, result.t_prefill_ms,
+               run.strategy, run.n_seq, run.prompt_tokens, result.t_prefill_ms,
                rate(static_cast<double>(run.prompt_tokens), result.t_prefill_ms),
                static_cast<long long>(decoded), result.t_decode_ms,
                rate(static_cast<double>(decoded), result.t_decode_ms), seed.c_str());
@@ -346,7 +271,8 @@ void PrintTextSummary(const EngineConfig& config, const GenerateRequest& request
   std::fprintf(stderr,
                "draft %s, draft length %s: acceptance %.3f (%lld of %lld), tokens per step "
                "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
-               DescribeProposer(config).c_str(), DescribeDraftLength(stack.speculation()).c_str(),
+               DescribeProposer(stack.speculation()).c_str(),
+               DescribeDraftLength(stack.speculation()).c_str(),
                stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
                static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
                stats.t_draft_ms, stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
@@ -401,10 +327,31 @@ std::unique_ptr<StreamingDecoder> StartStream(const GenerateOptions& o, const To
   }
   if (color) std::cout << "\033[0m";
   std::cout << std::flush;
-  request->on_token = [s = stream.get()](int, int32_t token) {
-    std::cout << s->Push(token) << std::flush;
-  };
   return stream;
+}
+
+// What each generated token does as it arrives: ends a sequence at a reverse prompt (-r), and
+// streams a single sequence's text.
+void WatchTokens(StreamingDecoder* stream, ReversePrompts* reverse, GenerateRequest* request) {
+  if (stream == nullptr && reverse == nullptr) return;
+  request->on_token = [stream, reverse](int index, int32_t token) {
+    const bool printing = reverse == nullptr || !reverse->stopped(index);
+    const bool go_on = reverse == nullptr || reverse->Push(index, token);
+    if (stream != nullptr && printing) std::cout << stream->Push(token) << std::flush;
+    return go_on;
+  };
+}
+
+// A sequence stopped at a reverse prompt keeps its tokens up to the one that showed it (a
+// speculative step may have committed more).
+void CutAtReversePrompts(const ReversePrompts* reverse, GenerateResult* result) {
+  if (reverse == nullptr) return;
+  for (SequenceResult& seq : result->sequences) {
+    if (!reverse->stopped(seq.index)) continue;
+    result->n_tokens -= static_cast<int64_t>(seq.tokens.size()) - reverse->kept(seq.index);
+    seq.tokens.resize(reverse->kept(seq.index));
+    seq.finish_reason = "stop";
+  }
 }
 
 void WarnAboutThreads(int threads) {
@@ -426,30 +373,25 @@ void CheckPromptSources(const GenerateOptions& o) {
               "give exactly one of -p TEXT, -f FILE, --tokens 1,2,3 or --prompts FILE.jsonl");
 }
 
-std::string StrategyName(const GenerateOptions& o, ProposerKind kind, int n_seq) {
-  // As asked: `--strategy bass` at batch 1 is reported as bass (it runs the same step).
-  if (kind == ProposerKind::kNone) return "ar";
-  if (kind == ProposerKind::kSdsat) return "sdsat";
-  return o.strategy == "bass" || n_seq > 1 ? "bass" : "spec";
-}
-
 }  // namespace
 
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;
   // A model with a shipped draft decodes speculatively unless asked otherwise.
-  ChooseModels(&o.model, &o.draft_model,
-               o.strategy != "ar" && o.strategy != "sdsat" && o.spec_type != "ngram",
-               &o.draft_flags);
-  EngineConfig config = EngineConfigFor(o, !options.draft_model.empty());
+  flags::SpeculationFlags& spec = o.speculation;
+  flags::ChooseModels(&o.model, &spec.config.draft.path, flags::WantsDraftModel(spec),
+                      &spec.config.draft);
+  EngineConfig config = EngineConfigFor(o, !options.speculation.config.draft.path.empty());
   SPECD_CHECK(o.system.empty() || o.chat, "--system needs --chat");
   if (o.chat && o.prompt.empty() && o.prompt_file.empty() && o.tokens.empty() &&
       o.prompts_file.empty()) {
-    return RunInteractiveChat(o);
+    return RunInteractiveChat(o, config);
   }
   CheckPromptSources(o);
   WarnAboutThreads(o.threads);
-  if (!o.json) std::fprintf(stderr, "specd: %s\n", DescribeLoading(config).c_str());
+  // Before any thread starts, so that all inherit the blocked signals.
+  const auto signals = std::make_unique<SignalWatcher>();
+  if (!o.json) std::fprintf(stderr, "specd: %s\n", flags::DescribeLoading(config).c_str());
   const auto models = LoadModels(config);
   const Tokenizer* tokenizer = models->tokenizer.get();
   GenerateRequest request;
@@ -459,7 +401,7 @@ int RunGenerate(const GenerateOptions& options) {
   SetRequestOptions(o, &request);
   RunSummary run;
   run.n_seq = request.n_sequences;
-  run.strategy = StrategyName(o, config.proposer, run.n_seq);
+  run.strategy = flags::StrategyName(spec, config.speculation.proposer, run.n_seq);
   run.prompt_tokens = request.prompt.size();
   if (!request.prompts.empty()) run.prompt_tokens = 0;
   for (const auto& p : request.prompts) run.prompt_tokens += p.size();
@@ -475,10 +417,21 @@ int RunGenerate(const GenerateOptions& options) {
                  "prompt%s: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB "
                  "reserved (committed as positions are written)\n",
                  request.prompts.empty() ? "" : "s", run.prompt_tokens, run.n_seq, stack->n_ctx(),
-                 o.cache_type.c_str(), stack->kv().BytesReserved() / 1048576.0);
+                 std::string(DTypeName(o.cache_type)).c_str(), stack->kv().BytesReserved() / 1048576.0);
   }
   const auto stream = StartStream(o, tokenizer, prompt_text, &request);
+  std::unique_ptr<ReversePrompts> reverse;
+  if (!o.reverse_prompts.empty() && tokenizer != nullptr) {
+    reverse = std::make_unique<ReversePrompts>(*tokenizer, o.reverse_prompts, run.n_seq);
+  }
+  WatchTokens(stream.get(), reverse.get(), &request);
+  // Ctrl-C ends the sequences where they are; what was generated and the statistics follow.
+  std::atomic<bool> interrupted{false};
+  request.interrupt = &interrupted;
+  signals->Start([&interrupted](int) { interrupted = true; });
   GenerateResult result = RunRequest(stack->engine(), request);
+  CutAtReversePrompts(reverse.get(), &result);
+  if (interrupted) std::fprintf(stderr, "\ninterrupted\n");
   run.latency = LatencyOf(result);
   if (o.time_budget_ms > 0) {
     // BASS 4.5: only sequences finished within the budget, best mean log-probability first.
@@ -493,9 +446,9 @@ int RunGenerate(const GenerateOptions& options) {
   if (stream) std::cout << stream->Finish() << "\n";
   PrintSequences(o, tokenizer, result, stream != nullptr, stack->speculative());
   if (o.json) {
-    PrintJsonSummary(o, request, result, run, *stack);
+    PrintJsonSummary(request, result, run, *stack);
   } else {
-    PrintTextSummary(config, request, result, run, *stack);
+    PrintTextSummary(request, result, run, *stack);
   }
   std::cout.flush();
   SPECD_CHECK(std::cout.good(), "cannot write the output (disk full, or the reader went away?)");

@@ -2,7 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 #include "cli/commands.h"
 
 namespace {
@@ -13,13 +13,13 @@ namespace {
 int RunSubcommandExecutable(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "train") {
-    return specd::cli::ExecSibling(
+    return specd::flags::ExecSibling(
         "specd-train", std::vector<char*>(argv, argv + argc),
         "which is built only when LibTorch is installed (Debian: libtorch-dev; "
         "then rebuild)");
   }
   std::vector<char*> args(argv + 1, argv + argc);  // "bench" stands for the program's name
-  return specd::cli::ExecSibling("specd-bench", args, "which is built with specd (cmake --build)");
+  return specd::flags::ExecSibling("specd-bench", args, "which is built with specd (cmake --build)");
 }
 
 // False (having said so, with the nearest real command) for a mistyped command; flags pass.
@@ -29,7 +29,7 @@ bool IsKnownCommand(CLI::App& app, const std::string& command) {
   size_t nearest_distance = 3;  // suggest only within two edits
   for (const CLI::App* sub : app.get_subcommands({})) {
     if (sub->get_name() == command) return true;
-    const size_t d = specd::cli::EditDistance(command, sub->get_name());
+    const size_t d = specd::flags::EditDistance(command, sub->get_name());
     if (d < nearest_distance) nearest_distance = d, nearest = sub->get_name();
   }
   std::fprintf(stderr, "error: unknown command '%s'%s (see specd --help)\n", command.c_str(),
@@ -42,6 +42,7 @@ bool IsKnownCommand(CLI::App& app, const std::string& command) {
 int main(int argc, char** argv) {
   using namespace specd;
   using namespace specd::cli;
+  using namespace specd::flags;
   if (argc >= 2 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "bench")) {
     return RunSubcommandExecutable(argc, argv);
   }

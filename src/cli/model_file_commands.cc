@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -84,7 +84,7 @@ Command AddSynthCommand(CLI::App& app) {
       ->check(CLI::IsMember(writable_types));
   sy->add_option("--seed", o->seed, "random seed")->check(CLI::NonNegativeNumber);
   sy->add_option("-o,--output", o->out, "output file")->required();
-  AddThreadsFlag(sy, &o->threads);
+  flags::AddThreadsFlag(sy, &o->threads);
   return {sy, [options] {
             const SynthOptions& o = *options;
             ThreadPool pool(o.threads);
@@ -101,7 +101,7 @@ Command AddInfoCommand(CLI::App& app) {
   CLI::App* info = app.add_subcommand("info", "print a GGUF file's metadata and model shape");
   info->add_option("-m,--model", *model, "GGUF file (default: generate's default model)");
   return {info, [model] {
-            if (model->empty()) *model = DefaultTargetModel();
+            if (model->empty()) *model = flags::DefaultTargetModel();
             SPECD_CHECK(!model->empty(), "no model given (-m MODEL.gguf) and no default model");
             return RunInfo(*model);
           }};

@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "base/file_util.h"
 #include "base/timer.h"
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 #include "cli/commands.h"
 #include "engine/model_options.h"
 #include "model/model.h"
@@ -61,8 +61,8 @@ int RunPerplexity(const PerplexityOptions& o) {
   const std::string text = ReadFileBytes(o.text_file);
   ThreadPool pool(o.threads);
   const CpuFeatures cpu = CpuFeatures::Detect();
-  const KernelContext ctx{&pool, cpu, Int8BackendFromFlags(o.weight_flags, cpu)};
-  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weight_flags, o.model));
+  const KernelContext ctx{&pool, cpu, Int8BackendFor(o.weights, cpu)};
+  auto model = Model::Load(o.model, &ctx, LoadOptionsForModel(o.weights, o.model));
   const auto tokenizer = Tokenizer::FromGguf(model->gguf());
   SPECD_CHECK(o.ctx <= model->config().n_ctx_train, "-c ", o.ctx, " exceeds the ",
               model->config().n_ctx_train, " positions the model was trained on");
@@ -121,9 +121,9 @@ Command AddPerplexityCommand(CLI::App& app) {
       ->check(CLI::Range(16, 1 << 20));
   p->add_option("--chunks", o->max_chunks, "score at most this many chunks (0: all)")
       ->check(CLI::NonNegativeNumber);
-  AddThreadsFlag(p, &o->threads);
+  flags::AddThreadsFlag(p, &o->threads);
   p->add_flag("--json", o->json, "print the result as one JSON object");
-  AddWeightFlags(p, &o->weight_flags);
+  flags::AddWeightFlags(p, &o->weights);
 
   return {p, [options] { return RunPerplexity(*options); }};
 }

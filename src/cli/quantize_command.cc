@@ -5,16 +5,18 @@
 // `--restrict-input-embedding` keeps a draft's token_embd rows for the tokens it predicts and the
 // control tokens only (the rest share one row), with T or `copy` (the tensors as they are).
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "base/error.h"
-#include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "flags/common_flags.h"
 #include "engine/model_options.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
@@ -80,8 +82,8 @@ std::unique_ptr<Model> LoadI8(const QuantizeOptions& o, ThreadPool* pool,
                               std::map<std::string, WeightView>* matrices) {
   const CpuFeatures cpu = CpuFeatures::Detect();
   const KernelContext ctx{pool, cpu, Int8Backend::kSpecd};
-  WeightFlags flags;
-  flags.weights = "i8";
+  WeightOptions flags;
+  flags.int8 = true;
   flags.smooth_alpha = o.smooth_alpha;
   flags.calibration_file = o.calibration_file;
   auto model = Model::Load(o.input, &ctx, LoadOptionsForModel(flags, o.input));
@@ -310,31 +312,68 @@ int RunQuantize(const QuantizeOptions& o) {
   return 0;
 }
 
+namespace {
+
+// llama-quantize's type names (Q8_0, Q4_K_M, ...) in specd's spelling. Its mixes (_M, _S) keep
+// some matrices at a higher type; specd writes one type for every matrix, and says so.
+std::string TypeFromLlamaQuantizeName(const std::string& name) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* mix : {"q4_k_m", "q4_k_s"}) {
+    if (lower == mix) {
+      std::fprintf(stderr,
+                   "note: %s is llama-quantize's mix; specd writes q4_K for every matrix "
+                   "(embedding and output included)\n",
+                   name.c_str());
+      return "q4_K";
+    }
+  }
+  if (lower == "q4_k") return "q4_K";
+  if (lower == "q6_k") return "q6_K";
+  return lower;
+}
+
+}  // namespace
+
 Command AddQuantizeCommand(CLI::App& app) {
   auto options = std::make_shared<QuantizeOptions>();
   QuantizeOptions* o = options.get();
-  CLI::App* q =
-      app.add_subcommand("quantize", "convert a model's matrices to another type (llama-quantize)");
+  CLI::App* q = app.add_subcommand(
+      "quantize", "convert a model's matrices to another type (llama-quantize's IN OUT TYPE)");
   q->add_option("input", o->input, "input GGUF")->required();
   q->add_option("output", o->output, "output GGUF")->required();
-  q->add_option("--type", o->type,
-                "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32, i8 "
-                "(specd only; iq4 with ggml's first-pass scales, not its search), or copy "
-                "(every tensor as it is, with --restrict-input-embedding)")
-      ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q4_K", "q4_k", "q6_K", "q6_k", "q5_0", "q5_1",
-                             "iq4_nl", "iq4_xs", "i8", "f16", "bf16", "f32", "copy"}));
+  const auto* positional_type = q->add_option("type", o->type, "TYPE, as --type");
+  q->add_option("nthreads", o->threads, "threads, as -t (llama-quantize's 4th argument)")
+      ->check(CLI::Range(1, 256));
+  auto* type_flag = q->add_option(
+      "--type", o->type,
+      "q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32, i8 (specd "
+      "only; iq4 with ggml's first-pass scales, not its search), or copy (every tensor as it "
+      "is, with --restrict-input-embedding); llama-quantize's names (Q8_0, Q4_K_M) too");
+  type_flag->excludes(positional_type->get_name());
   q->add_flag("--restrict-input-embedding", o->restrict_input_embedding,
               "a draft's input embedding kept for its FR-Spec head's tokens and the control tokens "
               "only; every other token shares one row, the mean of theirs (specd.input_tokens)");
-  AddThreadsFlag(q, &o->threads);
+  flags::AddThreadsFlag(q, &o->threads);
   q->add_option("--smooth-alpha", o->smooth_alpha,
                 "i8: SmoothQuant migration strength (0 = none; default 0.5)")
       ->check(CLI::Range(0.0, 1.0));
   q->add_option("--calibration", o->calibration_file,
                 "i8: calibration text (default: a built-in mix of prose, code and chat)")
       ->check(CLI::ExistingFile);
-  return {q, [options] { return RunQuantize(*options); }};
+  return {q, [options] {
+            SPECD_CHECK(!options->type.empty(),
+                        "quantize needs a type: specd quantize IN.gguf OUT.gguf TYPE (q8_0, q4_0, "
+                        "q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32, i8, copy)");
+            options->type = TypeFromLlamaQuantizeName(options->type);
+            static const std::set<std::string> kTypes = {
+                "q8_0", "q4_0",   "q4_1", "q4_K", "q6_K", "q5_0", "q5_1", "iq4_nl",
+                "iq4_xs", "i8",   "f16",  "bf16", "f32",  "copy"};
+            SPECD_CHECK(kTypes.count(options->type) > 0, "quantize: type '", options->type,
+                        "' is not one specd writes (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, "
+                        "iq4_nl, iq4_xs, f16, bf16, f32, i8, copy)");
+            return RunQuantize(*options);
+          }};
 }
 
 }  // namespace specd::cli

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "base/file_util.h"
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,7 +48,7 @@ Command AddTokenizeCommand(CLI::App& app) {
   t->add_flag("--special", o->special, "parse special tokens written in the text");
   t->add_flag("--no-bos", o->no_bos, "do not add BOS / EOS as the model asks");
   return {t, [t, options] {
-            if (options->model.empty()) options->model = DefaultTargetModel();
+            if (options->model.empty()) options->model = flags::DefaultTargetModel();
             SPECD_CHECK(!options->model.empty(),
                         "no model given (-m MODEL.gguf) and no default model");
             SPECD_CHECK(t->count("--prompt") == 0 || !options->prompt.empty(),

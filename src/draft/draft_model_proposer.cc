@@ -11,33 +11,6 @@
 
 namespace specd {
 
-DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* draft,
-                                        bool with_lookup) {
-  DraftModelOptions o;
-  SPECD_CHECK(draft != nullptr || !flags.any(),
-              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab} "
-              "and {draft_vocab_file} need a draft model ({spec_type} draft)");
-  if (draft == nullptr) return o;
-  SPECD_CHECK(flags.tree.empty() || !with_lookup, "{draft_tree} works with {spec_type} draft only");
-  const int n_layer = draft->config().n_layer;
-  SPECD_CHECK(flags.lp >= 1 && flags.lp <= 64, "{draft_lp} must be in 1..64, got ", flags.lp);
-  o.fuzzy = LayerGroups::Parse(flags.lp_groups, n_layer, flags.lp);
-  SPECD_CHECK(flags.lp == 1 || o.fuzzy.FuzzyLayers() > 0, "{draft_lp} ", flags.lp,
-              ": the draft has ", n_layer, " layers and ", flags.lp_groups,
-              " grouping leaves none to run in parallel (the first and last are never grouped); "
-              "name the groups, e.g. {draft_lp_groups} 0-",
-              std::min(flags.lp, n_layer) - 1);
-  o.calibrate = !flags.no_calibration;
-  if (!flags.tree.empty()) {
-    const auto parsed = ParseNumberPair(flags.tree, 64, 64);
-    SPECD_CHECK(parsed.has_value(), "{draft_tree} '", flags.tree,
-                "': expected WIDTH[,DEPTH] with numbers in 1..64");
-    std::tie(o.tree_width, o.tree_depth) = *parsed;
-    SPECD_CHECK(o.tree_width >= 2, "{draft_tree}: a width of 1 is a chain; use {draft_max}");
-  }
-  return o;
-}
-
 DraftModelProposer::DraftModelProposer(Model& draft, KvCache& kv, const KernelContext& ctx,
                                        AttentionMode attention, DraftModelOptions options)
     : options_(std::move(options)), model_(draft), kv_(kv), ctx_(ctx), attention_(attention) {

@@ -42,29 +42,6 @@ struct DraftModelOptions {
   int tree_depth = 0;
 };
 
-// The command line's spelling of DraftModelOptions (generate, serve, bench spec).
-struct DraftFlags {
-  int lp = 1;                        // --draft-lp N: layer-parallel group size (1: exact)
-  std::string lp_groups = "packed";  // --draft-lp-groups packed | aligned | 1-2,3-4
-  bool no_calibration = false;       // --no-calibration
-  std::string tree;                  // --draft-tree WIDTH[,DEPTH]; empty: chains
-  // FR-Spec: the draft's output layer over the `vocab` most frequent tokens of `vocab_ranking`
-  // (-1: the measured default when a ranking is known, 0: the whole vocabulary).
-  int vocab = -1;             // --draft-vocab N
-  std::string vocab_ranking;  // --draft-vocab-file FILE (scripts/make-token-ranking.py)
-
-  bool any() const {
-    return lp > 1 || lp_groups != "packed" || no_calibration || !tree.empty() || vocab > 0 ||
-           !vocab_ranking.empty();
-  }
-};
-
-// Options for `draft` (nullptr: no draft model drafts, and any flag is an error); `with_lookup`:
-// it drafts behind prompt lookup (CombinedProposer), which passes chains only, so no trees.
-// Throws an Error naming a bad flag.
-DraftModelOptions DraftOptionsFromFlags(const DraftFlags& flags, const Model* draft,
-                                        bool with_lookup);
-
 class DraftModelProposer : public Proposer {
  public:
   static constexpr int kDefaultCatchUpLimit = DraftModelOptions::kDefaultCatchUpLimit;

@@ -41,12 +41,12 @@ TokenRanking ReadTokenRanking(const std::string& path) {
   return r;
 }
 
-int DraftVocabSize(const DraftFlags& flags) {
+int DraftVocabSize(const DraftModelConfig& flags) {
   if (flags.vocab_ranking.empty()) return 0;
-  return flags.vocab < 0 ? kDefaultDraftVocab : flags.vocab;
+  return flags.vocab < 0 ? SpeculationDefaults::kDraftVocab : flags.vocab;
 }
 
-DraftVocab DraftVocabFor(const DraftFlags& flags) {
+DraftVocab DraftVocabFor(const DraftModelConfig& flags) {
   SPECD_CHECK(flags.vocab <= 0 || !flags.vocab_ranking.empty(), "{draft_vocab} ", flags.vocab,
               " needs a token ranking ({draft_vocab_file}); this draft has none by default");
   const int size = DraftVocabSize(flags);

@@ -8,17 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "draft/draft_model_proposer.h"
+#include "engine/speculation_config.h"
 
 namespace specd {
-
-// The draft vocabulary used when a ranking is known for the draft and --draft-vocab is not
-// given: chosen by measurement (docs/performance.md, bench/results/fr-spec/).
-inline constexpr int kDefaultDraftVocab = 16384;
-
-// How many tokens of its context (prompts, accepted tokens) a restricted draft's head takes on
-// beyond the ranked ones (ModelLoadOptions::head_context_tokens).
-inline constexpr int kDraftContextTokens = 4096;
 
 // A ranking file: "specd-token-ranking 1 n_vocab=N", comment lines starting with '#', then one
 // token id per line, most frequent first.
@@ -30,15 +22,15 @@ struct TokenRanking {
 // Throws an Error naming the file and line for anything malformed (ids out of range, repeats).
 TokenRanking ReadTokenRanking(const std::string& path);
 
-// What a draft keeps of its vocabulary for these flags: the first `vocab` tokens of the ranking
-// (kDefaultDraftVocab for vocab -1 when a ranking is given). Empty: the whole vocabulary.
-// The number of ranked tokens a draft keeps for these flags (0: the whole vocabulary).
-int DraftVocabSize(const DraftFlags& flags);
+// The number of ranked tokens a draft keeps (SpeculationDefaults::kDraftVocab for vocab -1 when
+// a ranking is named; 0: the whole vocabulary).
+int DraftVocabSize(const DraftModelConfig& config);
 
 struct DraftVocab {
   std::vector<int32_t> head_tokens;
   int64_t n_vocab = 0;  // the ranking's, to check against the draft's
 };
-DraftVocab DraftVocabFor(const DraftFlags& flags);
+// The first DraftVocabSize tokens of the ranking; empty: the whole vocabulary.
+DraftVocab DraftVocabFor(const DraftModelConfig& config);
 
 }  // namespace specd

@@ -11,47 +11,27 @@
 
 namespace specd {
 
-const char* ProposerKindName(ProposerKind kind) {
-  switch (kind) {
-    case ProposerKind::kNone:
-      return "none";
-    case ProposerKind::kDraftModel:
-      return "draft";
-    case ProposerKind::kNgram:
-      return "ngram";
-    case ProposerKind::kNgramOrDraft:
-      return "draft+ngram";
-    case ProposerKind::kSdsat:
-      return "sdsat";
-  }
-  return "?";
-}
-
-bool UsesDraftModel(ProposerKind kind) {
-  return kind == ProposerKind::kDraftModel || kind == ProposerKind::kNgramOrDraft;
-}
-
 LoadedModels::LoadedModels(const EngineConfig& config) : pool(config.threads) {
   ctx.pool = &pool;
   ctx.cpu = CpuFeatures::Detect();
-  ctx.int8_backend = Int8BackendFromFlags(config.weights, ctx.cpu);
+  ctx.int8_backend = Int8BackendFor(config.weights, ctx.cpu);
 }
 
 std::unique_ptr<LoadedModels> LoadModels(const EngineConfig& config) {
   auto m = std::make_unique<LoadedModels>(config);
   m->target = Model::Load(config.model_path, &m->ctx,
                           LoadOptionsForModel(config.weights, config.model_path));
-  if (UsesDraftModel(config.proposer)) {
-    SPECD_CHECK(!config.draft_path.empty(), "speculation with a draft model needs its file");
-    ModelLoadOptions options =
-        LoadOptionsForModel(config.weights, config.draft_path, ModelRole::kDraft);
-    const DraftVocab vocab = DraftVocabFor(config.draft_flags);
+  const DraftModelConfig& draft = config.speculation.draft;
+  if (UsesDraftModel(config.speculation.proposer)) {
+    SPECD_CHECK(!draft.path.empty(), "speculation with a draft model needs its file");
+    ModelLoadOptions options = LoadOptionsForModel(config.weights, draft.path, ModelRole::kDraft);
+    const DraftVocab vocab = DraftVocabFor(draft);
     options.head_tokens = vocab.head_tokens;
-    options.head_context_tokens = kDraftContextTokens;
-    m->draft = Model::Load(config.draft_path, &m->ctx, options);
+    options.head_context_tokens = SpeculationDefaults::kDraftContextTokens;
+    m->draft = Model::Load(draft.path, &m->ctx, options);
     SPECD_CHECK(vocab.head_tokens.empty() || vocab.n_vocab == m->draft->config().n_vocab,
-                config.draft_flags.vocab_ranking, " ranks a vocabulary of ", vocab.n_vocab,
-                " tokens, ", config.draft_path, " has ", m->draft->config().n_vocab);
+                draft.vocab_ranking, " ranks a vocabulary of ", vocab.n_vocab, " tokens, ",
+                draft.path, " has ", m->draft->config().n_vocab);
     CheckDraftCompatible(*m->target, *m->draft);
   }
   if (m->target->gguf().Find("tokenizer.ggml.model") != nullptr) {
@@ -79,10 +59,11 @@ namespace {
 
 // The proposer `config` asks for: prompt lookup, a model proposer (a draft model, an EAGLE head or
 // SDSAT's), or both combined.
-void MakeProposers(LoadedModels& models, const EngineConfig& config, KvCache* draft_kv,
-                   const DraftModelOptions& draft_options, std::unique_ptr<Proposer>* lookup,
-                   std::unique_ptr<Proposer>* model_proposer, std::unique_ptr<Proposer>* combined) {
+void MakeProposers(LoadedModels& models, const EngineConfig& engine, KvCache* draft_kv,
+                   std::unique_ptr<Proposer>* lookup, std::unique_ptr<Proposer>* model_proposer,
+                   std::unique_ptr<Proposer>* combined) {
   const Model& target = *models.target;
+  const SpeculationConfig& config = engine.speculation;
   switch (config.proposer) {
     case ProposerKind::kNone:
       return;
@@ -106,7 +87,8 @@ void MakeProposers(LoadedModels& models, const EngineConfig& config, KvCache* dr
   }
   if (UsesDraftModel(config.proposer)) {
     *model_proposer = MakeModelProposer(target, *models.draft, *draft_kv, models.ctx,
-                                        config.attention, draft_options);
+                                        engine.attention,
+                                        DraftModelOptionsFor(config.draft, *models.draft));
   }
   if (*lookup && *model_proposer) {
     *combined = std::make_unique<CombinedProposer>(**lookup, **model_proposer);
@@ -119,19 +101,18 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
   std::unique_ptr<EngineStack> s(new EngineStack());
   Model& target = *models.target;
   s->n_ctx_ = ContextFor(config, target);
-  s->speculation_ = config.speculation;
-  const bool speculative = config.proposer != ProposerKind::kNone;
-  // Also without a draft: drafting flags then are an error, not silently unused.
-  s->speculation_.draft = DraftOptionsFromFlags(config.draft_flags, models.draft.get(),
-                                                config.proposer == ProposerKind::kNgramOrDraft);
+  s->speculation_ = ResolveSpeculation(config.speculation);
+  const bool speculative = s->speculation_.speculative();
   if (speculative) s->policy_ = MakeDraftLengthPolicy(s->speculation_);
   const int longest_draft = speculative ? s->policy_->max_length() : 0;
   if (models.draft != nullptr) {
     s->draft_kv_ =
         models.draft->NewKvCache({config.n_slots, s->n_ctx_ + longest_draft + 1, config.kv_type});
   }
-  MakeProposers(models, config, s->draft_kv_.get(), s->speculation_.draft, &s->lookup_,
-                &s->model_proposer_, &s->combined_);
+  EngineConfig resolved = config;
+  resolved.speculation = s->speculation_;
+  MakeProposers(models, resolved, s->draft_kv_.get(), &s->lookup_, &s->model_proposer_,
+                &s->combined_);
   Proposer* proposer = s->combined_ ? s->combined_.get()
                        : s->lookup_ ? s->lookup_.get()
                                     : s->model_proposer_.get();
@@ -140,40 +121,11 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
   s->kv_ = target.NewKvCache({config.n_slots, s->n_ctx_ + room, config.kv_type});
   StepOptions step;
   step.attention = config.attention;
-  step.spec_sampling = config.speculation.spec_sampling;
+  step.spec_sampling = s->speculation_.sampling;
   step.max_prefill_rows = config.max_prefill_rows;
   s->engine_ =
       std::make_unique<Engine>(target, *s->kv_, models.ctx, step, proposer, s->policy_.get());
   return s;
-}
-
-std::string DescribeProposer(const EngineConfig& config) {
-  switch (config.proposer) {
-    case ProposerKind::kNone:
-      return "none";
-    case ProposerKind::kDraftModel:
-      return config.draft_path;
-    case ProposerKind::kNgram:
-      return "n-gram lookup";
-    case ProposerKind::kNgramOrDraft:
-      return "n-gram lookup, then " + config.draft_path;
-    case ProposerKind::kSdsat: {
-      const SdsatOptions& o = config.sdsat;
-      std::string label =
-          StrCat("the target's adaptive tokens (", o.merge ? "merged" : "two-step", " loop");
-      if (o.tree_nodes > 0) {
-        label += StrCat(", trees of ", o.tree_nodes, " nodes, width ", o.tree_width);
-      }
-      return label + ")";
-    }
-  }
-  return "?";
-}
-
-std::string DescribeDraftLength(const SpeculativeOptions& o) {
-  if (o.cost_aware) return StrCat("cost-aware 0..", o.draft_max);
-  if (o.adaptive) return StrCat("BASS Algorithm 1 from ", o.draft_max);
-  return StrCat("fixed ", o.draft_max);
 }
 
 }  // namespace specd

@@ -2,8 +2,9 @@
 // serve`, the benches): the edges parse their flags into a typed EngineConfig once, then
 //   LoadModels   starts the thread pool, loads the target, the draft (checked against the
 //                target) and the tokenizer, and warms the models up;
-//   BuildEngine  makes the draft-length policy and the proposer, sizes the KV caches from their
-//                own maxima (the longest draft, the rider rows), and starts the engine.
+//   BuildEngine  resolves the speculation config (defaults, validation), makes the draft-length
+//                policy and the proposer, sizes the KV caches from their own maxima (the longest
+//                draft, the rider rows), and starts the engine.
 // Two steps because an edge may need the tokenizer (the prompt's length) to choose the context.
 #pragma once
 
@@ -16,6 +17,8 @@
 #include "draft/sdsat_proposer.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/model_options.h"
+#include "engine/speculation_config.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
@@ -24,33 +27,11 @@
 
 namespace specd {
 
-// What drafts the tokens the target verifies.
-enum class ProposerKind {
-  kNone,          // plain decoding
-  kDraftModel,    // a draft model or an EAGLE head (recognised from its file)
-  kNgram,         // prompt lookup: the continuation of the text's latest repeat
-  kNgramOrDraft,  // prompt lookup first, the draft model where it finds nothing
-  kSdsat,         // the target's own adaptive tokens (SDSAT)
-};
-
-// "none", "draft", "ngram", "draft+ngram", "sdsat" (llama.cpp's --spec-type spelling).
-const char* ProposerKindName(ProposerKind kind);
-bool UsesDraftModel(ProposerKind kind);
-
 struct EngineConfig {
   std::string model_path;
-  std::string draft_path;  // with kDraftModel and kNgramOrDraft
-  WeightFlags weights;
+  WeightOptions weights;
   int threads = 2;
-
-  ProposerKind proposer = ProposerKind::kNone;
-  DraftFlags draft_flags;  // EasySpec's layer-parallel drafting, calibration, trees
-  int ngram_min = 1;       // n-gram sizes prompt lookup tries, longest first
-  int ngram_max = 3;
-  SdsatOptions sdsat;  // adaptive_token -1: the one the model records
-  // The draft-length policy (draft_max, adaptive, cost_aware, ...), the sampled verification and
-  // the step trace; `draft` is filled from draft_flags.
-  SpeculativeOptions speculation;
+  SpeculationConfig speculation;  // resolved by BuildEngine (ResolveSpeculation)
 
   int n_slots = 1;  // sequences decoded at once
   int n_ctx = 0;    // positions per sequence (0: the model's training context, at most 4096)
@@ -84,15 +65,15 @@ class EngineStack {
   int n_ctx() const { return n_ctx_; }
   bool speculative() const { return policy_ != nullptr; }
   const DraftLengthPolicy* policy() const { return policy_.get(); }
-  // The resolved speculation settings (draft options filled in).
-  const SpeculativeOptions& speculation() const { return speculation_; }
+  // The resolved speculation settings (every default filled in).
+  const SpeculationConfig& speculation() const { return speculation_; }
 
  private:
   friend std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfig& config);
   EngineStack() = default;
 
   int n_ctx_ = 0;
-  SpeculativeOptions speculation_;
+  SpeculationConfig speculation_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCache> draft_kv_;
   std::unique_ptr<Proposer> lookup_;  // prompt lookup (alone or first)
@@ -109,10 +90,5 @@ int ContextFor(const EngineConfig& config, const Model& model, int64_t wanted = 
 // Builds the engine over `models` (which must outlive it), config.n_ctx positions per sequence
 // (0: ContextFor(config, target)).
 std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfig& config);
-
-// One line for logs: "n-gram lookup, then DRAFT" / "DRAFT" / "the target's adaptive tokens ...".
-std::string DescribeProposer(const EngineConfig& config);
-// "cost-aware 0..8" / "BASS Algorithm 1 from 7" / "fixed 4".
-std::string DescribeDraftLength(const SpeculativeOptions& speculation);
 
 }  // namespace specd

@@ -10,34 +10,12 @@
 
 namespace specd {
 
-namespace {
-
-std::unique_ptr<DraftLengthPolicy> MakeUntracedPolicy(const SpeculativeOptions& o) {
-  SPECD_CHECK(!(o.adaptive && o.cost_aware), "choose one draft-length policy");
-  if (!o.schedule.empty()) return std::make_unique<ScheduledDraftLength>(o.schedule);
-  SPECD_CHECK(o.draft_max >= 1 && o.draft_max <= 64 && o.l_limit >= 1 && o.l_limit <= 64,
-              "draft length must be in 1..64");
-  if (o.adaptive) {
-    return std::make_unique<BassDraftLength>(o.draft_max, o.l_incre, o.l_mod, o.l_limit);
-  }
-  if (o.cost_aware) return std::make_unique<CostAwarePolicy>(o.draft_max);
-  return std::make_unique<FixedDraftLength>(o.draft_max);
-}
-
-}  // namespace
-
-std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOptions& o) {
-  auto policy = MakeUntracedPolicy(o);
-  if (o.trace_steps_path.empty()) return policy;
-  return std::make_unique<TracedDraftLength>(std::move(policy), o.trace_steps_path, o.trace_label);
-}
-
-int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,
+int NextDraftLength(int current, const std::vector<int>& accepted, const BassParameters& bass,
                     int* decreasing) {
   int max_accepted = 0;
   for (int x : accepted) max_accepted = std::max(max_accepted, x);
-  return BassDraftLength::NextLength(current, max_accepted, o.l_incre, o.l_mod, o.l_limit,
-                                         decreasing);
+  return BassDraftLength::NextLength(current, max_accepted, bass.l_incre, bass.l_mod,
+                                     bass.l_limit, decreasing);
 }
 
 void CheckDraftCompatible(const Model& target, const Model& draft) {
@@ -68,6 +46,7 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
   base.stop_tokens = r.stop_tokens;
   base.sum_logprob = r.sum_logprob;
   base.logprobs = r.logprobs;
+  base.cache_prompt = r.cache_prompt;
   std::vector<int> ids;
   if (r.prompts.empty()) {
     base.prompt = r.prompt;
@@ -92,10 +71,16 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
       for (int id : ids) engine.Cancel(id, "budget");
       break;
     }
+    if (r.interrupt != nullptr && r.interrupt->load()) {
+      for (int id : ids) engine.Cancel(id, "interrupted");
+      break;
+    }
     const StepReport step = engine.Step();
     ++result.n_forward;
     if (r.on_token) {
-      for (const auto& [id, token] : step.tokens) r.on_token(index_of.at(id), token);
+      for (const auto& [id, token] : step.tokens) {
+        if (!r.on_token(index_of.at(id), token)) engine.Cancel(id, "stop");
+      }
     }
     if (!prefilled) {
       prefilled = std::none_of(ids.begin(), ids.end(), [&](int id) {
@@ -150,12 +135,21 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
 
 GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvCache& target_kv,
                                     Proposer& proposer, const GenerateRequest& request,
-                                    const SpeculativeOptions& o, SpeculativeStats* stats,
+                                    const SpeculationConfig& config, SpeculativeStats* stats,
                                     VerifyFunction verify) {
-  const auto policy = MakeDraftLengthPolicy(o);
+  // The proposer is the object given, not the config's kind (resolved as prompt lookup's, which
+  // needs no file); a config that names no policy gets a fixed length.
+  SpeculationConfig resolved = config;
+  resolved.proposer = ProposerKind::kNgram;
+  resolved.draft = {};
+  if (resolved.policy == DraftLengthPolicyKind::kDefault) {
+    resolved.policy = DraftLengthPolicyKind::kFixed;
+  }
+  resolved = ResolveSpeculation(resolved);
+  const auto policy = MakeDraftLengthPolicy(resolved);
   StepOptions options;
   options.attention = request.attention;
-  options.spec_sampling = o.spec_sampling;
+  options.spec_sampling = resolved.sampling;
   options.verify = verify;
   Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
   GenerateResult result = RunRequest(engine, request);
@@ -166,22 +160,25 @@ GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvC
 
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
-                                   const GenerateRequest& request, const SpeculativeOptions& o,
-                                   SpeculativeStats* stats, VerifyFunction verify) {
+                                   const GenerateRequest& request, const SpeculationConfig& config,
+                                   SpeculativeStats* stats, VerifyFunction verify,
+                                   const DraftModelOptions& drafting) {
   CheckDraftCompatible(target, draft);
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ", n,
               " sequences does not fit the KV caches");
-  const auto proposer = MakeModelProposer(target, draft, draft_kv, ctx, request.attention, o.draft);
-  return GenerateWithProposer(target, ctx, target_kv, *proposer, request, o, stats, verify);
+  const auto proposer = MakeModelProposer(target, draft, draft_kv, ctx, request.attention, drafting);
+  return GenerateWithProposer(target, ctx, target_kv, *proposer, request, config, stats, verify);
 }
 
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
                                    const GenerateRequest& request, int k, SpeculativeStats* stats,
                                    VerifyFunction verify) {
-  SpeculativeOptions options;
+  SpeculationConfig options;
+  options.policy = DraftLengthPolicyKind::kFixed;
   options.draft_max = k;
+  options.sampling = SpecSampling::kRejection;
   return GenerateSpeculative(target, draft, ctx, target_kv, draft_kv, request, options, stats,
                              verify);
 }

@@ -9,30 +9,12 @@
 #include "engine/step.h"
 #include "draft/draft_model_proposer.h"
 #include "engine/engine.h"
+#include "engine/speculation_config.h"
 
 namespace specd {
 
-struct SpeculativeOptions {
-  int draft_max = 4;        // fixed draft length, the starting one (l0) when adaptive, the cap
-                            // when cost-aware
-  bool adaptive = false;    // BASS Algorithm 1
-  bool cost_aware = false;  // CostAwarePolicy: K in 0..draft_max
-  // Draft lengths step by step (cycled; 0 = a plain step), overriding the policies above.
-  std::vector<int> schedule;
-  int l_incre = 2;
-  int l_mod = 10;
-  int l_limit = 32;
-  SpecSampling spec_sampling = SpecSampling::kRejection;
-  DraftModelOptions draft;       // how a draft model drafts (fuzzy, calibration, trees)
-  std::string trace_steps_path;  // non-empty: every step appended there as a JSON line
-  std::string trace_label;       // written on each of those lines
-};
-
-// The draft-length policy the options ask for.
-std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculativeOptions& o);
-
 // BASS Algorithm 1's next length from the accepted counts of the last step.
-int NextDraftLength(int current, const std::vector<int>& accepted, const SpeculativeOptions& o,
+int NextDraftLength(int current, const std::vector<int>& accepted, const BassParameters& bass,
                     int* decreasing);
 
 // Checks that the draft can serve the target (same vocabulary); throws Error otherwise.
@@ -51,20 +33,22 @@ int KeepFinishedRankedByLogProb(GenerateResult* result);
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
                                       const GenerateRequest& request);
 
-// Speculative decoding with any proposer (it must know no sequences yet).
+// Speculative decoding with any proposer (it must know no sequences yet); `config`'s draft-length
+// policy and verification (resolved here), its proposer fields unread.
 GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvCache& target_kv,
                                     Proposer& proposer, const GenerateRequest& request,
-                                    const SpeculativeOptions& options, SpeculativeStats* stats,
+                                    const SpeculationConfig& config, SpeculativeStats* stats,
                                     VerifyFunction verify = VerifySampled);
 
 // Speculative decoding with a draft model; each model needs a free KV slot per sequence with
 // room for its prompt + n_predict + the longest draft + 1 tokens. `verify` decides sampled
-// verification by rejection sampling.
+// verification by rejection sampling; `drafting` is how the draft drafts (fuzzy, trees).
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
                                    const GenerateRequest& request,
-                                   const SpeculativeOptions& options, SpeculativeStats* stats,
-                                   VerifyFunction verify = VerifySampled);
+                                   const SpeculationConfig& config, SpeculativeStats* stats,
+                                   VerifyFunction verify = VerifySampled,
+                                   const DraftModelOptions& drafting = {});
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
                                    const GenerateRequest& request, int draft_length,

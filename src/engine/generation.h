@@ -2,6 +2,7 @@
 // engine/generate.h runs them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -31,12 +32,19 @@ struct GenerateRequest {
   bool stop_at_eos = true;
   // Further tokens that end a sequence like EOS (a chat model's end-of-turn), when stop_at_eos.
   std::vector<int32_t> stop_tokens;
-  // Called with (sequence index, token) for each generated token as it is accepted.
-  std::function<void(int, int32_t)> on_token;
+  // Called with (sequence index, token) for each generated token as it is accepted; false ends
+  // that sequence there (finish_reason "stop": a reverse prompt appeared).
+  std::function<bool(int, int32_t)> on_token;
+  // When set (by a signal thread: Ctrl-C), every sequence ends at the next step with
+  // finish_reason "interrupted", and the request returns what was generated.
+  const std::atomic<bool>* interrupt = nullptr;
   // Sum each generated token's log-probability (SequenceResult::mean_logprob, which the time
   // budget's ranking reads): a pass over the vocabulary per token, ~2% of plain decoding of
   // SmolLM2, so callers that never read it turn it off.
   bool sum_logprob = true;
+  // Start from the KV of a finished sequence that shares the prompt's beginning, and keep this
+  // one's for the next request (a chat's turns; SequenceRequest::cache_prompt).
+  bool cache_prompt = false;
   // -1: none; n >= 0: each generated token's log-probability and its n most likely alternatives
   // (SequenceResult::token_logprobs).
   int logprobs = -1;
@@ -45,7 +53,7 @@ struct GenerateRequest {
 struct SequenceResult {
   int index = 0;
   std::vector<int32_t> tokens;  // generated tokens (the EOS that ended a sequence excluded)
-  std::string finish_reason;    // "stop" (EOS or a stop token) or "length"
+  std::string finish_reason;    // "stop" (EOS, a stop token or text), "length", "interrupted"
   double sum_logprob = 0.0;     // of the generated tokens (EOS included) under the raw model
   int n_logprob = 0;
   double elapsed_ms = 0.0;  // from the start of the request to this sequence's last token

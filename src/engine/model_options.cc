@@ -58,10 +58,32 @@ bridge, with the library to be reconsidered in September.
   return kText;
 }
 
-ModelLoadOptions LoadOptionsForModel(const WeightFlags& flags, const std::string& path,
+Int8Backend Int8BackendFor(const WeightOptions& o, const CpuFeatures& cpu) {
+  switch (o.int8_kernel) {
+    case Int8Backend::kAuto:
+    case Int8Backend::kSpecd:
+      break;
+    case Int8Backend::kAmx:
+      SPECD_CHECK(o.int8, "{int8_kernel} amx applies to i8 weights: add {weights} i8");
+      SPECD_CHECK(cpu.amx_int8 && cpu.avx512,
+                  "{int8_kernel} amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
+                  "offer");
+      break;
+    case Int8Backend::kOneDnn:
+      SPECD_CHECK(o.int8, "{int8_kernel} onednn applies to i8 weights: add {weights} i8");
+      // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
+      SPECD_CHECK(cpu.avx512, "{int8_kernel} onednn needs AVX-512 VNNI, which this CPU lacks");
+      break;
+  }
+  return o.int8_kernel;
+}
+
+ModelLoadOptions LoadOptionsForModel(const WeightOptions& flags, const std::string& path,
                                      ModelRole role, int max_tokens) {
-  ModelLoadOptions options = LoadOptionsFromFlags(flags);
-  if (role == ModelRole::kDraft) options.lora.clear();
+  ModelLoadOptions options;
+  options.int8_weights = flags.int8;
+  if (role == ModelRole::kTarget) options.lora = flags.lora;
+  if (flags.lora_merge) options.lora_apply = LoraApply::kMerge;
   if (!options.int8_weights || flags.smooth_alpha <= 0.0f) return options;
   SPECD_CHECK(flags.smooth_alpha <= 1.0f, "{smooth_alpha} must be in [0, 1], got ",
               flags.smooth_alpha);

@@ -216,19 +216,6 @@ struct ActivationMaxima {
   std::vector<float> output_in;                // [n_embd]
 };
 
-// --weights and --int8-kernel as the CLI spells them.
-struct WeightFlags {
-  std::string weights;               // "" (as stored) or "i8"
-  std::string int8_kernel = "auto";  // auto | specd | amx | onednn
-  float smooth_alpha = 0.5f;         // i8: SmoothQuant's migration strength; 0: none
-  std::string calibration_file;      // i8: its calibration text (default: a built-in one)
-  std::vector<LoraSpec> lora;        // --lora / --lora-scaled (the target model only)
-  bool lora_merge = false;           // --lora-merge
-};
-// The load options and i8 backend those flags ask for; an Error names a bad value.
-ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags);
-Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cpu);
-
 class Model {
  public:
   // Loads and validates a model; the GGUF stays mapped for the model's lifetime. With a context

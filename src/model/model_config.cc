@@ -110,34 +110,4 @@ bool ModelConfig::IsEndOfGeneration(int32_t token) const {
   return std::binary_search(end_of_generation.begin(), end_of_generation.end(), token);
 }
 
-ModelLoadOptions LoadOptionsFromFlags(const WeightFlags& flags) {
-  SPECD_CHECK(flags.weights.empty() || flags.weights == "i8", "{weights}: '", flags.weights,
-              "' is not a weight format specd converts to at load (i8; or leave it out to run "
-              "the file's own types)");
-  ModelLoadOptions options;
-  options.int8_weights = flags.weights == "i8";
-  options.lora = flags.lora;
-  if (flags.lora_merge) options.lora_apply = LoraApply::kMerge;
-  return options;
-}
-
-Int8Backend Int8BackendFromFlags(const WeightFlags& flags, const CpuFeatures& cpu) {
-  if (flags.int8_kernel == "auto") return Int8Backend::kAuto;
-  if (flags.int8_kernel == "specd") return Int8Backend::kSpecd;
-  if (flags.int8_kernel == "amx") {
-    SPECD_CHECK(flags.weights == "i8", "{int8_kernel} amx applies to i8 weights: add {weights} i8");
-    SPECD_CHECK(cpu.amx_int8 && cpu.avx512,
-                "{int8_kernel} amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
-                "offer");
-    return Int8Backend::kAmx;
-  }
-  SPECD_CHECK(flags.int8_kernel == "onednn", "{int8_kernel}: '", flags.int8_kernel,
-              "' is not one of auto, specd, amx, onednn");
-  SPECD_CHECK(flags.weights == "i8",
-              "{int8_kernel} onednn applies to i8 weights: add {weights} i8");
-  // Without VNNI oneDNN's s8 x s8 path sums pairs in saturating 16-bit arithmetic: not exact.
-  SPECD_CHECK(cpu.avx512, "{int8_kernel} onednn needs AVX-512 VNNI, which this CPU lacks");
-  return Int8Backend::kOneDnn;
-}
-
 }  // namespace specd

@@ -1,6 +1,6 @@
 // Draft-length policies behind one interface: how many tokens to draft at the next step.
 //   FixedDraftLength     K every step;
-//   BassDraftLength      BASS Algorithm 1 (l0 = 7, l_incre = 2, l_mod = 10, l_limit = 32);
+//   BassDraftLength      BASS Algorithm 1 (BassParameters);
 //   CostAwareDraftLength K from measured costs and acceptance, 0 when drafting does not pay
 //                        (cost_aware.h; adapted here);
 //   ScheduledDraftLength a given cycle of lengths (tests, experiments).
@@ -54,12 +54,21 @@ class FixedDraftLength : public DraftLengthPolicy {
   int k_;
 };
 
+// BASS Algorithm 1's constants (the paper's values): the start l0, the growth after a step where
+// some sequence accepted everything, the shrink divisor and the limit.
+struct BassParameters {
+  int l0 = 7;
+  int l_incre = 2;
+  int l_mod = 10;
+  int l_limit = 32;
+};
+
 // BASS Algorithm 1: grow by l_incre after a step where some sequence accepted everything; shrink
 // by ceil(l / l_mod) (and one more after consecutive decreases) otherwise.
 class BassDraftLength : public DraftLengthPolicy {
  public:
-  explicit BassDraftLength(int l0 = 7, int l_incre = 2, int l_mod = 10, int l_limit = 32)
-      : current_(l0), l_incre_(l_incre), l_mod_(l_mod), l_limit_(l_limit) {}
+  explicit BassDraftLength(const BassParameters& p = {})
+      : current_(p.l0), l_incre_(p.l_incre), l_mod_(p.l_mod), l_limit_(p.l_limit) {}
   int Next(int, int) override { return current_; }
   void Observe(const StepObservation& step) override;
   int max_length() const override { return l_limit_; }
@@ -77,9 +86,12 @@ class BassDraftLength : public DraftLengthPolicy {
 
 class CostAwarePolicy : public DraftLengthPolicy {
  public:
-  explicit CostAwarePolicy(int k_max) : k_max_(k_max), model_(k_max) {}
+  // K in {0} and k_min..k_max: a draft shorter than k_min is lengthened to it (llama.cpp's
+  // --draft-min: fewer drafts are not worth a verification).
+  explicit CostAwarePolicy(int k_max, int k_min = 0) : k_max_(k_max), k_min_(k_min), model_(k_max) {}
   int Next(int n_sequences, int remaining_tokens) override {
-    return model_.Next(n_sequences, remaining_tokens);
+    const int k = model_.Next(n_sequences, remaining_tokens);
+    return k > 0 && k < k_min_ ? k_min_ : k;
   }
   void Observe(const StepObservation& step) override;
   int max_length() const override { return k_max_; }
@@ -88,6 +100,7 @@ class CostAwarePolicy : public DraftLengthPolicy {
 
  private:
   int k_max_;
+  int k_min_;
   CostAwareDraftLength model_;
   int previous_k_ = 0;            // the last decode step's draft length
   double draft_prompt_ms_ = 0.0;  // decayed sums: the draft reading prompts,

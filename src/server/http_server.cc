@@ -445,9 +445,7 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
   SequenceRequest s;
   s.prompt = r.prompt;
   s.n_predict = r.max_tokens;
-  s.sampling = r.sampling;
-  // Coupled sampling: the output of a seeded request is the same with speculation on or off.
-  s.sampling.method = SamplingMethod::kGumbel;
+  s.sampling = r.sampling;  // drawn as the engine's verification says (coupled by default)
   s.stop_tokens = r.stop_tokens;
   s.stop_at_eos = !r.ignore_eos;
   s.logprobs = r.logprobs;

@@ -1,4 +1,4 @@
-#include "cli/cli_common.h"
+#include "flags/common_flags.h"
 
 #include <unistd.h>
 
@@ -11,8 +11,9 @@
 #include <new>
 
 #include "base/error.h"
+#include "engine/draft_vocab.h"
 
-namespace specd::cli {
+namespace specd::flags {
 
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -29,27 +30,93 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-void AddWeightFlags(CLI::App* app, WeightFlags* flags) {
-  app->add_option("--weights", flags->weights,
-                  "convert the models' matrices at load: i8 (int8 per output row, activations "
-                  "int8 per token, as in BASS)")
-      ->check(CLI::IsMember({"i8"}));
-  app->add_option("--int8-kernel", flags->int8_kernel,
+namespace {
+
+const std::map<std::string, Int8Backend> kInt8Kernels = {{"auto", Int8Backend::kAuto},
+                                                         {"specd", Int8Backend::kSpecd},
+                                                         {"amx", Int8Backend::kAmx},
+                                                         {"onednn", Int8Backend::kOneDnn}};
+
+}  // namespace
+
+void AddInt8KernelFlag(CLI::App* app, WeightOptions* options) {
+  app->add_option("--int8-kernel", options->int8_kernel,
                   "matmul of i8 weights: auto (specd's AMX tile kernel where the CPU has AMX, "
                   "else its VNNI kernel), specd (VNNI), amx or onednn; all give the same bits")
-      ->check(CLI::IsMember({"auto", "specd", "amx", "onednn"}));
-  app->add_option("--smooth-alpha", flags->smooth_alpha,
+      ->transform(CLI::CheckedTransformer(kInt8Kernels))
+      ->default_str("auto");
+}
+
+void AddWeightFlags(CLI::App* app, WeightOptions* options) {
+  app->add_option_function<std::string>(
+         "--weights", [options](const std::string&) { options->int8 = true; },
+         "convert the models' matrices at load: i8 (int8 per output row, activations int8 per "
+         "token, as in BASS)")
+      ->check(CLI::IsMember({"i8"}));
+  AddInt8KernelFlag(app, options);
+  app->add_option("--smooth-alpha", options->smooth_alpha,
                   "i8: SmoothQuant migration strength (0 = none; default 0.5), calibrated at "
                   "load on --calibration's text")
       ->check(CLI::Range(0.0, 1.0));
-  app->add_option("--calibration", flags->calibration_file,
+  app->add_option("--calibration", options->calibration_file,
                   "i8: text whose activations calibrate SmoothQuant (default: a built-in mix of "
                   "prose, code and chat)")
       ->check(CLI::ExistingFile);
-  AddLoraFlags(app, flags);
+  AddLoraFlags(app, options);
 }
 
-void AddLoraFlags(CLI::App* app, WeightFlags* flags) {
+void AddCacheTypeFlag(CLI::App* app, DType* type) {
+  app->add_option_function<std::string>(
+         "--cache-type", [type](const std::string& name) { *type = *DTypeFromName(name); },
+         "KV cache type of both models: f16 (default) or f32 (also -ctk / -ctv)")
+      ->check(CLI::IsMember({"f32", "f16"}));
+}
+
+void AddLlamaCppNoOpFlags(CLI::App* app, std::vector<std::string>* notes) {
+  auto note = [notes](const std::string& flag, const char* why) {
+    return [notes, flag, why](auto&&...) { notes->push_back(flag + ": " + why); };
+  };
+  app->add_option_function<std::string>("-g,--n-gpu-layers,--gpu-layers",
+                                        note("-ngl", "no GPU offload: specd runs on the CPU"),
+                                        "(llama.cpp; no effect: specd runs on the CPU; also -ngl)")
+      ->type_name("N");
+  app->add_option_function<std::string>(
+         "--flash-attn", note("-fa", "specd's attention kernels are its own"),
+         "(llama.cpp; no effect: specd's attention kernels are its own; also -fa)")
+      ->expected(0, 1)
+      ->type_name("[on|off|auto]");
+  app->add_flag_function("--mlock", note("--mlock", "weights are read in place, not locked"),
+                         "(llama.cpp; no effect)");
+  app->add_flag_function("--no-mmap", note("--no-mmap", "weights are always memory-mapped"),
+                         "(llama.cpp; no effect)");
+  app->add_flag_function("--jinja", note("--jinja", "chat templates are always applied"),
+                         "(llama.cpp; no effect: the model's chat template is always used)");
+  app->add_flag_function("--metrics", note("--metrics", "specd serve always serves /metrics"),
+                         "(llama.cpp's server; no effect: /metrics is always on)");
+  app->add_flag_function("--cont-batching", note("-cb", "batching is always continuous"),
+                         "(llama.cpp; no effect: batching is always continuous; also -cb)");
+  app->add_flag_function("--log-disable", note("--log-disable", "specd logs only a few lines"),
+                         "(llama.cpp; no effect)");
+  app->add_option_function<std::string>(
+         "--threads-draft", note("-td", "the draft runs on the target's threads (-t)"),
+         "(llama.cpp; no effect: the draft runs on the target's threads; also -td)")
+      ->type_name("N");
+  for (const char* names : {"-b,--batch-size", "--ubatch-size"}) {
+    app->add_option_function<std::string>(
+           names,
+           note(names[1] == 'b' ? "-b" : "-ub",
+                "prompts are read in chunks of specd's own size (--batch / --parallel count "
+                "sequences here, not llama.cpp's -b)"),
+           "(llama.cpp's prompt batch; no effect: --batch here counts sequences)")
+        ->type_name("N");
+  }
+}
+
+void PrintIgnoredFlagNotes(const std::vector<std::string>& notes) {
+  for (const std::string& note : notes) std::fprintf(stderr, "note: %s; ignored\n", note.c_str());
+}
+
+void AddLoraFlags(CLI::App* app, WeightOptions* flags) {
   // llama.cpp's spellings: --lora FILE (repeatable), --lora-scaled FILE SCALE.
   app->add_option_function<std::vector<std::string>>(
          "--lora",
@@ -78,65 +145,8 @@ void AddLoraFlags(CLI::App* app, WeightFlags* flags) {
                 "4- to 6-bit matrices become q8_0, whose grid keeps the update)");
 }
 
-void AddDraftFlags(CLI::App* app, DraftFlags* flags) {
-  app->add_option("--draft-lp", flags->lp,
-                  "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
-                  "whose attention blocks run at once (EasySpec; 1: exact)")
-      ->check(CLI::Range(1, 64));
-  app->add_option("--draft-lp-groups", flags->lp_groups,
-                  "how --draft-lp groups layers: packed (runs of N from layer 1), aligned (the "
-                  "paper's), or explicit 0-based ranges such as 1-2,3-4");
-  app->add_flag("--no-calibration", flags->no_calibration,
-                "fuzzy drafting without bonus calibration (fuzzy keys / values stay)");
-  app->add_option("--draft-tree", flags->tree,
-                  "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
-                  "at most --draft-max nodes");
-  app->add_option("--draft-vocab", flags->vocab,
-                  "FR-Spec: the draft's output layer over only the N most frequent tokens of "
-                  "--draft-vocab-file (the target still scores every token, so the output is "
-                  "unchanged); 0: the whole vocabulary (default: " +
-                      std::to_string(kDefaultDraftVocab) +
-                      " when a ranking is known for the draft)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--draft-vocab-file", flags->vocab_ranking,
-                  "FR-Spec token ranking, most frequent first (scripts/make-token-ranking.py; "
-                  "default: the one in models/ for a known draft)")
-      ->check(CLI::ExistingFile);
-}
-
 void AddThreadsFlag(CLI::App* app, int* threads) {
   app->add_option("-t,--threads", *threads, "threads")->check(CLI::Range(1, 256));
-}
-
-void AddSdsatFlags(CLI::App* app, SdsatFlags* flags) {
-  app->add_option("--adaptive-k", flags->adaptive_k,
-                  "sdsat: adaptive tokens appended per step = tokens drafted (default 5)")
-      ->check(CLI::Range(1, 64));
-  app->add_option("--adaptive-token", flags->adaptive_token,
-                  "sdsat: the adaptive token id (default: the one the fine-tuned model records)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--sdsat-loop", flags->loop,
-                  "sdsat: two-step (the paper's loop: adaptive tokens ride on steps without "
-                  "drafts; the default, faster on CPUs) or merged (they ride on every "
-                  "verification: one forward per loop while every draft is kept)")
-      ->check(CLI::IsMember({"two-step", "merged"}));
-  app->add_option("--sdsat-tree", flags->tree,
-                  "sdsat: draft a token tree of at most NODES nodes, as deep as "
-                  "--adaptive-k, each node with at most WIDTH children (default 10), "
-                  "verified in one forward: NODES[,WIDTH]");
-}
-
-SdsatOptions SdsatOptionsFor(const SdsatFlags& flags) {
-  SdsatOptions options = SdsatOptionsWithTree({.merge = flags.loop == "merged"}, flags.tree);
-  options.n_adaptive = flags.adaptive_k > 0 ? flags.adaptive_k : 5;
-  options.adaptive_token = flags.adaptive_token;
-  return options;
-}
-
-void AddTraceStepsFlag(CLI::App* app, std::string* path) {
-  app->add_option("--trace-steps", *path,
-                  "append every speculative step to FILE as a JSON line: the draft length "
-                  "chosen, drafts accepted, forward times, the cost-aware policy's estimates");
 }
 
 std::string FlagForField(std::string_view field) {
@@ -146,6 +156,8 @@ std::string FlagForField(std::string_view field) {
       {"draft_lp", "--draft-lp"},
       {"draft_lp_groups", "--draft-lp-groups"},
       {"draft_max", "--draft-max"},
+      {"draft_min", "--draft-min"},
+      {"draft_model", "-md"},
       {"draft_tree", "--draft-tree"},
       {"draft_vocab", "--draft-vocab"},
       {"draft_vocab_file", "--draft-vocab-file"},
@@ -155,6 +167,8 @@ std::string FlagForField(std::string_view field) {
       {"n_ctx", "-c"},
       {"n_predict", "-n"},
       {"n_sequences", "--batch"},
+      {"ngram_max", "--ngram-max"},
+      {"ngram_min", "--ngram-min"},
       {"no_calibration", "--no-calibration"},
       {"repeat_last_n", "--repeat-last-n"},
       {"repeat_penalty", "--repeat-penalty"},
@@ -165,6 +179,7 @@ std::string FlagForField(std::string_view field) {
       {"temperature", "--temp"},
       {"top_k", "--top-k"},
       {"top_p", "--top-p"},
+      {"trace_steps", "--trace-steps"},
       {"weights", "--weights"},
   };
   const auto it = kFlags.find(field);
@@ -204,8 +219,10 @@ bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* 
   const std::map<std::string, std::string> llama_cpp_spellings = {
       {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
-      {"-dev", "--device"},       {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
-      {"-mu", "--model-url"},     {"-np", "--parallel"},    {"-no-cnv", "--no-conversation"}};
+      {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
+      {"-mu", "--model-url"},     {"-np", "--parallel"},    {"-no-cnv", "--no-conversation"},
+      {"-td", "--threads-draft"}, {"-cb", "--cont-batching"}, {"-st", "--single-turn"},
+      {"-dev", "--device"}};
   std::string unknown_short;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string arg = argv[i];
@@ -225,8 +242,9 @@ bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* 
   if (!unknown_short.empty()) {
     std::fprintf(stderr,
                  "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
-                 "-f, -c, -s, -t, -e; of llama.cpp's longer ones it takes -md, -cnv, -sys, -ngl, "
-                 "-fa, -ub; see specd generate --help)\n",
+                 "-f, -c, -s, -t, -e, -r; of llama.cpp's longer ones it takes -md, -cnv, -sys, "
+                 "-no-cnv, -st, -ngl, -fa, -ub, -np, -td, -cb, -ctk, -ctv; see specd generate "
+                 "--help)\n",
                  unknown_short.c_str());
     return false;
   }
@@ -260,7 +278,8 @@ std::string DefaultTargetModel() { return DefaultModelPair(DefaultModelDirs()).t
 namespace {
 
 // The FR-Spec ranking of a known draft, unless the user named one.
-void ChooseDraftVocab(const std::string& draft_model, const ModelDirs& dirs, DraftFlags* flags) {
+void ChooseDraftVocab(const std::string& draft_model, const ModelDirs& dirs,
+                      DraftModelConfig* flags) {
   if (flags == nullptr || draft_model.empty() || !flags->vocab_ranking.empty()) return;
   flags->vocab_ranking = TokenRankingFor(draft_model, dirs);
 }
@@ -298,7 +317,7 @@ void ChooseModelFiles(std::string* model, std::string* draft_model, bool wants_d
 }  // namespace
 
 void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft,
-                  DraftFlags* draft_flags) {
+                  DraftModelConfig* draft_flags) {
   const ModelDirs dirs = DefaultModelDirs();
   ChooseModelFiles(model, draft_model, wants_draft, dirs);
   if (wants_draft) ChooseDraftVocab(*draft_model, dirs, draft_flags);
@@ -313,13 +332,14 @@ std::string DescribeLoading(const EngineConfig& config) {
     return std::string(text);
   };
   std::string line = "loading " + config.model_path + " (" + gigabytes(config.model_path) + ")";
-  if (!UsesDraftModel(config.proposer)) return line;
-  line += ", draft " + config.draft_path + " (" + gigabytes(config.draft_path) + ")";
-  if (const int vocab = DraftVocabSize(config.draft_flags); vocab > 0) {
+  const DraftModelConfig& draft = config.speculation.draft;
+  if (!UsesDraftModel(config.speculation.proposer)) return line;
+  line += ", draft " + draft.path + " (" + gigabytes(draft.path) + ")";
+  if (const int vocab = DraftVocabSize(draft); vocab > 0) {
     line += " with its draft vocabulary " + std::to_string(vocab) + " (FR-Spec, " +
-            config.draft_flags.vocab_ranking + ")";
+            draft.vocab_ranking + ")";
   }
   return line;
 }
 
-}  // namespace specd::cli
+}  // namespace specd::flags

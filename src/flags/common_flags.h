@@ -1,6 +1,7 @@
-// What the two edges of specd share (the `specd` binary and the `specd-bench` benchmarks): flags
-// declared once for every command that takes them, llama.cpp's multi-letter spellings, the
-// default models, and running a sibling executable.
+// What specd's edges share (the `specd` binary, the `specd-bench` benchmarks and `specd-train`):
+// flags declared once for every command that takes them, llama.cpp's multi-letter spellings,
+// errors rendered with flag names, the default models, and running a sibling executable. The
+// speculation flags are in speculation_flags.h.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,40 +10,29 @@
 #include <string>
 #include <vector>
 
-#include "draft/draft_model_proposer.h"
-#include "draft/sdsat_proposer.h"
-#include "engine/draft_vocab.h"
 #include "engine/engine_builder.h"
 #include "engine/model_catalog.h"
 #include "engine/model_options.h"
 
-namespace specd::cli {
-
-// SDSAT's flags (generate --strategy sdsat, serve --spec-type sdsat): adaptive tokens per step
-// (0: 5), the adaptive token (-1: the one the model records), the loop and the tree.
-struct SdsatFlags {
-  int adaptive_k = 0;
-  int32_t adaptive_token = -1;
-  std::string loop;  // "" (the default, two-step), "two-step" or "merged"
-  std::string tree;  // --sdsat-tree NODES[,WIDTH]; empty: chains
-  bool Given() const {
-    return adaptive_k != 0 || adaptive_token >= 0 || !loop.empty() || !tree.empty();
-  }
-};
+namespace specd::flags {
 
 // --weights, --int8-kernel, --smooth-alpha, --calibration and the LoRA flags.
-void AddWeightFlags(CLI::App* app, WeightFlags* flags);
+void AddWeightFlags(CLI::App* app, WeightOptions* options);
+// --int8-kernel alone (bench forward converts to i8 itself).
+void AddInt8KernelFlag(CLI::App* app, WeightOptions* options);
 // --lora FILE (repeatable), --lora-scaled FILE SCALE, --lora-merge (llama.cpp's spellings).
-void AddLoraFlags(CLI::App* app, WeightFlags* flags);
-// EasySpec's drafting flags: --draft-lp, --draft-lp-groups, --no-calibration, --draft-tree.
-void AddDraftFlags(CLI::App* app, DraftFlags* flags);
-// SDSAT's --adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree.
-void AddSdsatFlags(CLI::App* app, SdsatFlags* flags);
-// The proposer's options from them (checks --sdsat-tree's spelling).
-SdsatOptions SdsatOptionsFor(const SdsatFlags& flags);
-void AddTraceStepsFlag(CLI::App* app, std::string* path);
+void AddLoraFlags(CLI::App* app, WeightOptions* options);
 // -t / --threads N (1..256).
 void AddThreadsFlag(CLI::App* app, int* threads);
+// --cache-type f16|f32 (also llama.cpp's -ctk / -ctv).
+void AddCacheTypeFlag(CLI::App* app, DType* type);
+
+// llama.cpp's flags for what a CPU engine has no use for (-ngl, -fa, --mlock, --no-mmap, -b,
+// -ub, --jinja, --metrics, -cb, --log-disable, -td): accepted by generate and serve alike; what
+// was given is collected in *notes ("-ngl: no GPU offload: specd runs on the CPU").
+void AddLlamaCppNoOpFlags(CLI::App* app, std::vector<std::string>* notes);
+// Prints "note: NOTE; ignored" for each.
+void PrintIgnoredFlagNotes(const std::vector<std::string>& notes);
 
 // argv[1..] in CLI11's order (reversed), llama.cpp's multi-letter short options (-md, -cnv,
 // -ngl ...) spelled out; false (having said why on stderr) for an unknown one such as -xyz,
@@ -74,12 +64,12 @@ ModelDirs DefaultModelDirs();
 std::string DefaultTargetModel();
 // Fills an empty *model with the default target (and *draft_model with its draft when
 // wants_draft); for a model given without a draft, pairs the draft known for it when
-// wants_draft, saying so on stderr; with draft_flags, names the draft's FR-Spec ranking
+// wants_draft, saying so on stderr; with `draft`, names the draft's FR-Spec ranking
 // (--draft-vocab) where one is known and none was given. An empty *model with no default there,
 // or a path that is not a file, is an Error.
 void ChooseModels(std::string* model, std::string* draft_model, bool wants_draft,
-                  DraftFlags* draft_flags = nullptr);
+                  DraftModelConfig* draft = nullptr);
 // "loading FILE (1.12 GB), draft FILE (0.49 GB)": said before a load that takes seconds.
 std::string DescribeLoading(const EngineConfig& config);
 
-}  // namespace specd::cli
+}  // namespace specd::flags

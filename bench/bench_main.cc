@@ -288,9 +288,10 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Bench> benches = {ForwardBench(app), AttentionBench(app), MatmulBench(app),
                                       SpecBench(app),    EasySpecBench(app),  TokenizeBench(app)};
-  std::vector<std::string> args;
-  if (!flags::ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
-  if (const int code = flags::ParseArgs(app, args, "specd bench --help"); code >= 0) return code;
+  if (const int code = flags::ParseCommandLine(app, argc, argv, "specd bench --help");
+      code >= 0) {
+    return code;
+  }
   return flags::RunReportingErrors([&]() -> int {
     for (const Bench& bench : benches) {
       if (*bench.command) bench.run();

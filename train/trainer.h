@@ -92,6 +92,10 @@ struct TrainResult {
 
 TrainResult Train(const TrainOptions& options);
 
+// Whether item i of a series takes its turn when a share s of the items should, spread evenly:
+// when floor((i + 1) s) passes an integer (s = 0.5: every odd item).
+bool TakesTurn(int64_t i, double share);
+
 // "%.4f" of a training loss, or `if_unknown` when it is NaN (a checkpoint from before the loss
 // was saved in it).
 std::string FormatTrainLoss(double loss, const char* if_unknown);

@@ -128,6 +128,16 @@ void SetRequestOptions(const GenerateOptions& o, GenerateRequest* request) {
   request->stop_at_eos = !o.ignore_eos;
 }
 
+// What to do when a prompt does not fit: raise -c while the model allows more positions.
+std::string RoomAdvice(int n_ctx, int n_ctx_train, bool can_lower_n) {
+  const std::string lower_n = can_lower_n ? "lower -n or " : "";
+  if (n_ctx < n_ctx_train) {
+    return StrCat("raise -c, up to the model's ", n_ctx_train, can_lower_n ? ", or lower -n" : "");
+  }
+  return StrCat(lower_n, "shorten the prompt: the model was trained on ", n_ctx_train,
+                " positions");
+}
+
 // The context for the request's prompts: -c, or what they need (at least 4096 positions, at most
 // the model's); -n -1 resolved to what the context leaves. Says which prompt does not fit.
 int ContextForPrompts(const GenerateOptions& o, const EngineConfig& config, const Model& model,
@@ -140,7 +150,8 @@ int ContextForPrompts(const GenerateOptions& o, const EngineConfig& config, cons
   if (o.n_predict < 0) {
     request->n_predict = n_ctx - static_cast<int>(longest_prompt);
     SPECD_CHECK(request->n_predict >= 1, "the prompt (", longest_prompt,
-                " tokens) fills the context of ", n_ctx, " positions (raise -c)");
+                " tokens) fills the context of ", n_ctx, " positions (",
+                RoomAdvice(n_ctx, n_ctx_train, /*can_lower_n=*/false), ")");
   }
   // Every prompt must leave room for -n new tokens: said before anything is printed, naming
   // the --prompts line.
@@ -152,7 +163,7 @@ int ContextForPrompts(const GenerateOptions& o, const EngineConfig& config, cons
                     ? std::string("the prompt")
                     : StrCat(o.prompts_file, ":", prompt_lines[i], ": the prompt"),
                 " (", size, " tokens) plus ", o.n_predict, " new tokens exceed the context of ",
-                n_ctx, " positions (raise -c, up to the model's ", n_ctx_train, ", or lower -n)");
+                n_ctx, " positions (", RoomAdvice(n_ctx, n_ctx_train, /*can_lower_n=*/true), ")");
   }
   if (n_ctx > n_ctx_train) {
     std::fprintf(stderr,

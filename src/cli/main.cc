@@ -66,10 +66,8 @@ int main(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return 1;
   }
-  std::vector<std::string> args;
-  if (!ArgsWithLlamaCppSpellings(argc, argv, &args)) return 1;
   if (argc >= 2 && !IsKnownCommand(app, argv[1])) return 1;
-  if (const int code = ParseArgs(app, args, "--help"); code >= 0) return code;
+  if (const int code = ParseCommandLine(app, argc, argv, "--help"); code >= 0) return code;
   return RunReportingErrors([&]() -> int {
     for (const Command& command : commands) {
       if (*command.app) return command.run();

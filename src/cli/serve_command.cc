@@ -114,6 +114,7 @@ class ServingThread {
 
 int RunServe(const ServeOptions& options) {
   ServeOptions o = options;
+  flags::PrintIgnoredFlagNotes(o.ignored_flags);
   flags::SpeculationFlags& spec = o.speculation;
   flags::ChooseModels(&o.model, &spec.config.draft.path, flags::WantsDraftModel(spec),
                       &spec.config.draft);
@@ -125,7 +126,6 @@ int RunServe(const ServeOptions& options) {
                  "--spec-type ngram to speculate)\n",
                  o.model.c_str());
   }
-  flags::PrintIgnoredFlagNotes(o.ignored_flags);
   SignalWatcher signals;  // before any thread starts, so that all inherit the mask
   // Bound and answering (503 "Loading model", as llama-server) before the models load.
   server::Metrics metrics;

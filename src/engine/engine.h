@@ -1,5 +1,5 @@
 // The step-based engine: sequences join with Add, leave with Cancel or when they finish, and each
-// Step runs one decoding step (decode/step.h) for all of them: ONE target forward with whatever
+// Step runs one decoding step (engine/step.h) for all of them: ONE target forward with whatever
 // they need (prompt chunks of new sequences, plain decode rows, verification rows) and, with a
 // proposer, one draft forward per draft position. A finished sequence frees its KV slots at
 // once. Plain decoding is the engine without a proposer. Per-sequence sampling parameters: one

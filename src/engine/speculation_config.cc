@@ -61,9 +61,13 @@ using Defaults = SpeculationDefaults;
 // Without a proposer, every speculation setting is an error rather than silently unused.
 void CheckNothingAskedOfSpeculation(const SpeculationConfig& c) {
   SPECD_CHECK(c.draft_max == 0 && c.draft_min == 0 && c.policy == DraftLengthPolicyKind::kDefault,
-              "{draft_max}, {draft_min} and the draft-length policy need speculation: this run "
-              "decodes without a draft (give {draft_model}, {spec_type} ngram or {spec_type} "
-              "sdsat)");
+              "{draft_max}, {draft_min} and the draft-length policy: only speculative decoding "
+              "reads these, and this run decodes without a draft (give {draft_model}, "
+              "{spec_type} ngram or {spec_type} sdsat)");
+  SPECD_CHECK(!c.draft.Customized(),
+              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab} and "
+              "{draft_vocab_file}: only speculative decoding reads these, and this run decodes "
+              "without a draft (give {draft_model})");
   SPECD_CHECK(c.trace_steps_path.empty(),
               "{trace_steps} traces speculative steps: this run decodes without a draft (give "
               "{draft_model}, {spec_type} ngram or {spec_type} sdsat)");

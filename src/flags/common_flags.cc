@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <new>
+#include <sstream>
 
 #include "base/error.h"
 #include "engine/draft_vocab.h"
@@ -199,56 +200,111 @@ int RunReportingErrors(const std::function<int()>& command) {
   return 1;
 }
 
-int ParseArgs(CLI::App& app, std::vector<std::string>& args, const char* help) {
+namespace {
+
+// llama.cpp's multi-letter short options and their long names here.
+const std::map<std::string, std::string>& LlamaCppSpellings() {
+  static const std::map<std::string, std::string> kSpellings = {
+      {"-md", "--model-draft"},   {"-cnv", "--chat"},         {"-sys", "--system"},
+      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},
+      {"-ctk", "--cache-type"},   {"-ctv", "--cache-type"},   {"-mu", "--model-url"},
+      {"-np", "--parallel"},      {"-td", "--threads-draft"}, {"-cb", "--cont-batching"},
+      {"-st", "--single-turn"},   {"-dev", "--device"},       {"-no-cnv", "--no-conversation"}};
+  return kSpellings;
+}
+
+// -xyz or -xy-z (a letter, then letters and dashes; -1.5 and -- stay as they are).
+bool IsMultiLetterShort(const std::string& arg) {
+  return arg.size() > 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) &&
+         std::all_of(arg.begin() + 1, arg.end(), [](char c) {
+           return std::isalpha(static_cast<unsigned char>(c)) || c == '-';
+         });
+}
+
+// CLI11's message with the long names put back as the user typed them.
+std::string AsTyped(std::string message, const std::map<std::string, std::string>& typed_as) {
+  for (const auto& [long_name, typed] : typed_as) {
+    size_t at = message.find(long_name);
+    while (at != std::string::npos) {
+      const size_t end = at + long_name.size();
+      const bool longer_name = end < message.size() &&
+                               (std::isalnum(static_cast<unsigned char>(message[end])) ||
+                                message[end] == '-');
+      if (!longer_name) message.replace(at, long_name.size(), typed);
+      at = message.find(long_name, at + (longer_name ? long_name.size() : typed.size()));
+    }
+  }
+  return message;
+}
+
+// The first of CLI11's extras ("...not expected: 3 --foo", last first) in the order typed.
+std::string FirstExtra(const std::vector<std::string>& typed, const std::string& message) {
+  std::vector<std::string> extras;
+  std::istringstream words(message.substr(message.find(':') + 1));
+  for (std::string word; words >> word;) extras.push_back(word);
+  for (const std::string& arg : typed) {
+    if (std::find(extras.begin(), extras.end(), arg) != extras.end()) return arg;
+  }
+  return extras.empty() ? "?" : extras.back();
+}
+
+// " (did you mean --top-k?)" for an option within two edits of one the command takes.
+std::string NearestOption(const CLI::App& app, const std::string& typed) {
+  std::string nearest;
+  size_t nearest_distance = 3;
+  std::vector<const CLI::App*> commands = {&app};
+  for (const CLI::App* command : app.get_subcommands()) commands.push_back(command);
+  for (const CLI::App* command : commands) {
+    for (const CLI::Option* option : command->get_options()) {
+      for (const std::string& name : option->get_lnames()) {
+        const size_t d = EditDistance(typed, "--" + name);
+        if (d < nearest_distance) nearest_distance = d, nearest = "--" + name;
+      }
+    }
+  }
+  return nearest.empty() ? "" : " (did you mean " + nearest + "?)";
+}
+
+}  // namespace
+
+int ParseCommandLine(CLI::App& app, int argc, char** argv, const char* help) {
+  const std::vector<std::string> typed(argv + 1, argv + argc);
+  std::vector<std::string> reversed;            // CLI11 takes the arguments last first
+  std::map<std::string, std::string> typed_as;  // long name -> as typed
+  for (auto it = typed.rbegin(); it != typed.rend(); ++it) {
+    const auto spelled = LlamaCppSpellings().find(*it);
+    if (spelled != LlamaCppSpellings().end()) {
+      typed_as[spelled->second] = *it;
+      reversed.push_back(spelled->second);
+      continue;
+    }
+    if (IsMultiLetterShort(*it)) {
+      std::fprintf(stderr,
+                   "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
+                   "-f, -c, -s, -t, -e, -r; of llama.cpp's longer ones it takes -md, -cnv, -sys, "
+                   "-no-cnv, -st, -ngl, -fa, -ub, -np, -td, -cb, -ctk, -ctv; see %s)\n",
+                   it->c_str(), help);
+      return 1;
+    }
+    reversed.push_back(*it);
+  }
   try {
-    app.parse(args);
+    app.parse(reversed);
+  } catch (const CLI::ExtrasError& e) {
+    const std::string first = FirstExtra(typed, e.what());
+    const bool option = first.size() > 1 && first[0] == '-';
+    std::fprintf(stderr, "error: %s '%s'%s (see %s)\n",
+                 option ? "unknown option" : "unexpected argument", first.c_str(),
+                 option ? NearestOption(app, first).c_str() : "", help);
+    return 1;
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0 as CLI11 prints them; every other parse error is an
     // "error: ..." line and exit code 1, as the rest of specd's errors.
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s (see %s)\n", e.what(), help);
+    std::fprintf(stderr, "error: %s (see %s)\n", AsTyped(e.what(), typed_as).c_str(), help);
     return 1;
   }
   return -1;
-}
-
-bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args) {
-  // llama.cpp spells some options as several letters after one dash (-md, -cnv, -ngl); CLI11
-  // would read "-ngl 0" as "-n gl 0". Known ones are spelled out; any other is an error that
-  // says so instead of a misleading one about a different flag.
-  const std::map<std::string, std::string> llama_cpp_spellings = {
-      {"-md", "--model-draft"},   {"-cnv", "--chat"},       {"-sys", "--system"},
-      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},  {"-ub", "--ubatch-size"},
-      {"-ctk", "--cache-type"}, {"-ctv", "--cache-type"},
-      {"-mu", "--model-url"},     {"-np", "--parallel"},    {"-no-cnv", "--no-conversation"},
-      {"-td", "--threads-draft"}, {"-cb", "--cont-batching"}, {"-st", "--single-turn"},
-      {"-dev", "--device"}};
-  std::string unknown_short;
-  for (int i = argc - 1; i >= 1; --i) {
-    const std::string arg = argv[i];
-    if (const auto it = llama_cpp_spellings.find(arg); it != llama_cpp_spellings.end()) {
-      reversed_args->push_back(it->second);
-    } else {
-      // -xyz or -xy-z (a letter, then letters and dashes; -1.5 and -- stay as they are).
-      const bool several_letters = arg.size() > 2 && arg[0] == '-' &&
-                                   std::isalpha(static_cast<unsigned char>(arg[1])) &&
-                                   std::all_of(arg.begin() + 1, arg.end(), [](char c) {
-                                     return std::isalpha(static_cast<unsigned char>(c)) || c == '-';
-                                   });
-      if (several_letters) unknown_short = arg;
-      reversed_args->push_back(arg);
-    }
-  }
-  if (!unknown_short.empty()) {
-    std::fprintf(stderr,
-                 "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
-                 "-f, -c, -s, -t, -e, -r; of llama.cpp's longer ones it takes -md, -cnv, -sys, "
-                 "-no-cnv, -st, -ngl, -fa, -ub, -np, -td, -cb, -ctk, -ctv; see specd generate "
-                 "--help)\n",
-                 unknown_short.c_str());
-    return false;
-  }
-  return true;
 }
 
 int ExecSibling(const char* name, std::vector<char*> args, const char* why_missing) {

@@ -34,10 +34,6 @@ void AddLlamaCppNoOpFlags(CLI::App* app, std::vector<std::string>* notes);
 // Prints "note: NOTE; ignored" for each.
 void PrintIgnoredFlagNotes(const std::vector<std::string>& notes);
 
-// argv[1..] in CLI11's order (reversed), llama.cpp's multi-letter short options (-md, -cnv,
-// -ngl ...) spelled out; false (having said why on stderr) for an unknown one such as -xyz,
-// which CLI11 would read as -x yz.
-bool ArgsWithLlamaCppSpellings(int argc, char** argv, std::vector<std::string>* reversed_args);
 
 // The flag that sets an option field named in a lower layer's message ({top_k} -> --top-k; the
 // field itself when no flag sets it).
@@ -47,9 +43,12 @@ std::string FlagForField(std::string_view field);
 // errors are messages, never a crash or a stack trace), field names rendered as flags.
 int RunReportingErrors(const std::function<int()>& command);
 
-// Parses reversed `args` into `app`. Returns -1 when parsed; otherwise the exit code to return:
-// 0 after --help / --version (CLI11 prints them), 1 after an "error: ... (see HELP)" line.
-int ParseArgs(CLI::App& app, std::vector<std::string>& args, const char* help);
+// Parses argv[1..] into `app`, llama.cpp's multi-letter short options (-md, -cnv, -ngl ...)
+// spelled out for CLI11 (which would read -ngl 0 as -n gl 0). Returns -1 when parsed; otherwise
+// the exit code to return: 0 after --help / --version (CLI11 prints them), 1 after an
+// "error: ... (see HELP)" line that names options as they were typed: an unknown -xyz, the first
+// unexpected argument in the order given, -md rather than --model-draft.
+int ParseCommandLine(CLI::App& app, int argc, char** argv, const char* help);
 
 // Levenshtein distance, for suggesting the command a typo meant.
 size_t EditDistance(const std::string& a, const std::string& b);

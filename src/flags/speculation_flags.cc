@@ -172,7 +172,8 @@ ProposerKind ProposerFromWords(const SpeculationFlags& f, bool has_draft, bool d
   }
   if (f.strategy == Strategy::kPlain) {
     SPECD_CHECK(!f.spec_type || *f.spec_type == ProposerKind::kNone,
-                "--strategy ar decodes without speculation: drop --spec-type");
+                "--spec-type: only speculative decoding reads this, and --strategy ar decodes "
+                "without speculation");
     return ProposerKind::kNone;
   }
   const ProposerKind kind =
@@ -190,8 +191,8 @@ SpeculationConfig SpeculationFromFlags(const SpeculationFlags& f, bool draft_giv
   SpeculationConfig c = f.config;
   c.proposer = ProposerFromWords(f, !c.draft.path.empty(), draft_given);
   SPECD_CHECK(c.proposer == ProposerKind::kSdsat || !f.sdsat_given,
-              "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --strategy "
-              "sdsat (or --spec-type sdsat)");
+              "--adaptive-k, --adaptive-token, --sdsat-loop and --sdsat-tree go with --spec-type "
+              "sdsat (or --strategy sdsat)");
   SPECD_CHECK(!draft_given || UsesDraftModel(c.proposer) || c.proposer == ProposerKind::kNone,
               "--spec-type ", ProposerKindName(c.proposer),
               " drafts without a draft model: drop -md");

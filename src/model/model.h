@@ -1,5 +1,6 @@
-// A Llama-family decoder (architectures `llama` and `qwen2`) loaded from GGUF, and its forward
-// pass over a ragged batch: rows of many sequences, each row with its own sequence and position.
+// A Llama-family decoder (every architecture of model/architectures.cc: llama, qwen2, qwen3,
+// gemma3, phi3) loaded from GGUF, and its forward pass over a ragged batch: rows of many
+// sequences, each row with its own sequence and position.
 #pragma once
 
 #include <algorithm>

@@ -1,4 +1,5 @@
 #include "server/http_server.h"
+#include "server/choice_collector.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -40,56 +41,6 @@ void ReplyError(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(Dump(ErrorBody(e)), "application/json");
 }
-
-// A request's choices as they are collected (whole responses) or streamed.
-class ChoiceCollector {
- public:
-  ChoiceCollector(const CompletionRequest& r, const Tokenizer& tokenizer, Job& job) : job_(job) {
-    for (int c = 0; c < r.n; ++c) {
-      texts_.emplace_back(tokenizer, r.stop, r.text_limits);
-      outputs_.push_back({c, "", "", {}, {}});
-    }
-  }
-  // Takes one event; returns the index of the choice it touched.
-  int Take(const ChoiceEvent& e) {
-    ChoiceOutput& out = outputs_[e.choice];
-    if (e.finished) {
-      if (out.finish_reason.empty()) out.finish_reason = e.finish_reason;
-      done_[e.choice] = true;
-      return e.choice;
-    }
-    if (texts_[e.choice].stopped()) return e.choice;  // past a stop string: dropped
-    if (first_token_ms_ < 0) first_token_ms_ = since_submit_.ElapsedMs();
-    out.tokens.push_back(e.token);
-    out.logprobs.push_back(e.logprobs);
-    if (texts_[e.choice].Push(e.token)) {
-      // A stop string ends a choice as "stop"; an editor limit (n_indent, t_max_predict_ms)
-      // as "length".
-      out.finish_reason = texts_[e.choice].stop_type() == "word" ? "stop" : "length";
-      job_.Cancel(e.choice, out.finish_reason);
-    }
-    return e.choice;
-  }
-  // ms from the collector's creation (just after the request was queued) to its first token.
-  double first_token_ms() const { return first_token_ms_; }
-  double elapsed_ms() const { return since_submit_.ElapsedMs(); }
-  bool done(int c) const { return done_.count(c) > 0; }
-  ChoiceText& text(int c) { return texts_[c]; }
-  std::vector<ChoiceOutput>& outputs() { return outputs_; }
-  int64_t completion_tokens() const {
-    int64_t n = 0;
-    for (const auto& o : outputs_) n += static_cast<int64_t>(o.tokens.size());
-    return n;
-  }
-
- private:
-  Job& job_;
-  Timer since_submit_;
-  double first_token_ms_ = -1;
-  std::vector<ChoiceText> texts_;
-  std::vector<ChoiceOutput> outputs_;
-  std::map<int, bool> done_;
-};
 
 }  // namespace
 
@@ -249,51 +200,23 @@ void HttpServer::Routes() {
         "application/json");
     return httplib::Server::HandlerResponse::Handled;
   });
-  GetRoutes();
-  PostRoutes();
-  MethodGuards();
-}
-
-void HttpServer::GetRoutes() {
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) {
-      res.status = 503;
-      res.set_content("{\"status\":\"shutting down\"}", "application/json");
-      return;
+  for (const Route& route : RouteTable()) {
+    if (route.get) {
+      http_->Get(route.path, route.get);
+    } else {
+      PostWithBody(route.path, route.post);
     }
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  // Scrapers read /metrics without the API key, as from llama-server and vLLM.
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
-  });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (RefusedKey(req, &res)) return;
-    Record(req, 200);
-    const nlohmann::json models = {{"object", "list"},
-                                   {"data", nlohmann::json::array({{{"id", limits_.model_id},
-                                                                    {"object", "model"},
-                                                                    {"created", created_},
-                                                                    {"owned_by", "specd"}}})}};
-    res.set_content(Dump(models), "application/json");
-  });
-  http_->Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
-    if (RefusedKey(req, &res)) return;
-    res.set_content(Dump(PropsResponse(options_.props, limits_)), "application/json");
-    Record(req, 200);
-  });
+    GuardOtherMethods(route);
+  }
 }
 
-void HttpServer::PostRoutes() {
+std::vector<HttpServer::Route> HttpServer::RouteTable() {
   const auto completion = [this](Api api) {
-    return [this, api](const httplib::Request& req, const std::string& body,
-                       httplib::Response& res) { HandleCompletion(req, body, api, &res); };
+    return BodyHandler([this, api](const httplib::Request& req, const std::string& body,
+                                   httplib::Response& res) {
+      HandleCompletion(req, body, api, &res);
+    });
   };
-  PostWithBody("/v1/completions", completion(Api::kOpenAi));
-  PostWithBody("/v1/chat/completions", completion(Api::kOpenAiChat));
-  PostWithBody("/completion", completion(Api::kLlamaCompletion));
-  PostWithBody("/completions", completion(Api::kLlamaCompletion));
-  PostWithBody("/infill", completion(Api::kLlamaInfill));
   // The answer of a small function of the body, as JSON (tokenize, detokenize).
   const auto json_route = [this](std::function<nlohmann::json(const std::string&)> answer) {
     return BodyHandler([this, answer](const httplib::Request& req, const std::string& body,
@@ -307,36 +230,72 @@ void HttpServer::PostRoutes() {
       }
     });
   };
-  PostWithBody("/tokenize", json_route([this](const std::string& body) {
-                 return TokenizeResponse(body, *tokenizer_, limits_);
-               }));
-  PostWithBody("/detokenize", json_route([this](const std::string& body) {
-                 return DetokenizeResponse(body, *tokenizer_, limits_);
-               }));
+  return {
+      {"/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); }, {}},
+      // Scrapers read /metrics without the API key, as from llama-server and vLLM.
+      {"/metrics",
+       [this](const httplib::Request&, httplib::Response& res) {
+         res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+       },
+       {}},
+      {"/v1/models", [this](const httplib::Request& req, httplib::Response& res) { Models(req, res); },
+       {}},
+      {"/props",
+       [this](const httplib::Request& req, httplib::Response& res) {
+         if (RefusedKey(req, &res)) return;
+         res.set_content(Dump(PropsResponse(options_.props, limits_)), "application/json");
+         Record(req, 200);
+       },
+       {}},
+      {"/v1/completions", {}, completion(Api::kOpenAi)},
+      {"/v1/chat/completions", {}, completion(Api::kOpenAiChat)},
+      {"/completion", {}, completion(Api::kLlamaCompletion)},
+      {"/completions", {}, completion(Api::kLlamaCompletion)},
+      {"/infill", {}, completion(Api::kLlamaInfill)},
+      {"/tokenize", {}, json_route([this](const std::string& body) {
+         return TokenizeResponse(body, *tokenizer_, limits_);
+       })},
+      {"/detokenize", {}, json_route([this](const std::string& body) {
+         return DetokenizeResponse(body, *tokenizer_, limits_);
+       })},
+  };
 }
 
-// A known route asked with another method: 405 naming the allowed one.
-void HttpServer::MethodGuards() {
-  const auto wrong_method = [this](const char* allowed) {
-    return [this, allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      ReplyError(res,
-                 ApiError(405, "invalid_request_error",
-                          req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
-      Record(req, 405);
-    };
+void HttpServer::Health(httplib::Response& res) const {
+  if (draining_) {
+    res.status = 503;
+    res.set_content("{\"status\":\"shutting down\"}", "application/json");
+    return;
+  }
+  res.set_content("{\"status\":\"ok\"}", "application/json");
+}
+
+void HttpServer::Models(const httplib::Request& req, httplib::Response& res) {
+  if (RefusedKey(req, &res)) return;
+  Record(req, 200);
+  const nlohmann::json models = {{"object", "list"},
+                                 {"data", nlohmann::json::array({{{"id", limits_.model_id},
+                                                                  {"object", "model"},
+                                                                  {"created", created_},
+                                                                  {"owned_by", "specd"}}})}};
+  res.set_content(Dump(models), "application/json");
+}
+
+void HttpServer::GuardOtherMethods(const Route& route) {
+  const char* allowed = route.get ? "GET" : "POST";
+  const auto wrong_method = [this, allowed](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Allow", allowed);
+    ReplyError(res, ApiError(405, "invalid_request_error",
+                             req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
+    Record(req, 405);
   };
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/completion", "/completions",
-                           "/infill", "/tokenize", "/detokenize"}) {
-    http_->Get(path, wrong_method("POST"));
-    http_->Put(path, wrong_method("POST"));
-    http_->Delete(path, wrong_method("POST"));
+  if (route.get) {
+    http_->Post(route.path, wrong_method);
+  } else {
+    http_->Get(route.path, wrong_method);
   }
-  for (const char* path : {"/health", "/metrics", "/v1/models", "/props"}) {
-    http_->Post(path, wrong_method("GET"));
-    http_->Put(path, wrong_method("GET"));
-    http_->Delete(path, wrong_method("GET"));
-  }
+  http_->Put(route.path, wrong_method);
+  http_->Delete(route.path, wrong_method);
 }
 
 // POST bodies are read through a content reader: cpp-httplib's own reading refuses a body over
@@ -464,49 +423,10 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
 
 namespace {
 
-// Takes a batch of events into the collector; the new tokens and logprobs of each choice they
-// touched (text filled in by the caller).
-std::map<int, ChoiceOutput> TakeDeltas(ChoiceCollector& collector,
-                                       const std::vector<ChoiceEvent>& events) {
-  std::map<int, ChoiceOutput> deltas;
-  for (const auto& e : events) {
-    const int c = collector.Take(e);
-    ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{c, "", "", {}, {}}).first->second;
-    if (!e.finished && !collector.text(c).stopped()) {
-      d.tokens.push_back(e.token);
-      d.logprobs.push_back(e.logprobs);
-    }
-  }
-  return deltas;
-}
-
 // One server-sent event: "data: JSON" and a blank line; false when the client is gone.
 bool SendEvent(httplib::DataSink& sink, const nlohmann::json& chunk) {
   const std::string line = "data: " + Dump(chunk) + "\n\n";
   return sink.write(line.data(), line.size());
-}
-
-// llama-server's stop_type of a finished choice.
-std::string LlamaStopType(const ChoiceText& text, const std::string& finish_reason) {
-  if (!text.stop_type().empty()) return text.stop_type();
-  if (finish_reason == "stop") return "eos";
-  if (finish_reason == "length" || finish_reason == "budget") return "limit";
-  return "none";
-}
-
-LlamaOutcome OutcomeOf(ChoiceCollector& collector, const Job& job, int64_t prompt_tokens) {
-  LlamaOutcome o;
-  o.cached_tokens = job.n_cached();
-  o.choice = collector.outputs()[0];
-  const ChoiceText& text = collector.text(0);
-  o.stop_type = LlamaStopType(text, o.choice.finish_reason);
-  o.stopping_word = text.stopping_word();
-  o.has_new_line = text.has_new_line();
-  o.prompt_tokens = prompt_tokens;
-  const double total = collector.elapsed_ms(), first = collector.first_token_ms();
-  o.prompt_ms = first >= 0 ? first : total;
-  o.predicted_ms = total - o.prompt_ms;
-  return o;
 }
 
 }  // namespace

@@ -66,11 +66,7 @@ Bench ForwardBench(CLI::App& app) {
       ->add_option("--context", fwd->context,
                    "positions already in the cache before the M rows (default 16)")
       ->check(CLI::Range(1, 32768));
-  bench_forward
-      ->add_option_function<std::string>(
-          "--cache-type", [fwd](const std::string& t) { fwd->cache_type = *DTypeFromName(t); },
-          "KV cache type (f16, the default as in generate, or f32)")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  flags::AddCacheTypeFlag(bench_forward, &fwd->cache_type);
   bench_forward->add_flag("--profile", fwd->profile, "time each op of the M-row forwards");
   bench_forward->add_option("--model-dir", fwd->model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd->out_dir, "where results are written");
@@ -202,8 +198,8 @@ Bench SpecBench(CLI::App& app) {
   return {bench_spec, [sb, sdsat_bench, spec_flags, bench_spec] {
             flags::SpeculationFlags& f = *spec_flags;
             const bool sdsat = f.strategy == flags::Strategy::kSdsat;
-            SPECD_CHECK(f.strategy == flags::Strategy::kUnset || f.strategy == flags::Strategy::kSpec ||
-                            sdsat,
+            SPECD_CHECK(f.strategy == flags::Strategy::kUnset ||
+                            f.strategy == flags::Strategy::kSpec || sdsat,
                         "bench spec --strategy: spec (a proposer against plain) or sdsat (the "
                         "target drafting for itself)");
             const bool draft_given = !f.config.draft.path.empty();
@@ -239,7 +235,7 @@ Bench EasySpecBench(CLI::App& app) {
   auto* bench_easyspec = app.add_subcommand(
       "easyspec", "layer-parallel (fuzzy) and tree drafting: forward times, drift, end to end");
   bench_easyspec->add_option("-m,--model", eb->target, "target (default: generate's)");
-  bench_easyspec->add_option("--model-draft", eb->draft, "draft (default: generate's; also -md)");
+  flags::AddDraftModelFlag(bench_easyspec, &eb->draft);
   bench_easyspec->add_option("--lp", eb->lp_sizes, "layer-parallel sizes")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
@@ -288,8 +284,7 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Bench> benches = {ForwardBench(app), AttentionBench(app), MatmulBench(app),
                                       SpecBench(app),    EasySpecBench(app),  TokenizeBench(app)};
-  if (const int code = flags::ParseCommandLine(app, argc, argv, "specd bench --help");
-      code >= 0) {
+  if (const int code = flags::ParseCommandLine(app, argc, argv, "specd bench --help"); code >= 0) {
     return code;
   }
   return flags::RunReportingErrors([&]() -> int {

@@ -147,8 +147,8 @@ Drift MeasureDrift(Model& draft, const KernelContext& ctx,
 struct Config {
   std::string name;
   bool speculative = true;
-  SpeculationConfig options;  // a fixed draft length (draft_max)
-  DraftModelOptions drafting;  // fuzzy drafting, calibration, trees
+  SpeculationConfig options;         // a fixed draft length (draft_max)
+  DraftModelOptions drafting;        // fuzzy drafting, calibration, trees
   std::vector<double> tokens_per_s;  // per rep
   SpeculativeStats stats;            // summed over reps
 };
@@ -174,11 +174,10 @@ void RunConfig(const Pair& p, const std::vector<std::vector<int32_t>>& prompts, 
     r.sampling.temperature = 0.0f;
     r.stop_at_eos = false;
     r.sum_logprob = false;
-    const GenerateResult out = c->speculative
-                                   ? GenerateSpeculative(p.target, p.draft, p.ctx, p.target_kv,
-                                                         p.draft_kv, r, c->options, &c->stats,
-                                                         VerifySampled, c->drafting)
-                                   : GenerateAutoregressive(p.target, p.ctx, p.target_kv, r);
+    const GenerateResult out =
+        c->speculative ? GenerateSpeculative(p.target, p.draft, p.ctx, p.target_kv, p.draft_kv, r,
+                                             c->options, &c->stats, VerifySampled, c->drafting)
+                       : GenerateAutoregressive(p.target, p.ctx, p.target_kv, r);
     n_tokens += out.n_tokens;
     ms += out.t_prefill_ms + out.t_decode_ms;
     const std::vector<int32_t>& tokens = out.sequences.at(0).tokens;

@@ -13,7 +13,7 @@ namespace specd::bench {
 
 struct SdsatBenchOptions {
   std::vector<int> ks = {1, 2, 3, 5, 7, 9, 11, 13};
-  bool unmerged_too = true;     // also the paper's two-forward loop
+  bool unmerged_too = true;  // also the paper's two-forward loop
   // Token trees of these many nodes (two-step loop, width tree_width) besides chains.
   std::vector<int> tree_nodes;
   int tree_width = 10;

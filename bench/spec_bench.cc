@@ -256,13 +256,11 @@ void DescribeRun(const SpecBenchOptions& o, const SpecBench& b, nlohmann::json* 
              {"prompt_groups", o.prompt_groups},
              {"drafting", drafting}};
   *md << "Speculative decoding benchmark, " << date << ", " << CpuName() << " (" << ctx.cpu.Name()
-      << " kernels"
-      << (o.weights.int8 ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
+      << " kernels" << (o.weights.int8 ? "; i8 weights on " + Int8KernelName(ctx) : std::string())
       << "), " << o.threads << " threads, target " << o.target << ", proposer "
-      << DescribeProposer(o.speculation)
-      << drafting << ", " << DTypeName(o.cache_type) << " KV caches, " << o.n_predict
-      << " new tokens per sequence, one " << (o.prompt_set == "chat" ? "chat" : "Python")
-      << " prompt per sequence, "
+      << DescribeProposer(o.speculation) << drafting << ", " << DTypeName(o.cache_type)
+      << " KV caches, " << o.n_predict << " new tokens per sequence, one "
+      << (o.prompt_set == "chat" ? "chat" : "Python") << " prompt per sequence, "
       << (o.prompt_groups > 0
               ? "at most " + std::to_string(o.prompt_groups) + " group(s) of prompts per batch"
               : "all " + std::to_string(b.prompts.size()) +
@@ -410,7 +408,9 @@ nlohmann::json ReportBatch(const Setting& setting, int batch, const BatchRuns& r
                                     {"ptl_last_ms", r.ptl_last},
                                     {"ptl_all_ms", r.ptl_all},
                                     {"speedup_all", plain.ptl_all / r.ptl_all}});
-    if (&c != best && !(c.options.policy == DraftLengthPolicyKind::kCostAware) && !(c.options.policy == DraftLengthPolicyKind::kBass)) continue;
+    if (&c != best && !(c.options.policy == DraftLengthPolicyKind::kCostAware) &&
+        !(c.options.policy == DraftLengthPolicyKind::kBass))
+      continue;
     std::string label = (c.options.policy == DraftLengthPolicyKind::kBass) ? "adaptive" : c.name;
     if (&c == best) label += " (best)";
     char line[512];

@@ -713,8 +713,9 @@ TEST(Cli, FlagsWithoutEffectAreRefusedAndTheSummaryReadsAsLlamaCpps) {
 // -r stops at a text, serve takes the same no-op flags as generate, llama-quantize's positional
 // type and names work, an unknown flag is named as typed, info lists the tensors.
 TEST(Cli, LlamaCppHabitsMeanWhatTheyMeanInLlamaCpp) {
-  const std::string pair = " -m " SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf -md " SPECD_SOURCE_DIR
-                           "/models/specd-draft-q8_0.gguf -p 'def f(x):' -n 24 --temp 0 --json";
+  const std::string pair =
+      " -m " SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf -md " SPECD_SOURCE_DIR
+      "/models/specd-draft-q8_0.gguf -p 'def f(x):' -n 24 --temp 0 --json";
   const auto summary_of = [](const std::string& out) {
     std::istringstream lines(out);
     nlohmann::json summary;
@@ -747,8 +748,7 @@ TEST(Cli, LlamaCppHabitsMeanWhatTheyMeanInLlamaCpp) {
   }
   CliRun r = RunSpecd("generate" + pair + " --draft-min 2 --draft-policy fixed");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("--draft-min is the cost-aware policy's floor"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("--draft-min is the cost-aware policy's floor"), std::string::npos) << r.out;
   // -r: the tokens stop where the text first shows it, the one that completes it kept.
   const nlohmann::json plain = testing::FirstJsonLine(RunSpecd("generate" + pair));
   const std::string text = plain["text"];
@@ -835,10 +835,11 @@ TEST(Cli, InteractiveChatAppliesEverySamplingFlag) {
 // Ctrl-C ends generate's sequences where they are; their text and the statistics follow. (8
 // sequences of 20,000 positions take seconds; the signal comes after half of one.)
 TEST(Cli, InterruptedGenerateStillPrintsItsStatistics) {
-  const CliRun r = RunSpecd(
-      "generate -m " SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf -p 'def f(x):' -n -1 "
-      "--ignore-eos --batch 8 -c 20000 --temp 0 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
-      "wait $pid");
+  const CliRun r =
+      RunSpecd("generate -m " SPECD_SOURCE_DIR
+               "/models/specd-target-q8_0.gguf -p 'def f(x):' -n -1 "
+               "--ignore-eos --batch 8 -c 20000 --temp 0 2>&1 & pid=$!; sleep 0.5; kill -INT $pid; "
+               "wait $pid");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("interrupted"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("per-token latency"), std::string::npos) << r.out;

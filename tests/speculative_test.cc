@@ -632,9 +632,9 @@ TEST(Bass, GreedyWithF16KvCachesEqualsPlainGreedy) {
     std::vector<float> a, b;
     const int s16 = target_kv->Acquire();
     const int s32 = f32_kv->Acquire();
-    for (auto& seq : batch.seq_ids) seq = s16;
+    for (auto& seq : batch.slots) seq = s16;
     p.target->Forward(p.ctx, batch, *target_kv, AttentionMode::kSplit, &a);
-    for (auto& seq : batch.seq_ids) seq = s32;
+    for (auto& seq : batch.slots) seq = s32;
     p.target->Forward(p.ctx, batch, *f32_kv, AttentionMode::kSplit, &b);
     any_logit_differs |= a != b;
     target_kv->Release(s16);

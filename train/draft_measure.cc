@@ -1,7 +1,5 @@
 // Measuring a draft against its target: acceptance on held-out prompts, with intervals that
 // account for the clustering of drafts within a sequence.
-#include "train/trainer.h"
-
 #include <ATen/autocast_mode.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "train/corpus.h"
 #include "train/teacher_targets.h"
 #include "train/train_loop.h"
+#include "train/trainer.h"
 
 namespace specd::train {
 

@@ -1,7 +1,5 @@
 // The teacher's text for distillation (TeacherText), resumed batch by batch from its files, and
 // the prompts it is written from (ChatPrompts, CompletionPrompts).
-#include "train/trainer.h"
-
 #include <ATen/autocast_mode.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "train/corpus.h"
 #include "train/teacher_targets.h"
 #include "train/train_loop.h"
+#include "train/trainer.h"
 
 namespace specd::train {
 namespace fs = std::filesystem;
@@ -380,6 +379,5 @@ std::vector<std::vector<int32_t>> CompletionPrompts(const std::string& target_gg
   SPECD_CHECK(!prompts.empty(), jsonl_path, " has no prompt of at most ", max_tokens, " tokens");
   return prompts;
 }
-
 
 }  // namespace specd::train

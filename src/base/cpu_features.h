@@ -12,8 +12,9 @@
 namespace specd {
 
 // What the fast kernels may use on this CPU, detected once at start-up and passed explicitly.
-// Our machines differ (MACHINE.md): some expose AVX-512 VNNI without BF16 (a KVM guest of a
-// Sapphire Rapids class host seen 2026-11-23 hides both BF16 and AMX), so each is its own flag.
+// Our machines differ (docs/performance.md names each): some expose AVX-512 VNNI without BF16 (a
+// KVM guest of a Sapphire Rapids class host seen 2026-11-23 hides both BF16 and AMX), so each is
+// its own flag.
 struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ, VNNI, plus FMA and F16C: every int8 / f32 kernel
   bool avx512_bf16 = false;  // AVX512_BF16 as well: the bf16-weight kernel

@@ -218,8 +218,8 @@ nlohmann::json AcceptanceByPosition(const SpeculativeStats& stats) {
   return per_position;
 }
 
-void PrintJsonSummary(const GenerateRequest& request,
-                      const GenerateResult& result, const RunSummary& run, EngineStack& stack) {
+void PrintJsonSummary(const GenerateRequest& request, const GenerateResult& result,
+                      const RunSummary& run, EngineStack& stack) {
   const double total_ms = result.t_prefill_ms + result.t_decode_ms;
   nlohmann::json summary = {
       {"type", "summary"},
@@ -257,8 +257,8 @@ void PrintJsonSummary(const GenerateRequest& request,
   std::cout << summary.dump() << std::endl;
 }
 
-void PrintTextSummary(const GenerateRequest& request,
-                      const GenerateResult& result, const RunSummary& run, EngineStack& stack) {
+void PrintTextSummary(const GenerateRequest& request, const GenerateResult& result,
+                      const RunSummary& run, EngineStack& stack) {
   std::cout << std::flush;  // the text before the statistics, also under 2>&1
   // As llama.cpp reports them: the prompt's rate, then decoding's alone (the step that finishes
   // a prompt writes each sequence's first token: those are the prefill's).
@@ -283,11 +283,10 @@ void PrintTextSummary(const GenerateRequest& request,
                "draft %s, draft length %s: acceptance %.3f (%lld of %lld), tokens per step "
                "%.2f, draft %.1f ms, verify %.1f ms, %lld of %lld steps without drafts\n",
                DescribeProposer(stack.speculation()).c_str(),
-               DescribeDraftLength(stack.speculation()).c_str(),
-               stats.acceptance_rate(), static_cast<long long>(stats.n_accepted),
-               static_cast<long long>(stats.n_drafted), stats.mean_accepted_length(),
-               stats.t_draft_ms, stats.t_verify_ms, static_cast<long long>(stats.n_plain_steps),
-               static_cast<long long>(stats.n_steps));
+               DescribeDraftLength(stack.speculation()).c_str(), stats.acceptance_rate(),
+               static_cast<long long>(stats.n_accepted), static_cast<long long>(stats.n_drafted),
+               stats.mean_accepted_length(), stats.t_draft_ms, stats.t_verify_ms,
+               static_cast<long long>(stats.n_plain_steps), static_cast<long long>(stats.n_steps));
 }
 
 // Each sequence: a JSON line with --json, "[i] text" when not streamed.
@@ -428,7 +427,8 @@ int RunGenerate(const GenerateOptions& options) {
                  "prompt%s: %zu tokens; KV cache: %d sequences x %d positions, %s, %.1f MiB "
                  "reserved (committed as positions are written)\n",
                  request.prompts.empty() ? "" : "s", run.prompt_tokens, run.n_seq, stack->n_ctx(),
-                 std::string(DTypeName(o.cache_type)).c_str(), stack->kv().BytesReserved() / 1048576.0);
+                 std::string(DTypeName(o.cache_type)).c_str(),
+                 stack->kv().BytesReserved() / 1048576.0);
   }
   const auto stream = StartStream(o, tokenizer, prompt_text, &request);
   std::unique_ptr<ReversePrompts> reverse;

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "cli/commands.h"
 #include "flags/common_flags.h"
 #include "flags/speculation_flags.h"
-#include "cli/commands.h"
 
 namespace specd::cli {
 namespace {
@@ -56,8 +56,7 @@ void AddPromptFlags(CLI::App* g, GenerateCommandState* state) {
 
 void AddSamplingFlags(CLI::App* g, GenerateOptions* o) {
   SamplingParams* s = &o->sampling;
-  g->add_option("--temp", s->temperature, "temperature (0: greedy)")
-      ->check(CLI::Range(0.0, 100.0));
+  g->add_option("--temp", s->temperature, "temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
   g->add_option("--top-k", s->top_k, "keep the k most likely tokens (0: all)")
       ->check(CLI::Range(0, 1 << 30));
   g->add_option("--top-p", s->top_p, "nucleus sampling threshold (1: off)")
@@ -92,10 +91,10 @@ void AddEngineFlags(CLI::App* g, GenerateOptions* o) {
   g->add_option("--attention", o->attention,
                 "attention over ragged sequences: split (BASS-SPLIT, one computation per "
                 "sequence), pad (BASS-PAD, all padded to the longest) or row (per row and head)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, AttentionMode>{
-          {"split", AttentionMode::kSplit},
-          {"pad", AttentionMode::kPad},
-          {"row", AttentionMode::kRow}}))
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, AttentionMode>{{"split", AttentionMode::kSplit},
+                                               {"pad", AttentionMode::kPad},
+                                               {"row", AttentionMode::kRow}}))
       ->default_str("split");
   flags::AddCacheTypeFlag(g, &o->cache_type);
   flags::AddWeightFlags(g, &o->weights);
@@ -111,18 +110,17 @@ Command AddGenerateCommand(CLI::App& app) {
   AddSamplingFlags(g, &state->options);
   AddEngineFlags(g, &state->options);
   flags::AddLlamaCppNoOpFlags(g, &state->ignored_flags);
-  return {
-      g, [g, state] {
-        const GenerateOptions& o = state->options;
-        SPECD_CHECK(g->count("--model") == 0 || !o.model.empty(),
-                    "-m was given an empty path (omit -m for the shipped model)");
-        SPECD_CHECK(g->count("--prompt") == 0 || !o.prompt.empty(), "the prompt (-p) is empty");
-        SPECD_CHECK(!(state->no_conversation && o.chat),
-                    "-no-cnv and --chat / -cnv contradict each other");
-        SPECD_CHECK(!o.single_turn || o.chat, "-st / --single-turn ends a chat: add -cnv");
-        flags::PrintIgnoredFlagNotes(state->ignored_flags);
-        return RunGenerate(o);
-      }};
+  return {g, [g, state] {
+            const GenerateOptions& o = state->options;
+            SPECD_CHECK(g->count("--model") == 0 || !o.model.empty(),
+                        "-m was given an empty path (omit -m for the shipped model)");
+            SPECD_CHECK(g->count("--prompt") == 0 || !o.prompt.empty(), "the prompt (-p) is empty");
+            SPECD_CHECK(!(state->no_conversation && o.chat),
+                        "-no-cnv and --chat / -cnv contradict each other");
+            SPECD_CHECK(!o.single_turn || o.chat, "-st / --single-turn ends a chat: add -cnv");
+            flags::PrintIgnoredFlagNotes(state->ignored_flags);
+            return RunGenerate(o);
+          }};
 }
 
 }  // namespace specd::cli

@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "flags/common_flags.h"
 #include "cli/commands.h"
+#include "flags/common_flags.h"
 
 namespace {
 
@@ -19,7 +19,8 @@ int RunSubcommandExecutable(int argc, char** argv) {
         "then rebuild)");
   }
   std::vector<char*> args(argv + 1, argv + argc);  // "bench" stands for the program's name
-  return specd::flags::ExecSibling("specd-bench", args, "which is built with specd (cmake --build)");
+  return specd::flags::ExecSibling("specd-bench", args,
+                                   "which is built with specd (cmake --build)");
 }
 
 // False (having said so, with the nearest real command) for a mistyped command; flags pass.

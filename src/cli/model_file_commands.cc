@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "flags/common_flags.h"
 #include "cli/commands.h"
+#include "flags/common_flags.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -24,12 +24,12 @@ namespace {
 // llama.cpp's general.file_type (enum llama_ftype): what most of a file's matrices are.
 std::string FileTypeName(uint64_t id) {
   static const std::map<uint64_t, const char*> kNames = {
-      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},     {3, "Q4_1"},     {7, "Q8_0"},
-      {8, "Q5_0"},     {9, "Q5_1"},     {10, "Q2_K"},    {11, "Q3_K_S"},  {12, "Q3_K_M"},
-      {13, "Q3_K_L"},  {14, "Q4_K_S"},  {15, "Q4_K_M"},  {16, "Q5_K_S"},  {17, "Q5_K_M"},
-      {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"},  {21, "Q2_K_S"},  {22, "IQ3_XS"},
-      {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"},  {26, "IQ3_S"},   {27, "IQ3_M"},
-      {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"},  {31, "IQ1_M"},   {32, "BF16"},
+      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},     {9, "Q5_1"},     {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"},  {14, "Q4_K_S"},  {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"}, {21, "Q2_K_S"}, {22, "IQ3_XS"},
+      {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"}, {26, "IQ3_S"},  {27, "IQ3_M"},
+      {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"}, {31, "IQ1_M"},  {32, "BF16"},
       {36, "TQ1_0"},   {37, "TQ2_0"}};
   const auto it = kNames.find(id);
   return it != kNames.end() ? it->second : "unknown (" + std::to_string(id) + ")";
@@ -46,7 +46,8 @@ void PrintMetadataValue(const std::string& key, const GgufValue& value) {
   }
   if (const auto* i = std::get_if<int64_t>(&value.value)) std::cout << " = " << *i;
   if (const auto* f = std::get_if<double>(&value.value)) std::cout << " = " << *f;
-  if (const auto* b = std::get_if<bool>(&value.value)) std::cout << " = " << (*b ? "true" : "false");
+  if (const auto* b = std::get_if<bool>(&value.value))
+    std::cout << " = " << (*b ? "true" : "false");
   if (const auto* a = std::get_if<GgufArray>(&value.value)) {
     std::cout << " = [" << a->items.size() << " x " << GgufTypeName(a->element_type) << "]";
   }

@@ -16,8 +16,8 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "flags/common_flags.h"
 #include "engine/model_options.h"
+#include "flags/common_flags.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize.h"
 #include "threading/thread_pool.h"
@@ -366,9 +366,9 @@ Command AddQuantizeCommand(CLI::App& app) {
                         "quantize needs a type: specd quantize IN.gguf OUT.gguf TYPE (q8_0, q4_0, "
                         "q4_1, q5_0, q5_1, q4_K, q6_K, iq4_nl, iq4_xs, f16, bf16, f32, i8, copy)");
             options->type = TypeFromLlamaQuantizeName(options->type);
-            static const std::set<std::string> kTypes = {
-                "q8_0", "q4_0",   "q4_1", "q4_K", "q6_K", "q5_0", "q5_1", "iq4_nl",
-                "iq4_xs", "i8",   "f16",  "bf16", "f32",  "copy"};
+            static const std::set<std::string> kTypes = {"q8_0", "q4_0", "q4_1",   "q4_K",   "q6_K",
+                                                         "q5_0", "q5_1", "iq4_nl", "iq4_xs", "i8",
+                                                         "f16",  "bf16", "f32",    "copy"};
             SPECD_CHECK(kTypes.count(options->type) > 0, "quantize: type '", options->type,
                         "' is not one specd writes (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q6_K, "
                         "iq4_nl, iq4_xs, f16, bf16, f32, i8, copy)");

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "base/error.h"
-#include "flags/common_flags.h"
 #include "cli/commands.h"
 #include "cli/signals.h"
 #include "engine/engine_builder.h"
+#include "flags/common_flags.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -118,9 +118,9 @@ int RunServe(const ServeOptions& options) {
   flags::SpeculationFlags& spec = o.speculation;
   flags::ChooseModels(&o.model, &spec.config.draft.path, flags::WantsDraftModel(spec),
                       &spec.config.draft);
-  const EngineConfig config =
-      EngineConfigFor(o, !options.speculation.config.draft.path.empty());
-  if (!config.speculation.speculative() && !spec.spec_type && spec.strategy == flags::Strategy::kUnset) {
+  const EngineConfig config = EngineConfigFor(o, !options.speculation.config.draft.path.empty());
+  if (!config.speculation.speculative() && !spec.spec_type &&
+      spec.strategy == flags::Strategy::kUnset) {
     std::fprintf(stderr,
                  "specd: %s has no known draft: serving without speculation (-md DRAFT.gguf or "
                  "--spec-type ngram to speculate)\n",
@@ -158,10 +158,9 @@ int RunServe(const ServeOptions& options) {
       {scheduler, tokenizer, chat.get(), limits, PropsFor(o, *models->target, speculative)});
   const ModelConfig& mc = models->target->config();
   const SpeculationConfig& resolved = stack->speculation();
-  const std::string speculation =
-      speculative
-          ? std::string(ProposerKindName(resolved.proposer)) + ", " + DescribeDraftLength(resolved)
-          : "off";
+  const std::string speculation = speculative ? std::string(ProposerKindName(resolved.proposer)) +
+                                                    ", " + DescribeDraftLength(resolved)
+                                              : "off";
   std::fprintf(stderr, "model: %s (%s, vocab %lld)%s%s; %d slots x %d positions; speculation: %s\n",
                o.model.c_str(), mc.arch.c_str(), static_cast<long long>(mc.n_vocab),
                models->draft ? ", draft " : "", models->draft ? resolved.draft.path.c_str() : "",

@@ -5,8 +5,8 @@
 
 #include "base/error.h"
 #include "base/file_util.h"
-#include "flags/common_flags.h"
 #include "cli/commands.h"
+#include "flags/common_flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd::cli {

@@ -9,7 +9,7 @@
 
 namespace specd {
 
-class CombinedProposer : public Proposer {
+class CombinedProposer : public Proposer, public TargetFeatureReader {
  public:
   // Both must outlive this; `first` must return empty proposals when it has nothing.
   CombinedProposer(Proposer& first, Proposer& second) : first_(first), second_(second) {}
@@ -22,12 +22,15 @@ class CombinedProposer : public Proposer {
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
   void Append(int seq, std::span<const int32_t> tokens) override;
-  bool WantsTargetFeatures() const override {
-    return first_.WantsTargetFeatures() || second_.WantsTargetFeatures();
+  TargetFeatureReader* feature_reader() override {
+    return first_.feature_reader() || second_.feature_reader() ? this : nullptr;
   }
   void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) override {
-    first_.TakeTargetFeatures(seq, first_position, rows);
-    second_.TakeTargetFeatures(seq, first_position, rows);
+    for (Proposer* p : {&first_, &second_}) {
+      if (TargetFeatureReader* reader = p->feature_reader()) {
+        reader->TakeTargetFeatures(seq, first_position, rows);
+      }
+    }
   }
 
   // Steps in which each proposer drafted for a sequence.

@@ -19,7 +19,7 @@
 
 namespace specd {
 
-class EagleProposer : public Proposer {
+class EagleProposer : public Proposer, public TargetFeatureReader {
  public:
   // Rows a sequence's head cache re-reads at most after a run of steps without drafting: it
   // restarts from the last this-many positions instead (as DraftModelProposer's catch-up).
@@ -39,7 +39,7 @@ class EagleProposer : public Proposer {
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
   void Append(int seq, std::span<const int32_t> tokens) override;
-  bool WantsTargetFeatures() const override { return true; }
+  TargetFeatureReader* feature_reader() override { return this; }
   void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) override;
 
  private:

@@ -75,6 +75,32 @@ std::vector<std::pair<int32_t, float>> RankedDraftTokens(const DraftInput& in, i
 std::optional<std::pair<int, int>> ParseNumberPair(const std::string& text, int max_first,
                                                    int max_second);
 
+// SDSAT's capability: tokens that ride on the target's verification forward right after a
+// sequence's drafts, at the positions that follow them (its adaptive tokens). Their KV entries are
+// dropped after the step whatever is accepted; their output rows come back through TakeRiderRows
+// before Accept. Asked after Propose, only in steps that speculate.
+class RiderRows {
+ public:
+  virtual ~RiderRows() = default;
+  // At most `max_tokens` rider tokens for `seq` this step.
+  virtual void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) = 0;
+  // The target's output rows for them, [n, n_vocab] (penalty-free logits).
+  virtual void TakeRiderRows(int seq, std::span<const float> rows) = 0;
+  // The most it asks for in a step (KV room beyond the longest draft).
+  virtual int max_rider_tokens() const = 0;
+};
+
+// EAGLE's capability: drafting from the target's features. The engine hands it the final normed
+// hidden state [n, n_embd] of the rows the target read for `seq` at positions first_position ..
+// first_position + n - 1 (prompt rows, or the last token and this step's drafts), right after
+// the target's forward, before Prefill / Accept; rows past what Accept then keeps read rejected
+// drafts.
+class TargetFeatureReader {
+ public:
+  virtual ~TargetFeatureReader() = default;
+  virtual void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) = 0;
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -100,29 +126,9 @@ class Proposer {
   virtual void AcceptPath(int seq, std::span<const int> path, int32_t next) {
     Accept(seq, static_cast<int>(path.size()), next);
   }
-  // Rider rows: tokens (at most `max_tokens`) the target reads in this step's verification
-  // forward right after `seq`'s chain of drafts, at the positions that follow it (SDSAT's
-  // adaptive tokens). Their KV entries are dropped after the step whatever is accepted; their
-  // output rows come back through TakeRiderRows before Accept. Asked after Propose, only in
-  // steps that speculate.
-  virtual void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) {
-    (void)seq, (void)max_tokens;
-    tokens->clear();
-  }
-  // The target's output rows for the rider tokens of `seq`, [n, n_vocab] (penalty-free logits).
-  virtual void TakeRiderRows(int seq, std::span<const float> rows) { (void)seq, (void)rows; }
-  // The most rider tokens it asks for in a step (KV room beyond the longest draft).
-  virtual int max_rider_tokens() const { return 0; }
-  // Whether the proposer drafts from the target's features (EAGLE): the engine then hands it the
-  // final normed hidden state of every row the target reads, through TakeTargetFeatures.
-  virtual bool WantsTargetFeatures() const { return false; }
-  // The target's features [n, n_embd] of the rows it read for `seq` at positions
-  // first_position .. first_position + n - 1 (prompt rows, or the last token and this step's
-  // drafts). Given right after the target's forward, before Prefill / Accept; rows past what
-  // Accept then keeps read rejected drafts.
-  virtual void TakeTargetFeatures(int seq, int64_t first_position, std::span<const float> rows) {
-    (void)seq, (void)first_position, (void)rows;
-  }
+  // The capabilities one strategy needs, or null: SDSAT's rider rows, EAGLE's target features.
+  virtual RiderRows* rider_rows() { return nullptr; }
+  virtual TargetFeatureReader* feature_reader() { return nullptr; }
 };
 
 }  // namespace specd

@@ -51,7 +51,7 @@ SdsatOptions SdsatOptionsForModel(const Model& model, int n_adaptive, int32_t to
 // Error naming a bad value.
 SdsatOptions SdsatOptionsWithTree(SdsatOptions options, const std::string& tree_flag);
 
-class SdsatProposer : public Proposer {
+class SdsatProposer : public Proposer, public RiderRows {
  public:
   explicit SdsatProposer(const SdsatOptions& options);
 
@@ -62,6 +62,7 @@ class SdsatProposer : public Proposer {
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
   void Append(int seq, std::span<const int32_t> tokens) override;
+  RiderRows* rider_rows() override { return this; }
   void RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) override;
   void TakeRiderRows(int seq, std::span<const float> rows) override;
   int max_rider_tokens() const override { return options_.n_adaptive; }

@@ -35,7 +35,7 @@ int Engine::AcquireSlot() {
 
 bool Engine::ReuseCachedPrefix(Sequence& s) {
   // EAGLE heads need the target's features of every prompt row, which reused rows do not give.
-  if (proposer_ != nullptr && proposer_->WantsTargetFeatures()) return false;
+  if (proposer_ != nullptr && proposer_->feature_reader() != nullptr) return false;
   const std::vector<int32_t>& prompt = s.request.prompt;
   auto best = cached_.end();
   size_t best_length = 0;

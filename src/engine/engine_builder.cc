@@ -86,9 +86,9 @@ void MakeProposers(LoadedModels& models, const EngineConfig& engine, KvCache* dr
                                               target.config().n_vocab);
   }
   if (UsesDraftModel(config.proposer)) {
-    *model_proposer = MakeModelProposer(target, *models.draft, *draft_kv, models.ctx,
-                                        engine.attention,
-                                        DraftModelOptionsFor(config.draft, *models.draft));
+    *model_proposer =
+        MakeModelProposer(target, *models.draft, *draft_kv, models.ctx, engine.attention,
+                          DraftModelOptionsFor(config.draft, *models.draft));
   }
   if (*lookup && *model_proposer) {
     *combined = std::make_unique<CombinedProposer>(**lookup, **model_proposer);
@@ -103,8 +103,7 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
   s->n_ctx_ = ContextFor(config, target);
   s->speculation_ = ResolveSpeculation(config.speculation);
   const bool speculative = s->speculation_.speculative();
-  if (speculative) s->policy_ = MakeDraftLengthPolicy(s->speculation_);
-  const int longest_draft = speculative ? s->policy_->max_length() : 0;
+  const int longest_draft = speculative ? LongestDraft(s->speculation_) : 0;
   if (models.draft != nullptr) {
     s->draft_kv_ =
         models.draft->NewKvCache({config.n_slots, s->n_ctx_ + longest_draft + 1, config.kv_type});
@@ -117,15 +116,26 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
                        : s->lookup_ ? s->lookup_.get()
                                     : s->model_proposer_.get();
   // Room past the context for a step's drafts, the proposer's rider rows and the bonus token.
-  const int room = speculative ? longest_draft + proposer->max_rider_tokens() + 1 : 0;
+  const RiderRows* riders = speculative ? proposer->rider_rows() : nullptr;
+  const int room =
+      speculative ? longest_draft + (riders != nullptr ? riders->max_rider_tokens() : 0) + 1 : 0;
   s->kv_ = target.NewKvCache({config.n_slots, s->n_ctx_ + room, config.kv_type});
   StepOptions step;
   step.attention = config.attention;
-  step.spec_sampling = s->speculation_.sampling;
   step.max_prefill_rows = config.max_prefill_rows;
-  s->engine_ =
-      std::make_unique<Engine>(target, *s->kv_, models.ctx, step, proposer, s->policy_.get());
+  EngineCore core = StartEngine(target, *s->kv_, models.ctx, s->speculation_, step, proposer);
+  s->policy_ = std::move(core.policy);
+  s->engine_ = std::move(core.engine);
   return s;
+}
+
+EngineCore StartEngine(Model& target, KvCache& kv, const KernelContext& ctx,
+                       const SpeculationConfig& resolved, StepOptions step, Proposer* proposer) {
+  EngineCore core;
+  step.spec_sampling = resolved.sampling;
+  if (proposer != nullptr) core.policy = MakeDraftLengthPolicy(resolved);
+  core.engine = std::make_unique<Engine>(target, kv, ctx, step, proposer, core.policy.get());
+  return core;
 }
 
 }  // namespace specd

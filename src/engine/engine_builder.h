@@ -11,7 +11,6 @@
 #include <memory>
 #include <string>
 
-#include "policy/draft_length.h"
 #include "draft/draft_model_proposer.h"
 #include "draft/proposer.h"
 #include "draft/sdsat_proposer.h"
@@ -21,6 +20,7 @@
 #include "engine/speculation_config.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "policy/draft_length.h"
 #include "tensor/dtype.h"
 #include "threading/thread_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -82,6 +82,17 @@ class EngineStack {
   std::unique_ptr<DraftLengthPolicy> policy_;
   std::unique_ptr<Engine> engine_;
 };
+
+// The last step of every engine's construction, shared by BuildEngine and the Generate* helpers
+// of engine/generate.h (the seam through which tests and benches run engines over models,
+// caches and proposers of their own): the draft-length policy a resolved config asks for (none
+// without a proposer) and the engine over them.
+struct EngineCore {
+  std::unique_ptr<DraftLengthPolicy> policy;
+  std::unique_ptr<Engine> engine;
+};
+EngineCore StartEngine(Model& target, KvCache& kv, const KernelContext& ctx,
+                       const SpeculationConfig& resolved, StepOptions step, Proposer* proposer);
 
 // The context `config` gets on `model`: config.n_ctx, or the model's training context (at most
 // max(4096, wanted) positions).

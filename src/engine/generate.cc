@@ -7,6 +7,7 @@
 #include "draft/draft_model_proposer.h"
 #include "draft/eagle_proposer.h"
 #include "draft/step_trace.h"
+#include "engine/engine_builder.h"
 
 namespace specd {
 
@@ -14,8 +15,8 @@ int NextDraftLength(int current, const std::vector<int>& accepted, const BassPar
                     int* decreasing) {
   int max_accepted = 0;
   for (int x : accepted) max_accepted = std::max(max_accepted, x);
-  return BassDraftLength::NextLength(current, max_accepted, bass.l_incre, bass.l_mod,
-                                     bass.l_limit, decreasing);
+  return BassDraftLength::NextLength(current, max_accepted, bass.l_incre, bass.l_mod, bass.l_limit,
+                                     decreasing);
 }
 
 void CheckDraftCompatible(const Model& target, const Model& draft) {
@@ -127,10 +128,12 @@ GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, Kv
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= kv.n_slots(), "batch of ", n,
               " sequences does not fit the KV cache's ", kv.n_slots(), " slots");
+  SpeculationConfig plain;
+  plain.sampling = SpecSampling::kRejection;  // draws as the request says (inverse CDF or Gumbel)
   StepOptions options;
   options.attention = request.attention;
-  Engine engine(model, kv, ctx, options);
-  return RunRequest(engine, request);
+  const EngineCore core = StartEngine(model, kv, ctx, plain, options, nullptr);
+  return RunRequest(*core.engine, request);
 }
 
 GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvCache& target_kv,
@@ -146,15 +149,13 @@ GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvC
     resolved.policy = DraftLengthPolicyKind::kFixed;
   }
   resolved = ResolveSpeculation(resolved);
-  const auto policy = MakeDraftLengthPolicy(resolved);
   StepOptions options;
   options.attention = request.attention;
-  options.spec_sampling = resolved.sampling;
   options.verify = verify;
-  Engine engine(target, target_kv, ctx, options, &proposer, policy.get());
-  GenerateResult result = RunRequest(engine, request);
-  result.n_forward = engine.stats().n_steps;
-  if (stats != nullptr) stats->Add(engine.stats());
+  const EngineCore core = StartEngine(target, target_kv, ctx, resolved, options, &proposer);
+  GenerateResult result = RunRequest(*core.engine, request);
+  result.n_forward = core.engine->stats().n_steps;
+  if (stats != nullptr) stats->Add(core.engine->stats());
   return result;
 }
 
@@ -167,7 +168,8 @@ GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelCont
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= std::min(target_kv.n_slots(), draft_kv.n_slots()), "batch of ", n,
               " sequences does not fit the KV caches");
-  const auto proposer = MakeModelProposer(target, draft, draft_kv, ctx, request.attention, drafting);
+  const auto proposer =
+      MakeModelProposer(target, draft, draft_kv, ctx, request.attention, drafting);
   return GenerateWithProposer(target, ctx, target_kv, *proposer, request, config, stats, verify);
 }
 

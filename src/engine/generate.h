@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/generation.h"
-#include "engine/step.h"
 #include "draft/draft_model_proposer.h"
 #include "engine/engine.h"
+#include "engine/request.h"
 #include "engine/speculation_config.h"
+#include "engine/step.h"
 
 namespace specd {
 
@@ -45,9 +45,8 @@ GenerateResult GenerateWithProposer(Model& target, const KernelContext& ctx, KvC
 // verification by rejection sampling; `drafting` is how the draft drafts (fuzzy, trees).
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,
-                                   const GenerateRequest& request,
-                                   const SpeculationConfig& config, SpeculativeStats* stats,
-                                   VerifyFunction verify = VerifySampled,
+                                   const GenerateRequest& request, const SpeculationConfig& config,
+                                   SpeculativeStats* stats, VerifyFunction verify = VerifySampled,
                                    const DraftModelOptions& drafting = {});
 GenerateResult GenerateSpeculative(Model& target, Model& draft, const KernelContext& ctx,
                                    KvCache& target_kv, KvCache& draft_kv,

@@ -1,5 +1,7 @@
 #include "engine/speculation_config.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "draft/step_trace.h"
 
@@ -42,12 +44,13 @@ const char* DraftLengthPolicyName(DraftLengthPolicyKind kind) {
 DraftModelOptions DraftModelOptionsFor(const DraftModelConfig& config, const Model& draft) {
   DraftModelOptions o;
   const int n_layer = draft.config().n_layer;
-  o.fuzzy = LayerGroups::Parse(config.lp_groups, n_layer, config.lp);
-  SPECD_CHECK(config.lp == 1 || o.fuzzy.FuzzyLayers() > 0, "{draft_lp} ", config.lp,
-              ": the draft has ", n_layer, " layers and ", config.lp_groups,
+  o.fuzzy = LayerGroups::Parse(config.fuzzy_groups, n_layer, config.fuzzy_group_size);
+  SPECD_CHECK(config.fuzzy_group_size == 1 || o.fuzzy.FuzzyLayers() > 0, "{draft_lp} ",
+              config.fuzzy_group_size, ": the draft has ", n_layer, " layers and ",
+              config.fuzzy_groups,
               " grouping leaves none to run in parallel (the first and last are never grouped); "
               "name the groups, e.g. {draft_lp_groups} 0-",
-              std::min(config.lp, n_layer) - 1);
+              std::min(config.fuzzy_group_size, n_layer) - 1);
   o.calibrate = config.calibrate;
   o.tree_width = config.tree_width;
   o.tree_depth = config.tree_depth;
@@ -84,11 +87,11 @@ void CheckProposerOptions(const SpeculationConfig& c) {
               "{draft_vocab_file} need a draft model ({spec_type} draft)");
   SPECD_CHECK(c.draft.tree_width == 0 || c.proposer == ProposerKind::kDraftModel,
               "{draft_tree} works with {spec_type} draft only");
-  SPECD_CHECK(c.draft.lp >= 1 && c.draft.lp <= 64, "{draft_lp} must be in 1..64, got ",
-              c.draft.lp);
+  SPECD_CHECK(c.draft.fuzzy_group_size >= 1 && c.draft.fuzzy_group_size <= 64,
+              "{draft_lp} must be in 1..64, got ", c.draft.fuzzy_group_size);
   SPECD_CHECK(c.ngram_min >= 1 && c.ngram_min <= c.ngram_max && c.ngram_max <= 64,
-              "n-gram sizes must satisfy 1 <= {ngram_min} <= {ngram_max} <= 64, got ",
-              c.ngram_min, " and ", c.ngram_max);
+              "n-gram sizes must satisfy 1 <= {ngram_min} <= {ngram_max} <= 64, got ", c.ngram_min,
+              " and ", c.ngram_max);
   SPECD_CHECK(!sdsat || c.policy == DraftLengthPolicyKind::kDefault,
               "{spec_type} sdsat drafts {adaptive_k} tokens per step: drop the draft-length "
               "policy");
@@ -138,8 +141,8 @@ SpeculationConfig ResolveSpeculation(SpeculationConfig c) {
   SPECD_CHECK(c.draft_min >= 0 && c.draft_min <= c.draft_max, "{draft_min} ", c.draft_min,
               " must be at most {draft_max} ", c.draft_max);
   SPECD_CHECK(c.draft_min == 0 || c.policy == DraftLengthPolicyKind::kCostAware,
-              "{draft_min} is the cost-aware policy's floor: the ",
-              DraftLengthPolicyName(c.policy), " policy has none");
+              "{draft_min} is the cost-aware policy's floor: the ", DraftLengthPolicyName(c.policy),
+              " policy has none");
   if (c.policy == DraftLengthPolicyKind::kBass) {
     // draft_max caps BASS as llama.cpp's --draft-max caps its drafts; the start stays in it.
     c.bass.l_limit = c.draft_max;
@@ -168,6 +171,11 @@ std::unique_ptr<DraftLengthPolicy> MakeUntracedPolicy(const SpeculationConfig& c
 }
 
 }  // namespace
+
+int LongestDraft(const SpeculationConfig& c) {
+  if (c.schedule.empty()) return c.draft_max;
+  return std::max(1, *std::max_element(c.schedule.begin(), c.schedule.end()));
+}
 
 std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculationConfig& c) {
   auto policy = MakeUntracedPolicy(c);

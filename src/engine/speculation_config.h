@@ -42,11 +42,13 @@ const char* DraftLengthPolicyName(DraftLengthPolicyKind kind);  // "cost", "bass
 // DraftModelOptions once the draft's layer count is known.
 struct DraftModelConfig {
   std::string path;
-  int lp = 1;                        // layer-parallel group size (1: exact drafting)
-  std::string lp_groups = "packed";  // packed | aligned | explicit ranges "1-2,3-4"
-  bool calibrate = true;             // EasySpec's bonus calibration of fuzzy drafting
-  int tree_width = 0;                // > 1: token trees of this width
-  int tree_depth = 0;                // 0: as deep as the step's nodes allow
+  // EasySpec's fuzzy (layer-parallel) drafting, --draft-lp / --draft-lp-groups: layers in groups
+  // of this size run their attention at once (1: exact drafting), grouped as fuzzy_groups says.
+  int fuzzy_group_size = 1;
+  std::string fuzzy_groups = "packed";  // packed | aligned | explicit ranges "1-2,3-4"
+  bool calibrate = true;                // EasySpec's bonus calibration of fuzzy drafting
+  int tree_width = 0;                   // > 1: token trees of this width
+  int tree_depth = 0;                   // 0: as deep as the step's nodes allow
   // FR-Spec: the draft's output layer over the `vocab` most frequent tokens of `vocab_ranking`
   // (-1: kDefaultDraftVocab when a ranking is named, 0: the whole vocabulary).
   int vocab = -1;
@@ -54,8 +56,8 @@ struct DraftModelConfig {
 
   // Anything beyond plain exact drafting over the whole vocabulary was asked for.
   bool Customized() const {
-    return lp > 1 || lp_groups != "packed" || !calibrate || tree_width > 0 || vocab > 0 ||
-           !vocab_ranking.empty();
+    return fuzzy_group_size > 1 || fuzzy_groups != "packed" || !calibrate || tree_width > 0 ||
+           vocab > 0 || !vocab_ranking.empty();
   }
 };
 
@@ -80,8 +82,8 @@ struct SpeculationDefaults {
 struct SpeculationConfig {
   ProposerKind proposer = ProposerKind::kNone;
   DraftLengthPolicyKind policy = DraftLengthPolicyKind::kDefault;
-  int draft_max = 0;  // the policy's cap (fixed: the length); 0: the policy's default
-  int draft_min = 0;  // cost-aware: the fewest drafts worth a verification (llama.cpp's)
+  int draft_max = 0;    // the policy's cap (fixed: the length); 0: the policy's default
+  int draft_min = 0;    // cost-aware: the fewest drafts worth a verification (llama.cpp's)
   BassParameters bass;  // BASS Algorithm 1's start and steps (l_limit is draft_max)
   // Draft lengths step by step (cycled; 0 = a plain step), overriding the policy: tests and
   // experiments.
@@ -100,6 +102,9 @@ struct SpeculationConfig {
 // `config` with its defaults filled in (the policy, draft_max, BASS's limit), validated: an Error
 // names the field ({draft_max}, {spec_type} ...) of a bad value or combination.
 SpeculationConfig ResolveSpeculation(SpeculationConfig config);
+
+// The longest draft a resolved config's policy may ask for (KV room).
+int LongestDraft(const SpeculationConfig& config);
 
 // The draft-length policy a resolved config asks for (traced when it names a trace file).
 std::unique_ptr<DraftLengthPolicy> MakeDraftLengthPolicy(const SpeculationConfig& config);

@@ -316,7 +316,8 @@ void StepDecoder::AddDecodeRows(size_t j, Plan* plan) {
   if (plan->k <= 0) return;
   std::vector<int32_t>& riders = plan->riders[j];
   const int room = std::max(kv_.n_ctx() - (r.base + 1 + r.n_drafts), 0);
-  proposer_->RiderTokens(s.id, room, &riders);
+  riders.clear();
+  if (RiderRows* rider_rows = proposer_->rider_rows()) rider_rows->RiderTokens(s.id, room, &riders);
   SPECD_CHECK(static_cast<int>(riders.size()) <= room,
               "a proposer asked for more rider rows than the KV slot has room for");
   r.n_riders = static_cast<int>(riders.size());
@@ -349,24 +350,24 @@ void StepDecoder::PlanRows(Plan* plan) {
 void StepDecoder::Score(Plan* plan) {
   Timer target_timer;
   ForwardExtras extras;
-  const bool features = proposer_ != nullptr && proposer_->WantsTargetFeatures();
-  if (features) extras.hidden = &hidden_;
+  TargetFeatureReader* features = proposer_ != nullptr ? proposer_->feature_reader() : nullptr;
+  if (features != nullptr) extras.hidden = &hidden_;
   target_.Forward(ctx_, plan->batch, kv_, options_.attention, &logits_, extras);
   plan->t_target_ms = target_timer.ElapsedMs();
-  if (features) {
+  if (features != nullptr) {
     const int64_t d = target_.config().n_embd;
     int64_t row = 0;
     for (const Plan::Chunk& c : plan->prefill) {
       const int64_t n = c.end - c.begin;
-      proposer_->TakeTargetFeatures(c.s->id, c.begin, {hidden_.data() + row * d, size_t(n * d)});
+      features->TakeTargetFeatures(c.s->id, c.begin, {hidden_.data() + row * d, size_t(n * d)});
       row += n;
     }
     // A tree's nodes are not a chain: only its root row (the last token) is handed out.
     for (size_t j = 0; j < plan->decode.size(); ++j) {
       const Plan::Rows& r = plan->rows[j];
       const int64_t n = plan->proposals[j].is_tree() ? 1 : 1 + r.n_drafts;
-      proposer_->TakeTargetFeatures(plan->decode[j]->id, r.base,
-                                    {hidden_.data() + r.batch_row * d, size_t(n * d)});
+      features->TakeTargetFeatures(plan->decode[j]->id, r.base,
+                                   {hidden_.data() + r.batch_row * d, size_t(n * d)});
     }
   }
   if (!plan->prefill.empty() && proposer_ != nullptr) proposer_->Prefill(&plan->timings);
@@ -442,8 +443,9 @@ void StepDecoder::VerifyDecodes(const Plan& plan, double now, StepReport* report
     Sequence& s = *plan.decode[j];
     const Plan::Rows& r = plan.rows[j];
     if (r.n_riders > 0) {
-      proposer_->TakeRiderRows(s.id, {logits_.data() + (r.out_row + r.n_drafts + 1) * n_vocab,
-                                      static_cast<size_t>(r.n_riders * n_vocab)});
+      proposer_->rider_rows()->TakeRiderRows(
+          s.id, {logits_.data() + (r.out_row + r.n_drafts + 1) * n_vocab,
+                 static_cast<size_t>(r.n_riders * n_vocab)});
     }
     // Rider KV entries go with Verify's truncation.
     const int accepted =

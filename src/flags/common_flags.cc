@@ -69,7 +69,7 @@ void AddWeightFlags(CLI::App* app, WeightOptions* options) {
 void AddCacheTypeFlag(CLI::App* app, DType* type) {
   app->add_option_function<std::string>(
          "--cache-type", [type](const std::string& name) { *type = *DTypeFromName(name); },
-         "KV cache type of both models: f16 (default) or f32 (also -ctk / -ctv)")
+         "KV cache type (of both models): f16 or f32 (also -ctk / -ctv)")
       ->check(CLI::IsMember({"f32", "f16"}));
 }
 
@@ -227,9 +227,9 @@ std::string AsTyped(std::string message, const std::map<std::string, std::string
     size_t at = message.find(long_name);
     while (at != std::string::npos) {
       const size_t end = at + long_name.size();
-      const bool longer_name = end < message.size() &&
-                               (std::isalnum(static_cast<unsigned char>(message[end])) ||
-                                message[end] == '-');
+      const bool longer_name =
+          end < message.size() &&
+          (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-');
       if (!longer_name) message.replace(at, long_name.size(), typed);
       at = message.find(long_name, at + (longer_name ? long_name.size() : typed.size()));
     }

@@ -34,7 +34,6 @@ void AddLlamaCppNoOpFlags(CLI::App* app, std::vector<std::string>* notes);
 // Prints "note: NOTE; ignored" for each.
 void PrintIgnoredFlagNotes(const std::vector<std::string>& notes);
 
-
 // The flag that sets an option field named in a lower layer's message ({top_k} -> --top-k; the
 // field itself when no flag sets it).
 std::string FlagForField(std::string_view field);

@@ -29,8 +29,7 @@ const std::map<std::string, SpecSampling> kSamplings = {{"coupled", SpecSampling
 
 // What drafts, and the draft model's file.
 void AddProposerFlags(CLI::App* app, SpeculationFlags* f) {
-  app->add_option("--model-draft", f->config.draft.path,
-                  "draft model for speculative decoding (also -md)");
+  AddDraftModelFlag(app, &f->config.draft.path);
   app->add_option("--strategy", f->strategy,
                   "ar (plain), spec / bass (speculative; the default when a draft is "
                   "available), sdsat (the target drafts for itself with adaptive tokens)")
@@ -95,11 +94,11 @@ void AddDraftLengthFlags(CLI::App* app, SpeculationFlags* f, SpeculationFlagSet 
 // How a draft model drafts: EasySpec's fuzzy drafting and trees, FR-Spec's vocabulary.
 void AddDraftModelFlags(CLI::App* app, SpeculationFlags* f) {
   DraftModelConfig* d = &f->config.draft;
-  app->add_option("--draft-lp", d->lp,
+  app->add_option("--draft-lp", d->fuzzy_group_size,
                   "layer-parallel (fuzzy) drafting: the draft's middle layers in groups of N "
                   "whose attention blocks run at once (EasySpec; 1: exact)")
       ->check(CLI::Range(1, 64));
-  app->add_option("--draft-lp-groups", d->lp_groups,
+  app->add_option("--draft-lp-groups", d->fuzzy_groups,
                   "how --draft-lp groups layers: packed (runs of N from layer 1), aligned (the "
                   "paper's), or explicit 0-based ranges such as 1-2,3-4");
   app->add_flag_callback(
@@ -154,6 +153,12 @@ void AddSpeculationFlags(CLI::App* app, SpeculationFlags* flags, SpeculationFlag
   AddDraftLengthFlags(app, flags, set);
   AddDraftModelFlags(app, flags);
   AddSdsatFlags(app, flags, set);
+}
+
+void AddDraftModelFlag(CLI::App* app, std::string* path) {
+  app->add_option("--model-draft", *path,
+                  "draft model for speculative decoding (default: the one known for the target; "
+                  "also -md)");
 }
 
 bool WantsDraftModel(const SpeculationFlags& f) {

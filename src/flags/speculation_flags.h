@@ -44,6 +44,9 @@ enum class SpeculationFlagSet { kRun, kSweep };
 void AddSpeculationFlags(CLI::App* app, SpeculationFlags* flags,
                          SpeculationFlagSet set = SpeculationFlagSet::kRun);
 
+// -md / --model-draft alone (bench easyspec, which sweeps the drafting itself).
+void AddDraftModelFlag(CLI::App* app, std::string* path);
+
 // Whether the flags leave room for a draft model (the default pair's draft is chosen then).
 bool WantsDraftModel(const SpeculationFlags& flags);
 

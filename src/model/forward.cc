@@ -52,20 +52,20 @@ std::unique_ptr<KvCache> Model::NewKvCache(const KvCacheConfig& config) const {
 void Model::Validate(const Batch& batch, const KvCache& kv) const {
   const int64_t n = batch.size();
   SPECD_CHECK(batch.positions.size() == static_cast<size_t>(n) &&
-                  batch.seq_ids.size() == static_cast<size_t>(n) &&
+                  batch.slots.size() == static_cast<size_t>(n) &&
                   batch.output.size() == static_cast<size_t>(n) &&
                   (batch.parents.empty() || batch.parents.size() == static_cast<size_t>(n)),
               "batch: token, position, sequence, output and parent arrays differ in length");
   SPECD_CHECK(kv.kv_dim() == config_.kv_dim(), "KV cache was made for another model");
   std::vector<bool> seen(kv.n_slots(), false);
   for (int64_t r = 0; r < n;) {
-    const int32_t seq = batch.seq_ids[r];
+    const int32_t seq = batch.slots[r];
     SPECD_CHECK(kv.InUse(seq), "batch row ", r, ": sequence ", seq, " is not an active sequence");
     SPECD_CHECK(!seen[seq], "batch: the rows of sequence ", seq, " are not contiguous");
     seen[seq] = true;
     const int64_t first_row = r;
     const int32_t kv_length = kv.Length(seq);
-    for (; r < n && batch.seq_ids[r] == seq; ++r) {
+    for (; r < n && batch.slots[r] == seq; ++r) {
       SPECD_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < config_.n_vocab, "batch row ", r,
                   ": token ", batch.tokens[r], " is outside the vocabulary of ", config_.n_vocab);
       const int32_t parent = batch.parents.empty() ? -1 : batch.parents[r];
@@ -86,7 +86,7 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
 
 void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows) {
   const int64_t m = batch.size();
-  kv_index_.resize(m);
+  scratch_.kv_index.resize(m);
   rows->n_visible.resize(m);
   rows->key_mask.clear();
   rows->key_mask_offset.clear();
@@ -94,15 +94,15 @@ void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows*
   for (int32_t p : batch.parents) tree = tree || p != -1;
   int64_t first_row = 0;
   for (int64_t r = 0; r < m; ++r) {
-    if (r == 0 || batch.seq_ids[r] != batch.seq_ids[r - 1]) {
+    if (r == 0 || batch.slots[r] != batch.slots[r - 1]) {
       first_row = r;
       rows->seq_row_begin.push_back(r);
     }
-    kv_index_[r] = kv.Length(batch.seq_ids[r]) + static_cast<int32_t>(r - first_row);
-    rows->n_visible[r] = kv_index_[r] + 1;
+    scratch_.kv_index[r] = kv.Length(batch.slots[r]) + static_cast<int32_t>(r - first_row);
+    rows->n_visible[r] = scratch_.kv_index[r] + 1;
     if (!tree) continue;
     // Committed keys and the row's ancestors (a chain row's parent is the row before it).
-    const int32_t committed = kv.Length(batch.seq_ids[r]);
+    const int32_t committed = kv.Length(batch.slots[r]);
     rows->key_mask_offset.push_back(static_cast<int64_t>(rows->key_mask.size()));
     rows->key_mask.resize(rows->key_mask.size() + rows->n_visible[r], 0);
     uint8_t* mask = rows->key_mask.data() + rows->key_mask_offset.back();
@@ -160,11 +160,11 @@ void Model::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
                 " is outside the vocabulary");
     float* xr = out + r * d;
     const int64_t row = config_.input_rows.empty() ? token : config_.input_rows[token];
-    DequantizeRow(token_embd_.type, token_embd_.Row(row), xr, d);
-    if (token_embd_.row_scales != nullptr) {  // i8 embeddings: the row's scale
-      for (int64_t i = 0; i < d; ++i) xr[i] *= token_embd_.row_scales[row];
+    DequantizeRow(weights_.token_embd.type, weights_.token_embd.Row(row), xr, d);
+    if (weights_.token_embd.row_scales != nullptr) {  // i8 embeddings: the row's scale
+      for (int64_t i = 0; i < d; ++i) xr[i] *= weights_.token_embd.row_scales[row];
     }
-    if (const float* delta = embedding_lora_.Find(token)) {
+    if (const float* delta = weights_.embedding_lora.Find(token)) {
       for (int64_t i = 0; i < d; ++i) xr[i] += delta[i];
     }
     if (config_.embd_scale != 1.0f) {
@@ -201,7 +201,8 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   const int64_t d = config_.n_embd;
   if (extras.hidden != nullptr) {
     extras.hidden->resize(m * d);  // [m, n_embd]
-    RmsNorm(x_.data(), output_norm_.data(), extras.hidden->data(), m, d, config_.rms_eps);
+    RmsNorm(scratch_.x.data(), weights_.output_norm.data(), extras.hidden->data(), m, d,
+            config_.rms_eps);
   }
   GrowHead(ctx, batch);
   OutputLogits(ctx, batch, logits);
@@ -214,32 +215,33 @@ void Model::InputRows(const Batch& batch, const KvCache& kv, const float* input_
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
   const int half = c.rope.rotary_dim / 2;
-  x_.ResizeForOverwrite(m * d);            // [m, n_embd] residual stream
-  xb_.ResizeForOverwrite(m * d);           // [m, n_embd] normalized
-  gate_.ResizeForOverwrite(m * c.n_ff);    // [m, n_ff]
-  up_.ResizeForOverwrite(m * c.n_ff);      // [m, n_ff]
-  ffn_.ResizeForOverwrite(m * d);          // [m, n_embd]
-  rope_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
-  rope_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+  scratch_.x.ResizeForOverwrite(m * d);            // [m, n_embd] residual stream
+  scratch_.xb.ResizeForOverwrite(m * d);           // [m, n_embd] normalized
+  scratch_.gate.ResizeForOverwrite(m * c.n_ff);    // [m, n_ff]
+  scratch_.up.ResizeForOverwrite(m * c.n_ff);      // [m, n_ff]
+  scratch_.ffn.ResizeForOverwrite(m * d);          // [m, n_embd]
+  scratch_.rope_cos.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+  scratch_.rope_sin.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
   const bool local_rope = c.sliding_window > 0;
   if (local_rope) {
-    rope_local_cos_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
-    rope_local_sin_.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
-    window_first_.resize(m);
+    scratch_.rope_local_cos.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+    scratch_.rope_local_sin.ResizeForOverwrite(m * half);  // [m, rotary_dim / 2]
+    scratch_.window_first.resize(m);
   }
   if (input_rows != nullptr) {
-    std::copy(input_rows, input_rows + m * d, x_.data());
+    std::copy(input_rows, input_rows + m * d, scratch_.x.data());
   } else {
-    EmbedTokens(batch.tokens, x_.data());
+    EmbedTokens(batch.tokens, scratch_.x.data());
   }
   const RopeConfig& global_rope = c.GlobalRope(kv.n_ctx());
   for (int64_t r = 0; r < m; ++r) {
     const int32_t pos = batch.positions[r];
-    RopeAngles(global_rope, pos, rope_cos_.data() + r * half, rope_sin_.data() + r * half);
+    RopeAngles(global_rope, pos, scratch_.rope_cos.data() + r * half,
+               scratch_.rope_sin.data() + r * half);
     if (local_rope) {
-      RopeAngles(c.rope_local, pos, rope_local_cos_.data() + r * half,
-                 rope_local_sin_.data() + r * half);
-      window_first_[r] = std::max(0, pos + 1 - c.sliding_window);
+      RopeAngles(c.rope_local, pos, scratch_.rope_local_cos.data() + r * half,
+                 scratch_.rope_local_sin.data() + r * half);
+      scratch_.window_first[r] = std::max(0, pos + 1 - c.sliding_window);
     }
   }
 }
@@ -247,7 +249,7 @@ void Model::InputRows(const Batch& batch, const KvCache& kv, const float* input_
 void Model::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
-  AttentionRows& rows = attn_.rows;
+  AttentionRows& rows = scratch_.attn.rows;
   rows = AttentionRows{};
   rows.n_rows = m;
   rows.n_head = c.n_head;
@@ -277,10 +279,10 @@ void Model::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
       il += count;
       continue;
     }
-    if (trace_ != nullptr) trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
-    AttentionBlock(ctx, il, batch, kv, x_.data(), attn_, attention, profile_);
-    TraceLayer(il, attn_, m);
-    for (int64_t i = 0; i < m * d; ++i) x_[i] += attn_.out[i];
+    if (trace_ != nullptr) trace_->hidden[il].assign(scratch_.x.data(), scratch_.x.data() + m * d);
+    AttentionBlock(ctx, il, batch, kv, scratch_.x.data(), scratch_.attn, attention, profile_);
+    TraceLayer(il, scratch_.attn, m);
+    for (int64_t i = 0; i < m * d; ++i) scratch_.x[i] += scratch_.attn.out[i];
     FfnBlock(ctx, il, m);
     ++il;
   }
@@ -291,34 +293,37 @@ void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vect
   const int64_t d = c.n_embd;
   // Only the rows that want logits go through the (large) output matrix.
   const int64_t n_out = batch.n_outputs();
-  out_rows_.ResizeForOverwrite(n_out * d);  // [n_out, n_embd]
+  scratch_.out_rows.ResizeForOverwrite(n_out * d);  // [n_out, n_embd]
   for (int64_t r = 0, o = 0; r < batch.size(); ++r) {
     if (batch.output[r]) {
-      RmsNorm(x_.data() + r * d, output_norm_.data(), out_rows_.data() + o * d, 1, d, c.rms_eps);
+      RmsNorm(scratch_.x.data() + r * d, weights_.output_norm.data(),
+              scratch_.out_rows.data() + o * d, 1, d, c.rms_eps);
       ++o;
     }
   }
-  if (maxima_ != nullptr) RecordMax(out_rows_.data(), n_out, d, &maxima_->output_in);
+  if (maxima_ != nullptr) RecordMax(scratch_.out_rows.data(), n_out, d, &maxima_->output_in);
   if (c.head_tokens.empty()) {
-    Matmul(ctx, out_rows_.data(), n_out, output_, logits->data(), &matmul_scratch_);
-    AddHeadLora(ctx, out_rows_.data(), n_out, logits->data());
+    Matmul(ctx, scratch_.out_rows.data(), n_out, weights_.output, logits->data(),
+           &scratch_.matmul_scratch);
+    AddHeadLora(ctx, scratch_.out_rows.data(), n_out, logits->data());
     return;
   }
   // A restricted head: its logits scattered into the vocabulary, -infinity elsewhere.
   const int64_t n_head = static_cast<int64_t>(c.head_tokens.size());
-  head_logits_.ResizeForOverwrite(n_out * n_head);  // [n_out, n_head_tokens]
-  Matmul(ctx, out_rows_.data(), n_out, output_, head_logits_.data(), &matmul_scratch_);
+  scratch_.head_logits.ResizeForOverwrite(n_out * n_head);  // [n_out, n_head_tokens]
+  Matmul(ctx, scratch_.out_rows.data(), n_out, weights_.output, scratch_.head_logits.data(),
+         &scratch_.matmul_scratch);
   std::fill(logits->begin(), logits->end(), -std::numeric_limits<float>::infinity());
   for (int64_t o = 0; o < n_out; ++o) {
     float* row = logits->data() + o * c.n_vocab;
-    const float* head_row = head_logits_.data() + o * n_head;
+    const float* head_row = scratch_.head_logits.data() + o * n_head;
     for (int64_t j = 0; j < n_head; ++j) row[c.head_tokens[j]] = head_row[j];
   }
   ContextHeadLogits(ctx, n_out, logits);
 }
 
 void Model::GrowHead(const KernelContext& ctx, const Batch& batch) {
-  ContextHead& h = context_head_;
+  ModelWeights::ContextHead& h = weights_.context_head;
   // An i8 file's head (row scales) stays as listed.
   if (h.max_tokens == 0 || h.full_output.row_scales != nullptr) return;
   const int64_t before = static_cast<int64_t>(h.tokens.size());
@@ -345,11 +350,11 @@ void Model::GrowHead(const KernelContext& ctx, const Batch& batch) {
 }
 
 void Model::ContextHeadLogits(const KernelContext& ctx, int64_t n_out, std::vector<float>* logits) {
-  ContextHead& h = context_head_;
+  ModelWeights::ContextHead& h = weights_.context_head;
   const int64_t n = static_cast<int64_t>(h.tokens.size());
   if (n == 0) return;
   h.logits.ResizeForOverwrite(n_out * n);  // [n_out, joined tokens]
-  Matmul(ctx, out_rows_.data(), n_out, h.view, h.logits.data(), &matmul_scratch_);
+  Matmul(ctx, scratch_.out_rows.data(), n_out, h.view, h.logits.data(), &scratch_.matmul_scratch);
   for (int64_t o = 0; o < n_out; ++o) {
     float* row = logits->data() + o * config_.n_vocab;
     const float* joined = h.logits.data() + o * n;
@@ -361,10 +366,10 @@ void Model::AdvanceCache(const Batch& batch, KvCache& kv) {
   const int64_t m = batch.size();
   int32_t prev = -1;
   for (int64_t r = 0; r < m; ++r) {
-    if (batch.seq_ids[r] != prev) {
-      prev = batch.seq_ids[r];
+    if (batch.slots[r] != prev) {
+      prev = batch.slots[r];
       int64_t count = 0;
-      while (r + count < m && batch.seq_ids[r + count] == prev) ++count;
+      while (r + count < m && batch.slots[r + count] == prev) ++count;
       kv.Advance(prev, static_cast<int>(count));
     }
   }
@@ -376,27 +381,29 @@ void Model::FuzzyGroup(const KernelContext& ctx, int first, int count, const Bat
   const int64_t m = batch.size();
   const int64_t d = config_.n_embd;
   const int n_threads = ctx.pool->size();
-  while (static_cast<int>(lanes_.size()) < count) {
-    lanes_.push_back(std::make_unique<AttentionScratch>());
+  while (static_cast<int>(scratch_.lanes.size()) < count) {
+    scratch_.lanes.push_back(std::make_unique<AttentionScratch>());
   }
-  while (static_cast<int>(lane_pools_.size()) < n_threads) {
-    lane_pools_.push_back(std::make_unique<ThreadPool>(1));
+  while (static_cast<int>(scratch_.lane_pools.size()) < n_threads) {
+    scratch_.lane_pools.push_back(std::make_unique<ThreadPool>(1));
   }
-  for (int j = 0; j < count; ++j) lanes_[j]->rows = attn_.rows;  // the same rows, own buffers
+  for (int j = 0; j < count; ++j)
+    scratch_.lanes[j]->rows = scratch_.attn.rows;  // the same rows, own buffers
   ctx.pool->RunOnAll([&](int t) {
-    const KernelContext lane_ctx{lane_pools_[t].get(), ctx.cpu};
+    const KernelContext lane_ctx{scratch_.lane_pools[t].get(), ctx.cpu};
     for (int j = t; j < count; j += n_threads) {
-      AttentionBlock(lane_ctx, first + j, batch, kv, x_.data(), *lanes_[j], attention, nullptr);
+      AttentionBlock(lane_ctx, first + j, batch, kv, scratch_.x.data(), *scratch_.lanes[j],
+                     attention, nullptr);
     }
   });
   marks.Mark(ForwardProfile::kParallelAttention);
   for (int j = 0; j < count; ++j) {
     const int il = first + j;
     if (trace_ != nullptr) {
-      trace_->hidden[il].assign(x_.data(), x_.data() + m * d);
-      TraceLayer(il, *lanes_[j], m);
+      trace_->hidden[il].assign(scratch_.x.data(), scratch_.x.data() + m * d);
+      TraceLayer(il, *scratch_.lanes[j], m);
     }
-    for (int64_t i = 0; i < m * d; ++i) x_[i] += lanes_[j]->out[i];
+    for (int64_t i = 0; i < m * d; ++i) scratch_.x[i] += scratch_.lanes[j]->out[i];
     marks.Mark(ForwardProfile::kResidual);
     FfnBlock(ctx, il, m);
     marks.Skip();
@@ -420,7 +427,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   ProfileMarks marks(profile);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   const ModelConfig& c = config_;
-  const Layer& l = layers_[il];
+  const LayerWeights& l = weights_.layers[il];
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
@@ -465,8 +472,8 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
     RmsNorm(s.k.data(), l.k_norm.data(), s.k.data(), m * c.n_head_kv, c.head_dim, c.rms_eps);
   }
   const RopeConfig& rope = local ? c.rope_local : c.rope;
-  const float* cos_all = local ? rope_local_cos_.data() : rope_cos_.data();
-  const float* sin_all = local ? rope_local_sin_.data() : rope_sin_.data();
+  const float* cos_all = local ? scratch_.rope_local_cos.data() : scratch_.rope_cos.data();
+  const float* sin_all = local ? scratch_.rope_local_sin.data() : scratch_.rope_sin.data();
   for (int64_t r = 0; r < m; ++r) {
     float* qr = s.q.data() + r * q_dim;
     float* kr = s.k.data() + r * kv_dim;
@@ -478,15 +485,15 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
     }
     Rope(rope, cos_all + r * half, sin_all + r * half, qr, c.n_head);
     Rope(rope, cos_all + r * half, sin_all + r * half, kr, c.n_head_kv);
-    const int32_t seq = batch.seq_ids[r];
-    const int64_t at = static_cast<int64_t>(kv_index_[r]) * RowBytes(kv.type(), kv_dim);
+    const int32_t seq = batch.slots[r];
+    const int64_t at = static_cast<int64_t>(scratch_.kv_index[r]) * RowBytes(kv.type(), kv_dim);
     StoreKvRow(ctx, kr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.K(il, seq)) + at);
     StoreKvRow(ctx, vr, kv_dim, kv.type(), static_cast<uint8_t*>(kv.V(il, seq)) + at);
     rows.k[r] = kv.K(il, seq);
     rows.v[r] = kv.V(il, seq);
   }
   if (local) {
-    rows.first_visible = window_first_;
+    rows.first_visible = scratch_.window_first;
   } else {
     rows.first_visible.clear();
   }
@@ -505,7 +512,7 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   ProfileMarks marks(profile_);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   const ModelConfig& c = config_;
-  const Layer& l = layers_[il];
+  const LayerWeights& l = weights_.layers[il];
   const int64_t d = c.n_embd;
   auto glu = [&](const float* gate, const float* up, float* y, int64_t n) {
     if (c.activation == FfnActivation::kGeluTanh) {
@@ -514,43 +521,47 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
       SwiGlu(ctx, gate, up, y, n);
     }
   };
-  RmsNorm(x_.data(), l.ffn_norm.data(), xb_.data(), m, d, c.rms_eps);
+  RmsNorm(scratch_.x.data(), l.ffn_norm.data(), scratch_.xb.data(), m, d, c.rms_eps);
   mark(ForwardProfile::kNorm);
   if (ctx.cpu.packed_kernels() && l.w_gate_up.packed != nullptr) {
-    stacked_.ResizeForOverwrite(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
-    Matmul(ctx, xb_.data(), m, l.w_gate_up, stacked_.data(), &matmul_scratch_);
+    scratch_.stacked.ResizeForOverwrite(m * 2 * c.n_ff);  // [m, 2 n_ff]: gate then up
+    Matmul(ctx, scratch_.xb.data(), m, l.w_gate_up, scratch_.stacked.data(),
+           &scratch_.matmul_scratch);
     AddLowRank(ctx,
-               {{&l.lora[kLoraGate], stacked_.data(), 2 * c.n_ff},
-                {&l.lora[kLoraUp], stacked_.data() + c.n_ff, 2 * c.n_ff}},
-               xb_.data(), m, &lora_scratch_);
+               {{&l.lora[kLoraGate], scratch_.stacked.data(), 2 * c.n_ff},
+                {&l.lora[kLoraUp], scratch_.stacked.data() + c.n_ff, 2 * c.n_ff}},
+               scratch_.xb.data(), m, &scratch_.lora_scratch);
     // Rows on the pool's threads (an exp and a few multiplies per value: ~8 multiply-adds).
     ctx.pool->ParallelFor(
         m, 1,
         [&](int64_t r0, int64_t r1) {
           for (int64_t r = r0; r < r1; ++r) {
-            const float* row = stacked_.data() + r * 2 * c.n_ff;
-            glu(row, row + c.n_ff, gate_.data() + r * c.n_ff, c.n_ff);
+            const float* row = scratch_.stacked.data() + r * 2 * c.n_ff;
+            glu(row, row + c.n_ff, scratch_.gate.data() + r * c.n_ff, c.n_ff);
           }
         },
         MinItemsPerThread(8 * c.n_ff));
   } else {
-    Matmul(ctx, xb_.data(), m, l.w_gate, gate_.data(), &matmul_scratch_);
-    Matmul(ctx, xb_.data(), m, l.w_up, up_.data(), &matmul_scratch_);
+    Matmul(ctx, scratch_.xb.data(), m, l.w_gate, scratch_.gate.data(), &scratch_.matmul_scratch);
+    Matmul(ctx, scratch_.xb.data(), m, l.w_up, scratch_.up.data(), &scratch_.matmul_scratch);
     AddLowRank(ctx,
-               {{&l.lora[kLoraGate], gate_.data(), c.n_ff}, {&l.lora[kLoraUp], up_.data(), c.n_ff}},
-               xb_.data(), m, &lora_scratch_);
-    glu(gate_.data(), up_.data(), gate_.data(), m * c.n_ff);
+               {{&l.lora[kLoraGate], scratch_.gate.data(), c.n_ff},
+                {&l.lora[kLoraUp], scratch_.up.data(), c.n_ff}},
+               scratch_.xb.data(), m, &scratch_.lora_scratch);
+    glu(scratch_.gate.data(), scratch_.up.data(), scratch_.gate.data(), m * c.n_ff);
   }
   if (maxima_ != nullptr) {
-    RecordMax(xb_.data(), m, d, &maxima_->gate_up_in[il]);
-    RecordMax(gate_.data(), m, c.n_ff, &maxima_->down_in[il]);
+    RecordMax(scratch_.xb.data(), m, d, &maxima_->gate_up_in[il]);
+    RecordMax(scratch_.gate.data(), m, c.n_ff, &maxima_->down_in[il]);
   }
   mark(ForwardProfile::kGateUp);
-  Matmul(ctx, gate_.data(), m, l.w_down, ffn_.data(), &matmul_scratch_);
-  AddLowRank(ctx, {{&l.lora[kLoraDown], ffn_.data(), d}}, gate_.data(), m, &lora_scratch_);
+  Matmul(ctx, scratch_.gate.data(), m, l.w_down, scratch_.ffn.data(), &scratch_.matmul_scratch);
+  AddLowRank(ctx, {{&l.lora[kLoraDown], scratch_.ffn.data(), d}}, scratch_.gate.data(), m,
+             &scratch_.lora_scratch);
   mark(ForwardProfile::kDown);
-  if (c.post_norms) RmsNorm(ffn_.data(), l.post_ffn_norm.data(), ffn_.data(), m, d, c.rms_eps);
-  for (int64_t i = 0; i < m * d; ++i) x_[i] += ffn_[i];
+  if (c.post_norms)
+    RmsNorm(scratch_.ffn.data(), l.post_ffn_norm.data(), scratch_.ffn.data(), m, d, c.rms_eps);
+  for (int64_t i = 0; i < m * d; ++i) scratch_.x[i] += scratch_.ffn[i];
   mark(ForwardProfile::kResidual);
 }
 

@@ -1,5 +1,6 @@
 // A model's hyper-parameters from its GGUF metadata: those every architecture shares, then each
-// architecture's own (model/architectures.cc); the special tokens; and its end-of-generation tokens.
+// architecture's own (model/architectures.cc); the special tokens; and its end-of-generation
+// tokens.
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>

@@ -69,7 +69,7 @@ void Model::ConvertToI8(const std::vector<WeightView*>& parts, const std::vector
                     nullptr,
                     matrix->scales.data(),
                     s.empty() ? nullptr : matrix->smooth.data()};
-    i8_matrices_.push_back(std::move(matrix));
+    weights_.i8_matrices.push_back(std::move(matrix));
   }
 }
 
@@ -94,8 +94,8 @@ void Model::ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& opt
   }
   ThreadPool* pool = ctx != nullptr ? ctx->pool : nullptr;
   const float alpha = options.smooth_alpha;
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    Layer& l = layers_[il];
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    LayerWeights& l = weights_.layers[il];
     auto input = [&](const std::vector<std::vector<float>>& per_layer) {
       return smooth ? &per_layer[il] : nullptr;
     };
@@ -106,8 +106,8 @@ void Model::ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& opt
     l.wqkv = WeightView{};  // the stacked forms are rebuilt from the i8 matrices
     l.w_gate_up = WeightView{};
   }
-  ConvertToI8({&output_}, smooth ? &maxima.output_in : nullptr, alpha, pool);
-  packed_.clear();
+  ConvertToI8({&weights_.output}, smooth ? &maxima.output_in : nullptr, alpha, pool);
+  weights_.packed.clear();
 }
 
 void Model::SetActivationMaxima(ActivationMaxima* maxima) {
@@ -129,8 +129,8 @@ void Model::RecordMax(const float* x, int64_t m, int64_t n, std::vector<float>* 
 
 void Model::ForEachI8Matrix(
     const std::function<void(const std::string&, const WeightView&)>& fn) const {
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    const Layer& l = layers_[il];
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    const LayerWeights& l = weights_.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     const std::pair<const char*, const WeightView*> named[] = {
         {"attn_q.weight", &l.wq},      {"attn_k.weight", &l.wk},       {"attn_v.weight", &l.wv},
@@ -140,7 +140,7 @@ void Model::ForEachI8Matrix(
       if (w->type == DType::kI8) fn(p + name, *w);
     }
   }
-  if (output_.type == DType::kI8) fn("output.weight", output_);
+  if (weights_.output.type == DType::kI8) fn("output.weight", weights_.output);
 }
 
 }  // namespace specd

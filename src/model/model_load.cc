@@ -115,7 +115,7 @@ void ReadVocabSize(const GgufFile& f, ModelConfig* config) {
 
 void Model::RestrictHead(const std::string& path, std::vector<int32_t> tokens) {
   ModelConfig& c = config_;
-  SPECD_CHECK(c.head_tokens.empty() && !c.eagle && output_lora_.empty(), path,
+  SPECD_CHECK(c.head_tokens.empty() && !c.eagle && weights_.output_lora.empty(), path,
               ": a draft vocabulary restricts a full output layer; this one is restricted "
               "already (specd.head_tokens), an EAGLE head's, or has a run-time LoRA");
   std::vector<char> seen(c.n_vocab, 0);
@@ -131,26 +131,29 @@ void Model::RestrictHead(const std::string& path, std::vector<int32_t> tokens) {
     if (!seen[id]) kept.push_back(id);
     seen[id] = 1;
   }
-  context_head_.full_output = output_;  // rows of tokens that join the head later (GrowHead)
-  context_head_.in_head = seen;
-  const int64_t row_bytes = RowBytes(output_.type, output_.cols);
-  restricted_head_.resize(kept.size() * row_bytes);
+  weights_.context_head.full_output =
+      weights_.output;  // rows of tokens that join the head later (GrowHead)
+  weights_.context_head.in_head = seen;
+  const int64_t row_bytes = RowBytes(weights_.output.type, weights_.output.cols);
+  weights_.restricted_head.resize(kept.size() * row_bytes);
   for (size_t j = 0; j < kept.size(); ++j) {
-    std::memcpy(restricted_head_.data() + j * row_bytes, output_.Row(kept[j]), row_bytes);
+    std::memcpy(weights_.restricted_head.data() + j * row_bytes, weights_.output.Row(kept[j]),
+                row_bytes);
   }
-  if (output_.row_scales != nullptr) {
-    for (const int32_t id : kept) restricted_head_scales_.push_back(output_.row_scales[id]);
-    output_.row_scales = restricted_head_scales_.data();
+  if (weights_.output.row_scales != nullptr) {
+    for (const int32_t id : kept)
+      weights_.restricted_head_scales.push_back(weights_.output.row_scales[id]);
+    weights_.output.row_scales = weights_.restricted_head_scales.data();
   }
-  output_.data = restricted_head_.data();
-  output_.rows = static_cast<int64_t>(kept.size());
+  weights_.output.data = weights_.restricted_head.data();
+  weights_.output.rows = static_cast<int64_t>(kept.size());
   c.head_tokens = std::move(kept);
 }
 
-Model::Layer Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
+LayerWeights Model::ReadLayer(const GgufFile& f, const ModelConfig& c, int il) {
   const std::string p = "blk." + std::to_string(il) + ".";
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  Layer l;
+  LayerWeights l;
   l.attn_norm = Vector(f, p + "attn_norm.weight", c.n_embd);
   l.ffn_norm = Vector(f, p + "ffn_norm.weight", c.n_embd);
   if (c.post_norms) {
@@ -209,11 +212,11 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
   ReadRopeFactors(f, &c);
 
   if (c.eagle) {
-    model->eagle_fc_ = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
+    model->weights_.eagle_fc = Matrix(f, "eagle.fc.weight", 2 * int64_t{c.n_embd}, c.n_embd);
   } else {
-    model->token_embd_ = Matrix(f, "token_embd.weight", c.n_embd, c.n_input_rows());
+    model->weights_.token_embd = Matrix(f, "token_embd.weight", c.n_embd, c.n_input_rows());
   }
-  model->output_norm_ = Vector(f, "output_norm.weight", c.n_embd);
+  model->weights_.output_norm = Vector(f, "output_norm.weight", c.n_embd);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   if (const GgufValue* head = f.Find("specd.head_tokens")) {
     std::vector<char> seen(c.n_vocab, 0);
@@ -231,20 +234,21 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
               ": specd.input_tokens needs an output.weight of its own (the embedding is not the "
               "head)");
   const int64_t n_output_rows = c.head_tokens.empty() ? c.n_vocab : c.head_tokens.size();
-  model->output_ =
-      c.tied_embeddings ? model->token_embd_ : Matrix(f, "output.weight", c.n_embd, n_output_rows);
-  for (int i = 0; i < c.n_layer; ++i) model->layers_.push_back(ReadLayer(f, c, i));
+  model->weights_.output = c.tied_embeddings ? model->weights_.token_embd
+                                             : Matrix(f, "output.weight", c.n_embd, n_output_rows);
+  for (int i = 0; i < c.n_layer; ++i) model->weights_.layers.push_back(ReadLayer(f, c, i));
   model->LoadLora(options.lora, options.lora_apply);
   if (!options.head_tokens.empty()) {
     model->RestrictHead(f.path(), options.head_tokens);
-    model->context_head_.max_tokens = options.head_context_tokens;
+    model->weights_.context_head.max_tokens = options.head_context_tokens;
   }
   const bool fast = ctx != nullptr && ctx->cpu.packed_kernels();
   // Calibration runs the model as loaded (packed, so that it is quick); conversion then drops
   // those layouts and the i8 matrices are packed instead.
   if (fast) model->PackWeights(*ctx);
   // A file written in i8 keeps its own conversion: no calibration, no second packing.
-  const bool all_i8 = model->MatrixType() == DType::kI8 && model->output_.type == DType::kI8;
+  const bool all_i8 =
+      model->MatrixType() == DType::kI8 && model->weights_.output.type == DType::kI8;
   if (options.int8_weights && !all_i8) {
     model->ConvertAllToI8(ctx, options);
     if (fast) model->PackWeights(*ctx);
@@ -256,7 +260,7 @@ std::unique_ptr<Model> Model::FromGguf(std::unique_ptr<GgufFile> file, const Ker
 }
 
 const GgufValue* Model::FindMetadata(const std::string& key) const {
-  for (auto it = adapters_.rbegin(); it != adapters_.rend(); ++it) {
+  for (auto it = weights_.adapters.rbegin(); it != weights_.adapters.rend(); ++it) {
     if (const GgufValue* v = (*it)->Find(key)) return v;
   }
   return file_->Find(key);
@@ -270,9 +274,9 @@ void Model::PackWeights(const KernelContext& ctx) {
   };
   auto pack = [&](WeightView& w) {
     if (!IsPackable(w.type) || w.cols % 32 != 0) return;
-    packed_.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool)));
-    w.packed = packed_.back().get();
-    with_onednn(packed_.back().get(), {&w});
+    weights_.packed.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool)));
+    w.packed = weights_.packed.back().get();
+    with_onednn(weights_.packed.back().get(), {&w});
   };
   // Projections of the same input are stacked into one matrix when their types allow it.
   auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
@@ -284,26 +288,26 @@ void Model::PackWeights(const KernelContext& ctx) {
     *stacked = WeightView{packed->source_type, nullptr, packed->rows, packed->cols, packed.get()};
     stacked->col_scales = parts.front()->col_scales;  // shared by the parts (one input)
     with_onednn(packed.get(), {parts.begin(), parts.end()});
-    packed_.push_back(std::move(packed));
+    weights_.packed.push_back(std::move(packed));
   };
-  for (Layer& l : layers_) {
+  for (LayerWeights& l : weights_.layers) {
     stack({&l.wq, &l.wk, &l.wv}, &l.wqkv);
     stack({&l.w_gate, &l.w_up}, &l.w_gate_up);
     for (WeightView* w : {&l.wo, &l.w_down}) pack(*w);
   }
-  pack(output_);
-  if (config_.eagle) pack(eagle_fc_);
+  pack(weights_.output);
+  if (config_.eagle) pack(weights_.eagle_fc);
 }
 
 int64_t Model::WeightBytesPerToken() const {
-  int64_t bytes = MatrixBytes(output_);
+  int64_t bytes = MatrixBytes(weights_.output);
   if (config_.eagle) {
-    bytes += MatrixBytes(eagle_fc_);
+    bytes += MatrixBytes(weights_.eagle_fc);
   } else {
-    bytes += RowBytes(token_embd_.type, token_embd_.cols);
+    bytes += RowBytes(weights_.token_embd.type, weights_.token_embd.cols);
   }
-  for (const LowRankTerm& t : output_lora_) bytes += t.Bytes();
-  for (const Layer& l : layers_) {
+  for (const LowRankTerm& t : weights_.output_lora) bytes += t.Bytes();
+  for (const LayerWeights& l : weights_.layers) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       bytes += MatrixBytes(*w);
     }
@@ -315,8 +319,9 @@ int64_t Model::WeightBytesPerToken() const {
 }
 
 int64_t Model::MatmulMacsPerToken() const {
-  int64_t macs = output_.rows * output_.cols + eagle_fc_.rows * eagle_fc_.cols;
-  for (const Layer& l : layers_) {
+  int64_t macs =
+      weights_.output.rows * weights_.output.cols + weights_.eagle_fc.rows * weights_.eagle_fc.cols;
+  for (const LayerWeights& l : weights_.layers) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       macs += w->rows * w->cols;
     }

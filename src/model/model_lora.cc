@@ -18,10 +18,11 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
     WeightView* matrix;
     std::vector<LowRankTerm>* terms;  // where its run-time terms go (token_embd: none)
   };
-  std::map<std::string, Target> targets = {{"token_embd.weight", {&token_embd_, nullptr}}};
-  if (!config_.tied_embeddings) targets["output.weight"] = {&output_, &output_lora_};
+  std::map<std::string, Target> targets = {{"token_embd.weight", {&weights_.token_embd, nullptr}}};
+  if (!config_.tied_embeddings)
+    targets["output.weight"] = {&weights_.output, &weights_.output_lora};
   for (int i = 0; i < config_.n_layer; ++i) {
-    Layer& l = layers_[i];
+    LayerWeights& l = weights_.layers[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     for (const auto& [name, view, slot] : {std::tuple{"attn_q", &l.wq, kLoraQ},
                                            {"attn_k", &l.wk, kLoraK},
@@ -46,7 +47,7 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
       const bool embedding = it->second.terms == nullptr;
       if (apply != LoraApply::kMerge && embedding &&
           u.CountTouchedRows() <= kMaxRuntimeEmbeddingRows) {
-        embedding_lora_.Add(u);
+        weights_.embedding_lora.Add(u);
         continue;
       }
       const bool run_time = apply == LoraApply::kRunTime ||
@@ -57,23 +58,23 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
       }
       SPECD_CHECK(w.type != DType::kI8, spec.path, ": cannot merge a LoRA into the i8 matrix '",
                   u.target, "': load the original model with {lora} (and {weights} i8)");
-      lora_merged_.push_back(std::make_unique<std::vector<uint8_t>>(
+      weights_.lora_merged.push_back(std::make_unique<std::vector<uint8_t>>(
           MergeLoraUpdate(w.type, static_cast<const uint8_t*>(w.data), u)));
-      w.data = lora_merged_.back()->data();
+      w.data = weights_.lora_merged.back()->data();
       w.type = LoraMergedType(w.type);
       merged_embedding = merged_embedding || embedding;
     }
-    adapters_.push_back(std::move(adapter.file));
+    weights_.adapters.push_back(std::move(adapter.file));
   }
   // The merged embedding is the head too; run-time rows are added to the head's logits instead.
-  if (config_.tied_embeddings && merged_embedding) output_ = token_embd_;
+  if (config_.tied_embeddings && merged_embedding) weights_.output = weights_.token_embd;
 }
 
 void Model::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits) {
   const int64_t n_vocab = config_.n_vocab;
-  AddLowRank(ctx, {{&output_lora_, logits, n_vocab}}, x, n_out, &lora_scratch_);
+  AddLowRank(ctx, {{&weights_.output_lora, logits, n_vocab}}, x, n_out, &scratch_.lora_scratch);
   if (!config_.tied_embeddings) return;
-  const EmbeddingDelta& e = embedding_lora_;
+  const EmbeddingDelta& e = weights_.embedding_lora;
   for (int64_t o = 0; o < n_out; ++o) {
     for (size_t t = 0; t < e.tokens.size(); ++t) {
       const float* delta = e.rows.data() + t * e.n_embd;

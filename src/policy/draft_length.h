@@ -72,7 +72,7 @@ class BassDraftLength : public DraftLengthPolicy {
   int Next(int, int) override { return current_; }
   void Observe(const StepObservation& step) override;
   int max_length() const override { return l_limit_; }
-  const char* name() const override { return "adaptive"; }
+  const char* name() const override { return "bass"; }
   // One step of the algorithm from `current` when the best sequence accepted max_accepted;
   // `decreasing` carries the algorithm's s (1 after a decrease).
   static int NextLength(int current, int max_accepted, int l_incre, int l_mod, int l_limit,
@@ -88,7 +88,8 @@ class CostAwarePolicy : public DraftLengthPolicy {
  public:
   // K in {0} and k_min..k_max: a draft shorter than k_min is lengthened to it (llama.cpp's
   // --draft-min: fewer drafts are not worth a verification).
-  explicit CostAwarePolicy(int k_max, int k_min = 0) : k_max_(k_max), k_min_(k_min), model_(k_max) {}
+  explicit CostAwarePolicy(int k_max, int k_min = 0)
+      : k_max_(k_max), k_min_(k_min), model_(k_max) {}
   int Next(int n_sequences, int remaining_tokens) override {
     const int k = model_.Next(n_sequences, remaining_tokens);
     return k > 0 && k < k_min_ ? k_min_ : k;

@@ -63,7 +63,6 @@ class ChoiceCollector {
   std::map<int, bool> done_;
 };
 
-
 // Takes a batch of events into the collector; the new tokens and logprobs of each choice they
 // touched (text filled in by the caller).
 std::map<int, ChoiceOutput> TakeDeltas(ChoiceCollector& collector,

@@ -1,5 +1,4 @@
 #include "server/http_server.h"
-#include "server/choice_collector.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -13,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "server/choice_collector.h"
 
 namespace specd::server {
 namespace {
@@ -212,10 +212,10 @@ void HttpServer::Routes() {
 
 std::vector<HttpServer::Route> HttpServer::RouteTable() {
   const auto completion = [this](Api api) {
-    return BodyHandler([this, api](const httplib::Request& req, const std::string& body,
-                                   httplib::Response& res) {
-      HandleCompletion(req, body, api, &res);
-    });
+    return BodyHandler(
+        [this, api](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+          HandleCompletion(req, body, api, &res);
+        });
   };
   // The answer of a small function of the body, as JSON (tokenize, detokenize).
   const auto json_route = [this](std::function<nlohmann::json(const std::string&)> answer) {
@@ -238,7 +238,8 @@ std::vector<HttpServer::Route> HttpServer::RouteTable() {
          res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
        },
        {}},
-      {"/v1/models", [this](const httplib::Request& req, httplib::Response& res) { Models(req, res); },
+      {"/v1/models",
+       [this](const httplib::Request& req, httplib::Response& res) { Models(req, res); },
        {}},
       {"/props",
        [this](const httplib::Request& req, httplib::Response& res) {
@@ -285,8 +286,9 @@ void HttpServer::GuardOtherMethods(const Route& route) {
   const char* allowed = route.get ? "GET" : "POST";
   const auto wrong_method = [this, allowed](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Allow", allowed);
-    ReplyError(res, ApiError(405, "invalid_request_error",
-                             req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
+    ReplyError(res,
+               ApiError(405, "invalid_request_error",
+                        req.method + " " + req.path + " is not allowed (use " + allowed + ")"));
     Record(req, 405);
   };
   if (route.get) {

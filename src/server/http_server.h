@@ -84,14 +84,14 @@ class HttpServer {
   // One route: a GET with its handler, or a POST whose body handler reads the whole body.
   struct Route {
     const char* path;
-    GetHandler get;     // set for a GET route
-    BodyHandler post;   // set for a POST route
+    GetHandler get;    // set for a GET route
+    BodyHandler post;  // set for a POST route
   };
   // Every route of the server, in one table from which the method guards (405) follow.
   std::vector<Route> RouteTable();
   // A known route asked with another method: 405 naming the allowed one.
   void GuardOtherMethods(const Route& route);
-  void Health(httplib::Response& res) const;  // 200, or 503 while draining
+  void Health(httplib::Response& res) const;                         // 200, or 503 while draining
   void Models(const httplib::Request& req, httplib::Response& res);  // /v1/models
   // A POST route whose body is read whole (at most max_body_bytes) and whose key is checked.
   void PostWithBody(const char* path, BodyHandler handler);

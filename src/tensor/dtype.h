@@ -25,9 +25,9 @@ enum class DType : uint32_t {
   kQ6_K = 14,
   kIQ4_NL = 20,
   kIQ4_XS = 23,
-  // Plain int8 values (ggml's I8). As a weight matrix specd pairs it with one f32 scale per row
-  // (a "<name>.scale" tensor, see tensor/int8_rows.h): w[n, k] = scale[n] * q[n, k]. Not in
-  // kAllDTypes: a row of it means nothing without its scale.
+  // Plain int8 values (ggml's I8). As a weight matrix specd pairs it with one f32 scale per row,
+  // w[n, k] = scale[n] * q[n, k], in a "<name>.scale" tensor (I8ScaleTensorName, in
+  // tensor/quantize.h). Not in kAllDTypes: a row of it means nothing without its scale.
   kI8 = 24,
   kBF16 = 30,
 };

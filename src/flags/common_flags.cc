@@ -74,42 +74,45 @@ void AddCacheTypeFlag(CLI::App* app, DType* type) {
 }
 
 void AddLlamaCppNoOpFlags(CLI::App* app, std::vector<std::string>* notes) {
-  auto note = [notes](const std::string& flag, const char* why) {
-    return [notes, flag, why](auto&&...) { notes->push_back(flag + ": " + why); };
+  // llama.cpp's flag, how llama.cpp users spell it, what it takes (nullptr: nothing; "?": an
+  // optional value), and why it does nothing here.
+  struct NoOpFlag {
+    const char* names;
+    const char* spelled;
+    const char* value;
+    const char* why;
   };
-  app->add_option_function<std::string>("-g,--n-gpu-layers,--gpu-layers",
-                                        note("-ngl", "no GPU offload: specd runs on the CPU"),
-                                        "(llama.cpp; no effect: specd runs on the CPU; also -ngl)")
-      ->type_name("N");
-  app->add_option_function<std::string>(
-         "--flash-attn", note("-fa", "specd's attention kernels are its own"),
-         "(llama.cpp; no effect: specd's attention kernels are its own; also -fa)")
-      ->expected(0, 1)
-      ->type_name("[on|off|auto]");
-  app->add_flag_function("--mlock", note("--mlock", "weights are read in place, not locked"),
-                         "(llama.cpp; no effect)");
-  app->add_flag_function("--no-mmap", note("--no-mmap", "weights are always memory-mapped"),
-                         "(llama.cpp; no effect)");
-  app->add_flag_function("--jinja", note("--jinja", "chat templates are always applied"),
-                         "(llama.cpp; no effect: the model's chat template is always used)");
-  app->add_flag_function("--metrics", note("--metrics", "specd serve always serves /metrics"),
-                         "(llama.cpp's server; no effect: /metrics is always on)");
-  app->add_flag_function("--cont-batching", note("-cb", "batching is always continuous"),
-                         "(llama.cpp; no effect: batching is always continuous; also -cb)");
-  app->add_flag_function("--log-disable", note("--log-disable", "specd logs only a few lines"),
-                         "(llama.cpp; no effect)");
-  app->add_option_function<std::string>(
-         "--threads-draft", note("-td", "the draft runs on the target's threads (-t)"),
-         "(llama.cpp; no effect: the draft runs on the target's threads; also -td)")
-      ->type_name("N");
-  for (const char* names : {"-b,--batch-size", "--ubatch-size"}) {
-    app->add_option_function<std::string>(
-           names,
-           note(names[1] == 'b' ? "-b" : "-ub",
-                "prompts are read in chunks of specd's own size (--batch / --parallel count "
-                "sequences here, not llama.cpp's -b)"),
-           "(llama.cpp's prompt batch; no effect: --batch here counts sequences)")
-        ->type_name("N");
+  static constexpr NoOpFlag kFlags[] = {
+      {"-g,--n-gpu-layers,--gpu-layers", "-ngl", "N", "no GPU offload: specd runs on the CPU"},
+      {"--flash-attn", "-fa", "?", "specd's attention kernels are its own"},
+      {"--mlock", "--mlock", nullptr, "weights are read in place, not locked"},
+      {"--no-mmap", "--no-mmap", nullptr, "weights are always memory-mapped"},
+      {"--jinja", "--jinja", nullptr, "the model's chat template is always applied"},
+      {"--metrics", "--metrics", nullptr, "specd serve always serves /metrics"},
+      {"--cont-batching", "-cb", nullptr, "batching is always continuous"},
+      {"--log-disable", "--log-disable", nullptr, "specd logs only a few lines"},
+      {"--threads-draft", "-td", "N", "the draft runs on the target's threads (-t)"},
+      {"-b,--batch-size", "-b", "N",
+       "prompts are read in chunks of specd's own size (--batch / --parallel count sequences "
+       "here, not llama.cpp's -b)"},
+      {"--ubatch-size", "-ub", "N", "prompts are read in chunks of specd's own size"},
+  };
+  for (const NoOpFlag& f : kFlags) {
+    const auto note = [notes, f](auto&&...) {
+      notes->push_back(std::string(f.spelled) + ": " + f.why);
+    };
+    const std::string help =
+        std::string("(llama.cpp's ") + f.spelled + "; no effect: " + f.why + ")";
+    if (f.value == nullptr) {
+      app->add_flag_function(f.names, note, help);
+      continue;
+    }
+    CLI::Option* option = app->add_option_function<std::string>(f.names, note, help);
+    if (std::string(f.value) == "?") {
+      option->expected(0, 1)->type_name("[on|off|auto]");
+    } else {
+      option->type_name(f.value);
+    }
   }
 }
 

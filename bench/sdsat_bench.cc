@@ -96,7 +96,7 @@ std::vector<Setting> Settings(const SpecBenchOptions& o) {
                     coupled ? "coupled" : "rejection");
       settings.push_back(
           {name,
-           {t, 10, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
+           {t, 10, 0.95f, 1},
            mode});
     }
   }
@@ -173,7 +173,7 @@ std::vector<Run> RunCandidates(const SpecBenchOptions& o, const SdsatBenchOption
   std::vector<Run> plain_runs;
   for (int rep = 0; rep < o.reps; ++rep) {
     plain_runs.push_back(RunAll(requests, [&](const GenerateRequest& request, Run*) {
-      return GenerateAutoregressive(target, ctx, *r.kv, request);
+      return GenerateAutoregressive(target, ctx, *r.kv, request, setting.mode);
     }));
     for (Candidate& c : *candidates) {
       SdsatOptions options = r.base;

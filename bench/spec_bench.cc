@@ -208,10 +208,9 @@ std::vector<Setting> Settings(const SpecBenchOptions& o) {
       char name[64];
       std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t,
                     coupled ? "coupled" : "rejection");
-      // Plain runs draw as the verification does (the engine's step forces Gumbel-max too).
       settings.push_back(
           {name,
-           {t, 0, 0.95f, 1, coupled ? SamplingMethod::kGumbel : SamplingMethod::kInverseCdf},
+           {t, 0, 0.95f, 1},
            mode});
     }
   }
@@ -348,7 +347,8 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
         const size_t runner = (g + rep + turn) % n_runners;
         if (runner == candidates.size()) {
           results[runner].push_back(
-              GenerateAutoregressive(*b.models->target, b.models->ctx, *b.target_kv, groups[g]));
+              GenerateAutoregressive(*b.models->target, b.models->ctx, *b.target_kv, groups[g],
+                                     setting.mode));
           continue;
         }
         const Candidate& c = candidates[runner];

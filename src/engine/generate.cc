@@ -124,12 +124,12 @@ int KeepFinishedRankedByLogProb(GenerateResult* result) {
 }
 
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
-                                      const GenerateRequest& request) {
+                                      const GenerateRequest& request, SpecSampling sampling) {
   const int n = static_cast<int>(SequencePrompts(request).size());
   SPECD_CHECK(n >= 1 && n <= kv.n_slots(), "batch of ", n,
               " sequences does not fit the KV cache's ", kv.n_slots(), " slots");
   SpeculationConfig plain;
-  plain.sampling = SpecSampling::kRejection;  // draws as the request says (inverse CDF or Gumbel)
+  plain.sampling = sampling;
   StepOptions options;
   options.attention = request.attention;
   const EngineCore core = StartEngine(model, kv, ctx, plain, options, nullptr);

@@ -29,9 +29,12 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& request);
 // many were dropped.
 int KeepFinishedRankedByLogProb(GenerateResult* result);
 
-// Plain decoding (the engine without a proposer).
+// Plain decoding (the engine without a proposer); sampled tokens drawn as a speculative run
+// verifying by `sampling` would draw them (coupled: by Gumbel-max, so the output is what coupled
+// speculation writes for the seed).
 GenerateResult GenerateAutoregressive(Model& model, const KernelContext& ctx, KvCache& kv,
-                                      const GenerateRequest& request);
+                                      const GenerateRequest& request,
+                                      SpecSampling sampling = SpecSampling::kRejection);
 
 // Speculative decoding with any proposer (it must know no sequences yet); `config`'s draft-length
 // policy and verification (resolved here), its proposer fields unread.

@@ -94,6 +94,9 @@ TEST(Cli, BadFlagsAndInputsGiveMessagesAndNonZeroExit) {
       {"generate -m " + model + " --tokens 1,999999", "outside the vocabulary"},
       {"generate -m " + model + " --tokens 1,2 -t 0", "threads"},
       {"generate -m " + model + " --tokens 1,2 -n 100 -c 50", "exceed the context"},
+      {"generate -m " + model + " --tokens 1,2 -n 100 -c 50", "raise -c, up to the model's"},
+      // At the model's own length, raising -c is no advice.
+      {"generate -m " + model + " --tokens 1,2 -n 100000", "lower -n or shorten the prompt"},
       {"generate -m /nonexistent.gguf --tokens 1", "cannot open model file"},
       {"generate -m " + model, "exactly one of"},
       {"generate --bogus", "bogus"},

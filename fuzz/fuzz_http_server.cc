@@ -47,12 +47,12 @@ ServerUnderTest* Start() {
   auto* s = new ServerUnderTest;
   specd::EngineConfig config;
   config.model_path = SPECD_FUZZ_MODELS "/specd-target-q8_0.gguf";
-  config.draft_path = SPECD_FUZZ_MODELS "/specd-draft-q8_0.gguf";
-  config.proposer = specd::ProposerKind::kNgramOrDraft;
+  config.speculation.draft.path = SPECD_FUZZ_MODELS "/specd-draft-q8_0.gguf";
+  config.speculation.proposer = specd::ProposerKind::kNgramOrDraft;
   config.threads = 1;
   config.n_slots = 2;
   config.n_ctx = 64;  // bounds the work one request can ask for
-  config.speculation.cost_aware = false;
+  config.speculation.policy = specd::DraftLengthPolicyKind::kFixed;
   config.speculation.draft_max = 4;
   s->models = specd::LoadModels(config);
   try {

@@ -1,6 +1,7 @@
-// The forward pass: a batch of rows of any sequences through every layer, logits for the rows
-// that want them. Architecture differences are fields of ModelConfig read here (norms, biases,
-// rotary pairs, activations, sliding windows), not branches on the architecture's name.
+// The forward pass (ForwardPass, forward_pass.h): a batch of rows of any sequences through every
+// layer, logits for the rows that want them. Architecture differences are fields of ModelConfig
+// read here (norms, biases, rotary pairs, activations, sliding windows), not branches on the
+// architecture's name.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,7 +50,7 @@ std::unique_ptr<KvCache> Model::NewKvCache(const KvCacheConfig& config) const {
   return std::make_unique<KvCache>(config, config_.n_layer, config_.kv_dim());
 }
 
-void Model::Validate(const Batch& batch, const KvCache& kv) const {
+void ForwardPass::Validate(const Batch& batch, const KvCache& kv) const {
   const int64_t n = batch.size();
   SPECD_CHECK(batch.positions.size() == static_cast<size_t>(n) &&
                   batch.slots.size() == static_cast<size_t>(n) &&
@@ -84,7 +85,7 @@ void Model::Validate(const Batch& batch, const KvCache& kv) const {
   }
 }
 
-void Model::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows) {
+void ForwardPass::SetUpAttention(const Batch& batch, const KvCache& kv, AttentionRows* rows) {
   const int64_t m = batch.size();
   scratch_.kv_index.resize(m);
   rows->n_visible.resize(m);
@@ -151,7 +152,7 @@ void Model::WarmUp(const KernelContext& ctx, int rows) {
   }
 }
 
-void Model::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
+void ForwardPass::EmbedTokens(std::span<const int32_t> tokens, float* out) const {
   SPECD_CHECK(!config_.eagle, "an EAGLE head has no token embedding");
   const int64_t d = config_.n_embd;
   for (size_t r = 0; r < tokens.size(); ++r) {
@@ -183,6 +184,12 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
 void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
                     AttentionMode attention, std::vector<float>* logits,
                     const ForwardExtras& extras) {
+  pass_.Run(ctx, batch, kv, attention, logits, extras);
+}
+
+void ForwardPass::Run(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                      AttentionMode attention, std::vector<float>* logits,
+                      const ForwardExtras& extras) {
   SPECD_CHECK(extras.input_rows != nullptr || !config_.eagle,
               "an EAGLE head's forward needs its input rows");
   Validate(batch, kv);
@@ -210,7 +217,7 @@ void Model::Forward(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   AdvanceCache(batch, kv);
 }
 
-void Model::InputRows(const Batch& batch, const KvCache& kv, const float* input_rows) {
+void ForwardPass::InputRows(const Batch& batch, const KvCache& kv, const float* input_rows) {
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   const int64_t d = c.n_embd;
@@ -246,7 +253,7 @@ void Model::InputRows(const Batch& batch, const KvCache& kv, const float* input_
   }
 }
 
-void Model::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
+void ForwardPass::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
   const ModelConfig& c = config_;
   const int64_t m = batch.size();
   AttentionRows& rows = scratch_.attn.rows;
@@ -266,8 +273,8 @@ void Model::PrepareAttentionRows(const Batch& batch, const KvCache& kv) {
   }
 }
 
-void Model::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
-                      AttentionMode attention, const LayerGroups* fuzzy) {
+void ForwardPass::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
+                            AttentionMode attention, const LayerGroups* fuzzy) {
   const int64_t m = batch.size();
   const int64_t d = config_.n_embd;
   size_t next_group = 0;
@@ -288,7 +295,8 @@ void Model::RunLayers(const KernelContext& ctx, const Batch& batch, KvCache& kv,
   }
 }
 
-void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vector<float>* logits) {
+void ForwardPass::OutputLogits(const KernelContext& ctx, const Batch& batch,
+                               std::vector<float>* logits) {
   const ModelConfig& c = config_;
   const int64_t d = c.n_embd;
   // Only the rows that want logits go through the (large) output matrix.
@@ -322,7 +330,7 @@ void Model::OutputLogits(const KernelContext& ctx, const Batch& batch, std::vect
   ContextHeadLogits(ctx, n_out, logits);
 }
 
-void Model::GrowHead(const KernelContext& ctx, const Batch& batch) {
+void ForwardPass::GrowHead(const KernelContext& ctx, const Batch& batch) {
   ModelWeights::ContextHead& h = weights_.context_head;
   // An i8 file's head (row scales) stays as listed.
   if (h.max_tokens == 0 || h.full_output.row_scales != nullptr) return;
@@ -349,7 +357,8 @@ void Model::GrowHead(const KernelContext& ctx, const Batch& batch) {
   }
 }
 
-void Model::ContextHeadLogits(const KernelContext& ctx, int64_t n_out, std::vector<float>* logits) {
+void ForwardPass::ContextHeadLogits(const KernelContext& ctx, int64_t n_out,
+                                    std::vector<float>* logits) {
   ModelWeights::ContextHead& h = weights_.context_head;
   const int64_t n = static_cast<int64_t>(h.tokens.size());
   if (n == 0) return;
@@ -362,7 +371,7 @@ void Model::ContextHeadLogits(const KernelContext& ctx, int64_t n_out, std::vect
   }
 }
 
-void Model::AdvanceCache(const Batch& batch, KvCache& kv) {
+void ForwardPass::AdvanceCache(const Batch& batch, KvCache& kv) {
   const int64_t m = batch.size();
   int32_t prev = -1;
   for (int64_t r = 0; r < m; ++r) {
@@ -375,8 +384,8 @@ void Model::AdvanceCache(const Batch& batch, KvCache& kv) {
   }
 }
 
-void Model::FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
-                       KvCache& kv, AttentionMode attention) {
+void ForwardPass::FuzzyGroup(const KernelContext& ctx, int first, int count, const Batch& batch,
+                             KvCache& kv, AttentionMode attention) {
   ProfileMarks marks(profile_);
   const int64_t m = batch.size();
   const int64_t d = config_.n_embd;
@@ -410,7 +419,7 @@ void Model::FuzzyGroup(const KernelContext& ctx, int first, int count, const Bat
   }
 }
 
-void Model::TraceLayer(int il, const AttentionScratch& s, int64_t m) {
+void ForwardPass::TraceLayer(int il, const AttentionScratch& s, int64_t m) {
   if (trace_ == nullptr) return;
   const int64_t d = config_.n_embd;
   const int64_t q_dim = static_cast<int64_t>(config_.n_head) * config_.head_dim;
@@ -421,9 +430,9 @@ void Model::TraceLayer(int il, const AttentionScratch& s, int64_t m) {
   trace_->v[il].assign(s.v.data(), s.v.data() + m * kv_dim);
 }
 
-void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
-                           const float* x, AttentionScratch& s, AttentionMode attention,
-                           ForwardProfile* profile) {
+void ForwardPass::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch, KvCache& kv,
+                                 const float* x, AttentionScratch& s, AttentionMode attention,
+                                 ForwardProfile* profile) {
   ProfileMarks marks(profile);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   const ModelConfig& c = config_;
@@ -508,7 +517,7 @@ void Model::AttentionBlock(const KernelContext& ctx, int il, const Batch& batch,
   mark(ForwardProfile::kResidual);
 }
 
-void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
+void ForwardPass::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
   ProfileMarks marks(profile_);
   auto mark = [&](ForwardProfile::Op op) { marks.Mark(op); };
   const ModelConfig& c = config_;
@@ -563,6 +572,28 @@ void Model::FfnBlock(const KernelContext& ctx, int il, int64_t m) {
     RmsNorm(scratch_.ffn.data(), l.post_ffn_norm.data(), scratch_.ffn.data(), m, d, c.rms_eps);
   for (int64_t i = 0; i < m * d; ++i) scratch_.x[i] += scratch_.ffn[i];
   mark(ForwardProfile::kResidual);
+}
+
+void ForwardPass::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out,
+                              float* logits) {
+  const int64_t n_vocab = config_.n_vocab;
+  AddLowRank(ctx, {{&weights_.output_lora, logits, n_vocab}}, x, n_out, &scratch_.lora_scratch);
+  if (!config_.tied_embeddings) return;
+  const EmbeddingDelta& e = weights_.embedding_lora;
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (size_t t = 0; t < e.tokens.size(); ++t) {
+      const float* delta = e.rows.data() + t * e.n_embd;
+      float dot = 0.0f;  // one fixed order, whatever the batch
+      for (int64_t j = 0; j < e.n_embd; ++j) dot += x[o * e.n_embd + j] * delta[j];
+      logits[o * n_vocab + e.tokens[t]] += dot;
+    }
+  }
+}
+
+void ForwardPass::RecordMax(const float* x, int64_t m, int64_t n, std::vector<float>* max) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) (*max)[j] = std::max((*max)[j], std::fabs(x[r * n + j]));
+  }
 }
 
 }  // namespace specd

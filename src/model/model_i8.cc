@@ -111,7 +111,7 @@ void Model::ConvertAllToI8(const KernelContext* ctx, const ModelLoadOptions& opt
 }
 
 void Model::SetActivationMaxima(ActivationMaxima* maxima) {
-  maxima_ = maxima;
+  pass_.SetActivationMaxima(maxima);
   if (maxima == nullptr) return;
   const ModelConfig& c = config_;
   maxima->qkv_in.assign(c.n_layer, std::vector<float>(c.n_embd, 0.0f));
@@ -119,12 +119,6 @@ void Model::SetActivationMaxima(ActivationMaxima* maxima) {
   maxima->gate_up_in.assign(c.n_layer, std::vector<float>(c.n_embd, 0.0f));
   maxima->down_in.assign(c.n_layer, std::vector<float>(c.n_ff, 0.0f));
   maxima->output_in.assign(c.n_embd, 0.0f);
-}
-
-void Model::RecordMax(const float* x, int64_t m, int64_t n, std::vector<float>* max) {
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t j = 0; j < n; ++j) (*max)[j] = std::max((*max)[j], std::fabs(x[r * n + j]));
-  }
 }
 
 void Model::ForEachI8Matrix(

@@ -70,19 +70,4 @@ void Model::LoadLora(const std::vector<LoraSpec>& adapters, LoraApply apply) {
   if (config_.tied_embeddings && merged_embedding) weights_.output = weights_.token_embd;
 }
 
-void Model::AddHeadLora(const KernelContext& ctx, const float* x, int64_t n_out, float* logits) {
-  const int64_t n_vocab = config_.n_vocab;
-  AddLowRank(ctx, {{&weights_.output_lora, logits, n_vocab}}, x, n_out, &scratch_.lora_scratch);
-  if (!config_.tied_embeddings) return;
-  const EmbeddingDelta& e = weights_.embedding_lora;
-  for (int64_t o = 0; o < n_out; ++o) {
-    for (size_t t = 0; t < e.tokens.size(); ++t) {
-      const float* delta = e.rows.data() + t * e.n_embd;
-      float dot = 0.0f;  // one fixed order, whatever the batch
-      for (int64_t j = 0; j < e.n_embd; ++j) dot += x[o * e.n_embd + j] * delta[j];
-      logits[o * n_vocab + e.tokens[t]] += dot;
-    }
-  }
-}
-
 }  // namespace specd

@@ -94,10 +94,7 @@ std::vector<Setting> Settings(const SpecBenchOptions& o) {
       char name[64];
       std::snprintf(name, sizeof(name), "t=%.1f top-k=10 top-p=0.95 %s", t,
                     coupled ? "coupled" : "rejection");
-      settings.push_back(
-          {name,
-           {t, 10, 0.95f, 1},
-           mode});
+      settings.push_back({name, {t, 10, 0.95f, 1}, mode});
     }
   }
   return settings;

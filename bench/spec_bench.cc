@@ -208,10 +208,7 @@ std::vector<Setting> Settings(const SpecBenchOptions& o) {
       char name[64];
       std::snprintf(name, sizeof(name), "t=%.1f top-p=0.95 %s", t,
                     coupled ? "coupled" : "rejection");
-      settings.push_back(
-          {name,
-           {t, 0, 0.95f, 1},
-           mode});
+      settings.push_back({name, {t, 0, 0.95f, 1}, mode});
     }
   }
   return settings;
@@ -346,9 +343,8 @@ BatchRuns RunBatch(const SpecBenchOptions& o, SpecBench& b, const Setting& setti
       for (size_t turn = 0; turn < n_runners; ++turn) {
         const size_t runner = (g + rep + turn) % n_runners;
         if (runner == candidates.size()) {
-          results[runner].push_back(
-              GenerateAutoregressive(*b.models->target, b.models->ctx, *b.target_kv, groups[g],
-                                     setting.mode));
+          results[runner].push_back(GenerateAutoregressive(*b.models->target, b.models->ctx,
+                                                           *b.target_kv, groups[g], setting.mode));
           continue;
         }
         const Candidate& c = candidates[runner];

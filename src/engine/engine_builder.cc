@@ -59,11 +59,10 @@ namespace {
 
 // The proposer `config` asks for: prompt lookup, a model proposer (a draft model, an EAGLE head or
 // SDSAT's), or both combined.
-void MakeProposers(LoadedModels& models, const EngineConfig& engine, KvCache* draft_kv,
-                   std::unique_ptr<Proposer>* lookup, std::unique_ptr<Proposer>* model_proposer,
-                   std::unique_ptr<Proposer>* combined) {
+void MakeProposers(LoadedModels& models, const SpeculationConfig& config, AttentionMode attention,
+                   KvCache* draft_kv, std::unique_ptr<Proposer>* lookup,
+                   std::unique_ptr<Proposer>* model_proposer, std::unique_ptr<Proposer>* combined) {
   const Model& target = *models.target;
-  const SpeculationConfig& config = engine.speculation;
   switch (config.proposer) {
     case ProposerKind::kNone:
       return;
@@ -86,9 +85,8 @@ void MakeProposers(LoadedModels& models, const EngineConfig& engine, KvCache* dr
                                               target.config().n_vocab);
   }
   if (UsesDraftModel(config.proposer)) {
-    *model_proposer =
-        MakeModelProposer(target, *models.draft, *draft_kv, models.ctx, engine.attention,
-                          DraftModelOptionsFor(config.draft, *models.draft));
+    *model_proposer = MakeModelProposer(target, *models.draft, *draft_kv, models.ctx, attention,
+                                        DraftModelOptionsFor(config.draft, *models.draft));
   }
   if (*lookup && *model_proposer) {
     *combined = std::make_unique<CombinedProposer>(**lookup, **model_proposer);
@@ -108,10 +106,8 @@ std::unique_ptr<EngineStack> BuildEngine(LoadedModels& models, const EngineConfi
     s->draft_kv_ =
         models.draft->NewKvCache({config.n_slots, s->n_ctx_ + longest_draft + 1, config.kv_type});
   }
-  EngineConfig resolved = config;
-  resolved.speculation = s->speculation_;
-  MakeProposers(models, resolved, s->draft_kv_.get(), &s->lookup_, &s->model_proposer_,
-                &s->combined_);
+  MakeProposers(models, s->speculation_, config.attention, s->draft_kv_.get(), &s->lookup_,
+                &s->model_proposer_, &s->combined_);
   Proposer* proposer = s->combined_ ? s->combined_.get()
                        : s->lookup_ ? s->lookup_.get()
                                     : s->model_proposer_.get();

@@ -122,12 +122,9 @@ void FillDraftLengthDefaults(SpeculationConfig* c) {
 }  // namespace
 
 SpeculationConfig ResolveSpeculation(SpeculationConfig c) {
-  if (!c.speculative()) {
-    CheckNothingAskedOfSpeculation(c);
-    CheckProposerOptions(c);
-    return c;
-  }
+  if (!c.speculative()) CheckNothingAskedOfSpeculation(c);
   CheckProposerOptions(c);
+  if (!c.speculative()) return c;
   if (!c.schedule.empty()) {
     for (int k : c.schedule) {
       SPECD_CHECK(k >= 0 && k <= Defaults::kLimit, "a draft-length schedule holds 0..",

@@ -201,9 +201,9 @@ SpeculationConfig SpeculationFromFlags(const SpeculationFlags& f, bool draft_giv
   SPECD_CHECK(!draft_given || UsesDraftModel(c.proposer) || c.proposer == ProposerKind::kNone,
               "--spec-type ", ProposerKindName(c.proposer),
               " drafts without a draft model: drop -md");
-  // A default pair's draft is not an error to leave unused; a plain run reads no draft.
-  if (!UsesDraftModel(c.proposer) && !draft_given) c.draft.path.clear();
-  if (c.proposer == ProposerKind::kNone) c.draft.path.clear();
+  // Only a proposer with a draft model reads one (a -md given to another was refused above; a
+  // plain run or a default pair's draft is left unread).
+  if (!UsesDraftModel(c.proposer)) c.draft.path.clear();
   c.sdsat = SdsatOptionsWithTree(c.sdsat, f.sdsat_tree);
   if (f.adaptive_k > 0) c.sdsat.n_adaptive = f.adaptive_k;
   if (!f.draft_tree.empty()) {

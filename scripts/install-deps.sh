@@ -23,3 +23,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+# xgrammar's C++ core (structured output) is built from its PyPI sdist's sources.
+bash "$(dirname "$0")/get-xgrammar.sh"

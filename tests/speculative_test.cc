@@ -146,9 +146,10 @@ using testing::ChiSquarePValue;
 // processed distribution, the first marginalized out: [n_vocab * n_vocab], index x2 * n_vocab +
 // x3. (The first token comes from the prompt's own forward, as in plain decoding; the next two
 // are the ones speculation produces.)
+// Constrained: every row masked by testing::ModuloConstraint's rule after the row's last token.
 std::vector<double> ExactTwoTokenDistribution(Model& target, const KernelContext& ctx,
                                               const std::vector<int32_t>& prompt,
-                                              const SamplingParams& params) {
+                                              const SamplingParams& params, bool constrained) {
   const int64_t v = target.config().n_vocab;
   auto kv = target.NewKvCache({1, 64});
   std::vector<double> joint(v * v, 0.0);
@@ -159,6 +160,7 @@ std::vector<double> ExactTwoTokenDistribution(Model& target, const KernelContext
     for (size_t i = 0; i < tokens.size(); ++i) b.Add(tokens[i], i, seq, i + 1 == tokens.size());
     target.Forward(ctx, b, *kv, AttentionMode::kSplit, &logits);
     kv->Release(seq);
+    if (constrained) testing::ModuloConstraint(tokens.back()).Mask(logits);
     return ProcessedProbs(logits, params);
   };
   const auto first = run(prompt);
@@ -227,6 +229,7 @@ struct DistributionCase {
   int sdsat_tree_nodes = 0;      // ... drafting trees (depth 2, width 3) of draft_max nodes
   int n_predict = 4;             // tokens per sequence (tokens 2 and 3 are counted)
   bool eagle = false;            // an EAGLE head (micro-shaped, random) drafts from features
+  bool constrained = false;      // under testing::ModuloConstraint (structured output)
 };
 
 // EasySpec's drafting on the 2-layer test draft: both layers in one fuzzy group.
@@ -262,7 +265,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
   // A repetitive prompt gives the n-gram lookup something to propose.
   const std::vector<int32_t> prompt = c.ngram ? std::vector<int32_t>{1, 5, 9, 14, 1, 5, 9, 14, 1, 5}
                                               : std::vector<int32_t>{1, 5, 9, 14};
-  const auto exact = ExactTwoTokenDistribution(*target, ctx, prompt, c.params);
+  const auto exact = ExactTwoTokenDistribution(*target, ctx, prompt, c.params, c.constrained);
   auto target_kv = target->NewKvCache({c.n_sequences, 64});
   auto draft_kv = draft->NewKvCache({c.n_sequences, 64});
   const int64_t v = target->config().n_vocab;
@@ -275,6 +278,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     r.n_predict = c.n_predict;
     r.n_sequences = c.n_sequences;
     r.stop_at_eos = false;
+    if (c.constrained) r.constraint = std::make_shared<testing::ModuloGrammar>(prompt.back());
     r.sampling = c.params;
     r.sampling.seed = 1000003ull * s + 17;
     // Tokens 2 and 3: with draft length 2 both go through one verification (rejection at either
@@ -307,6 +311,7 @@ double SpeculativeTwoTokenPValue(const DistributionCase& c, int n_samples) {
     for (const auto& seq : out.sequences) {
       const auto& t = seq.tokens;
       EXPECT_EQ(t.size(), static_cast<size_t>(c.n_predict));
+      if (c.constrained) EXPECT_TRUE(testing::FollowsModuloRule(prompt.back(), t)) << c.name;
       if (t.size() >= 3) ++counts[t[1] * v + t[2]];
     }
   }
@@ -498,6 +503,56 @@ std::vector<DistributionCase> DistributionCases() {
        .name = "EAGLE head, residual drawn from p (a bug)",
        .should_pass = false,
        .eagle = true},
+      // Structured output: the target's distribution is the masked one, and every proposer drafts
+      // under the same mask (or has its drafts cut where the grammar stops them).
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, rejection",
+       .should_pass = true,
+       .constrained = true},
+      {.params = {0.7f, 0, 0.9f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, top-p 0.9, coupled",
+       .should_pass = true,
+       .mode = SpecSampling::kCoupled,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = WrongResidual,
+       .name = "under a grammar, residual drawn from p (a bug)",
+       .should_pass = false,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, restricted draft head, 2 completions, rejection",
+       .should_pass = true,
+       .restricted_head = true,
+       .n_sequences = 2,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, n-gram lookup, rejection",
+       .should_pass = true,
+       .ngram = true,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, SDSAT two-step loop, rejection",
+       .should_pass = true,
+       .sdsat = true,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, token trees of width 2, rejection",
+       .should_pass = true,
+       .draft = Tree(2),
+       .draft_base = 2,
+       .constrained = true},
+      {.params = {1.0f, 0, 1.0f, 0},
+       .verify = VerifySampled,
+       .name = "under a grammar, EAGLE head, rejection",
+       .should_pass = true,
+       .eagle = true,
+       .constrained = true},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -207,6 +208,29 @@ std::string TinyModel(const std::string& shape, DType type, uint64_t seed) {
     WriteSyntheticModel(ShapeByName(shape), type, seed, path, &pool);
   }
   return path;
+}
+
+void ModuloConstraint::Mask(std::span<float> logits) {
+  for (size_t t = 0; t < logits.size(); ++t) {
+    if (!Allowed(history_.back(), static_cast<int32_t>(t))) {
+      logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+bool ModuloConstraint::Advance(int32_t token) {
+  if (!Allowed(history_.back(), token)) return false;
+  history_.push_back(token);
+  return true;
+}
+
+bool FollowsModuloRule(int32_t prompt_last, const std::vector<int32_t>& tokens) {
+  int32_t previous = prompt_last;
+  for (int32_t t : tokens) {
+    if (!ModuloConstraint::Allowed(previous, t)) return false;
+    previous = t;
+  }
+  return true;
 }
 
 }  // namespace specd::testing

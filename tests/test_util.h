@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "sampling/token_constraint.h"
 #include "tensor/dtype.h"
 
 namespace specd::testing {
@@ -96,5 +97,36 @@ class UntestedPaths {
 };
 #define SPECD_SKIP_IF_UNTESTED(untested) \
   if (!(untested).empty()) GTEST_SKIP() << (untested).Reason()
+
+// A grammar for the synthetic models, exact and cheap to reason about: after token t (the
+// prompt's last token first) only tokens u with (t + u) % 3 != 0 may follow. Lets the lossless
+// gates run under a constraint without a tokenizer.
+class ModuloConstraint final : public TokenConstraint {
+ public:
+  explicit ModuloConstraint(int32_t last) : history_{last} {}
+  static bool Allowed(int32_t previous, int32_t token) { return (previous + token) % 3 != 0; }
+  void Mask(std::span<float> logits) override;
+  bool Advance(int32_t token) override;
+  void Rollback(int n) override { history_.resize(history_.size() - n); }
+  bool terminated() const override { return false; }
+
+ private:
+  std::vector<int32_t> history_;
+};
+
+// Starts ModuloConstraints after the given prompt's last token.
+class ModuloGrammar final : public TokenConstraintFactory {
+ public:
+  explicit ModuloGrammar(int32_t prompt_last) : prompt_last_(prompt_last) {}
+  std::unique_ptr<TokenConstraint> Start() const override {
+    return std::make_unique<ModuloConstraint>(prompt_last_);
+  }
+
+ private:
+  int32_t prompt_last_;
+};
+
+// Whether tokens (following `prompt_last`) keep ModuloConstraint's rule.
+bool FollowsModuloRule(int32_t prompt_last, const std::vector<int32_t>& tokens);
 
 }  // namespace specd::testing

@@ -59,6 +59,10 @@ struct GenerateOptions {
   bool single_turn = false;  // -st: the chat ends after one answer (llama-cli's --single-turn)
   std::string system;        // --system: the conversation's system message
   WeightOptions weights;     // --weights i8, --int8-kernel, --lora ...
+  // Structured output (llama.cpp's flags): a GBNF grammar (--grammar, --grammar-file) or a JSON
+  // schema (-j, -jf); the text itself, files read when the flags are parsed.
+  std::string grammar;
+  std::string json_schema;
 };
 int RunGenerate(const GenerateOptions& options);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn

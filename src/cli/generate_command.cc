@@ -364,6 +364,23 @@ void CutAtReversePrompts(const ReversePrompts* reverse, GenerateResult* result) 
   }
 }
 
+// --grammar / -j as the request's constraint (null without either).
+std::shared_ptr<const TokenConstraintFactory> ConstraintFromFlags(const GenerateOptions& o,
+                                                                  LoadedModels& models) {
+  SPECD_CHECK(o.grammar.empty() || o.json_schema.empty(),
+              "give --grammar or --json-schema, not both");
+  if (o.grammar.empty() && o.json_schema.empty()) return nullptr;
+  GrammarSpec spec;
+  spec.kind = o.grammar.empty() ? GrammarKind::kJsonSchema : GrammarKind::kGbnf;
+  spec.text = o.grammar.empty() ? o.json_schema : o.grammar;
+  try {
+    return models.grammar().Compile(spec);
+  } catch (const Error& e) {
+    throw Error(StrCat(o.grammar.empty() ? "--json-schema" : "--grammar",
+                       " cannot be compiled: ", e.what()));
+  }
+}
+
 void WarnAboutThreads(int threads) {
   if (const unsigned cores = std::thread::hardware_concurrency();
       cores > 0 && static_cast<unsigned>(threads) > cores) {
@@ -409,6 +426,7 @@ int RunGenerate(const GenerateOptions& options) {
   std::vector<int> prompt_lines;  // --prompts: the line of each prompt
   ReadPrompts(o, *models, &request, &prompt_text, &prompt_lines);
   SetRequestOptions(o, &request);
+  request.constraint = ConstraintFromFlags(o, *models);
   RunSummary run;
   run.n_seq = request.n_sequences;
   run.strategy = flags::StrategyName(spec, config.speculation.proposer, run.n_seq);

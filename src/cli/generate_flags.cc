@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/file_util.h"
 #include "cli/commands.h"
 #include "flags/common_flags.h"
 #include "flags/speculation_flags.h"
@@ -52,6 +53,21 @@ void AddPromptFlags(CLI::App* g, GenerateCommandState* state) {
   g->add_option("--system,--system-prompt", o->system, "system message of a chat (also -sys)");
   g->add_flag("--no-conversation", state->no_conversation,
               "llama.cpp's -no-cnv: the prompt is text, not a chat turn (the default here)");
+}
+
+// Structured output: the flags llama.cpp spells, the files read at once (an unreadable one is an
+// error that names it).
+void AddGrammarFlags(CLI::App* g, GenerateOptions* o) {
+  auto read_into = [](std::string* text) {
+    return [text](const std::string& path) { *text = ReadFileBytes(path); };
+  };
+  g->add_option("--grammar", o->grammar, "GBNF grammar the output follows (llama.cpp's)");
+  g->add_option_function<std::string>("--grammar-file", read_into(&o->grammar),
+                                      "file holding a GBNF grammar");
+  g->add_option("-j,--json-schema", o->json_schema,
+                "JSON schema the output follows ('{}': any JSON object)");
+  g->add_option_function<std::string>("--json-schema-file", read_into(&o->json_schema),
+                                      "file holding a JSON schema (also -jf)");
 }
 
 void AddSamplingFlags(CLI::App* g, GenerateOptions* o) {
@@ -108,6 +124,7 @@ Command AddGenerateCommand(CLI::App& app) {
   AddPromptFlags(g, state.get());
   flags::AddSpeculationFlags(g, &state->options.speculation);
   AddSamplingFlags(g, &state->options);
+  AddGrammarFlags(g, &state->options);
   AddEngineFlags(g, &state->options);
   flags::AddLlamaCppNoOpFlags(g, &state->ignored_flags);
   return {g, [g, state] {

@@ -125,6 +125,9 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
   if (options_.tree_width > 1) return ProposeTrees(inputs, out, timings);
   const int64_t n_vocab = model_.config().n_vocab;
   const int k_max = BeginStep(inputs, timings);
+  // Each sequence's chain length: in.k, or where its grammar allowed nothing the draft offers.
+  std::vector<int> k_of(inputs.size());
+  for (size_t j = 0; j < inputs.size(); ++j) k_of[j] = inputs[j].k;
   Batch batch;
   std::vector<size_t> rows_of;  // input index of each output row
   for (int i = 0; i < k_max; ++i) {
@@ -132,7 +135,7 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
     rows_of.clear();
     for (size_t j = 0; j < inputs.size(); ++j) {
       const DraftInput& in = inputs[j];
-      if (i >= in.k) continue;
+      if (i >= k_of[j]) continue;
       State& s = seqs_.at(in.seq);
       const int base = kv_.Length(s.slot);
       const std::vector<int32_t> feed = i == 0 ? s.pending : std::vector<int32_t>{s.drafted.back()};
@@ -146,7 +149,14 @@ void DraftModelProposer::Propose(std::span<const DraftInput> inputs, std::vector
       const DraftInput& in = inputs[rows_of[r]];
       State& s = seqs_.at(in.seq);
       const std::span<const float> row(logits_.data() + r * n_vocab, n_vocab);
-      s.drafted.push_back(DrawDraftToken(in, i, row, &(*out)[rows_of[r]]));
+      const int32_t token = DrawDraftToken(in, i, row, &(*out)[rows_of[r]]);
+      if (token != kNoDraft) {
+        s.drafted.push_back(token);
+        continue;
+      }
+      k_of[rows_of[r]] = i;
+      // Without a draft the step is a plain one for this sequence: its pending inputs go back.
+      if (i == 0) kv_.Truncate(s.slot, s.kv_before);
     }
   }
   for (size_t j = 0; j < inputs.size(); ++j) (*out)[j].tokens = seqs_.at(inputs[j].seq).drafted;

@@ -192,7 +192,12 @@ void EagleProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
       const DraftInput& in = inputs[j];
       State& s = seqs_.at(in.seq);
       const std::span<const float> row(logits_.data() + o * n_vocab, n_vocab);
-      s.drafted.push_back(DrawDraftToken(in, i, row, &(*out)[j]));
+      const int32_t token = DrawDraftToken(in, i, row, &(*out)[j]);
+      if (token == kNoDraft) {
+        ks[j] = static_cast<int>(s.drafted.size());  // the grammar ends this chain here
+      } else {
+        s.drafted.push_back(token);
+      }
       predicted.insert(predicted.end(), hidden_.begin() + r * d, hidden_.begin() + (r + 1) * d);
       ++o;
     }

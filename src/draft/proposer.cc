@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "verify/verify.h"
 
 namespace specd {
 
-int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out) {
+namespace {
+int32_t DrawUnconstrained(const DraftInput& in, int i, std::span<const float> row, Proposal* out) {
   const SamplingParams& sampling = *in.sampling;
   if (sampling.greedy()) return Argmax(row);
   const uint64_t position = static_cast<uint64_t>(in.first_position + i);
@@ -20,6 +22,29 @@ int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, 
   out->probs.push_back(ProcessedProbs(row, sampling));
   const RngKey key{sampling.seed, in.rng_sequence, position, RngPurpose::kDraft};
   return DrawFrom(out->probs.back(), UniformDouble(key));
+}
+
+// The largest logit is finite: some allowed token has a chance.
+bool HasAllowedToken(std::span<const float> row) {
+  for (float v : row) {
+    if (v > -std::numeric_limits<float>::infinity()) return true;
+  }
+  return false;
+}
+}  // namespace
+
+int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out) {
+  if (in.constraint == nullptr) return DrawUnconstrained(in, i, row, out);
+  std::vector<float> masked(row.begin(), row.end());  // [n_vocab]
+  in.constraint->Mask(masked);
+  if (!HasAllowedToken(masked)) return kNoDraft;
+  const size_t n_probs = out->probs.size();
+  const int32_t token = DrawUnconstrained(in, i, masked, out);
+  if (!in.constraint->Advance(token)) {  // cannot happen for a token of the masked row
+    out->probs.resize(n_probs);
+    return kNoDraft;
+  }
+  return token;
 }
 
 std::vector<std::pair<int32_t, float>> RankedDraftTokens(const DraftInput& in, int i,

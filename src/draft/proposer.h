@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "sampling/token_constraint.h"
 
 namespace specd {
 
@@ -34,6 +35,10 @@ struct DraftInput {
   const SamplingParams* sampling = nullptr;
   uint64_t rng_sequence = 0;  // sequence component of RNG keys
   SpecSampling mode = SpecSampling::kRejection;
+  // Structured output: the grammar at the sequence's committed state (null: none). Chain
+  // drafters draw each token under its mask and advance it (DrawDraftToken does both); the step
+  // restores it after Propose.
+  DraftingConstraint* constraint = nullptr;
 };
 
 // What was drafted for one sequence: a chain of tokens or, with `parents`, a token tree (node i's
@@ -60,7 +65,11 @@ struct ProposerTimings {
 
 // Draws draft token i of `in` (at position in.first_position + i) from a logits row: argmax when
 // greedy; coupled, the Gumbel-max under the target's own noise at that position; for rejection
-// sampling, a draw from the processed distribution, which is appended to out->probs.
+// sampling, a draw from the processed distribution, which is appended to out->probs. Under a
+// constraint the row is masked first and the constraint advanced by the token; kNoDraft when the
+// grammar allows nothing the row gives a chance (an FR-Spec head without the token it needs):
+// the chain ends there.
+inline constexpr int32_t kNoDraft = -1;
 int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out);
 
 // A node's children candidates for greedy and coupled token trees, best first, with their

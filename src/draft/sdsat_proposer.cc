@@ -64,6 +64,8 @@ void SdsatProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
     s.sampling = *in.sampling;
     s.input = in;
     s.input.sampling = &s.sampling;
+    s.input.constraint = nullptr;
+    s.constrained = in.constraint != nullptr;
     s.has_pending = false;
     Proposal& p = (*out)[j];
     if (options_.tree_nodes > 0) {
@@ -76,6 +78,10 @@ void SdsatProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
       s.ready_rows.clear();
       continue;
     }
+    if (!s.ready_rows.empty()) {  // chain rows kept for a grammar
+      DrawConstrainedChain(in, s, &p);
+      continue;
+    }
     const int n = std::min<int>(in.k, static_cast<int>(s.ready.tokens.size()));
     p.tokens.assign(s.ready.tokens.begin(), s.ready.tokens.begin() + n);
     if (!s.ready.probs.empty()) {
@@ -84,6 +90,20 @@ void SdsatProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
     s.proposed = n;
     s.ready = Proposal{};
   }
+}
+
+void SdsatProposer::DrawConstrainedChain(const DraftInput& in, State& s, Proposal* p) {
+  const int n_rows = static_cast<int>(s.ready_rows.size() / s.row_size);
+  const int n = in.constraint != nullptr ? std::min(in.k, n_rows) : 0;
+  for (int i = 0; i < n; ++i) {
+    const std::span<const float> row(s.ready_rows.data() + i * s.row_size, s.row_size);
+    const int32_t token = DrawDraftToken(in, i, row, p);
+    if (token == kNoDraft) break;
+    p->tokens.push_back(token);
+  }
+  s.proposed = static_cast<int>(p->tokens.size());
+  s.ready_rows.clear();
+  s.ready = Proposal{};
 }
 
 void SdsatProposer::RiderTokens(int seq, int max_tokens, std::vector<int32_t>* tokens) {
@@ -100,7 +120,7 @@ void SdsatProposer::TakeRiderRows(int seq, std::span<const float> rows) {
   SPECD_CHECK(s.n_riders > 0 && rows.size() % s.n_riders == 0,
               "SDSAT: rider rows do not match the adaptive tokens asked for");
   const size_t n_vocab = rows.size() / s.n_riders;
-  if (options_.tree_nodes > 0) {
+  if (options_.tree_nodes > 0 || s.constrained) {
     s.pending_rows.assign(rows.begin(), rows.end());
     s.row_size = n_vocab;
     s.has_pending = true;

@@ -71,15 +71,21 @@ class SdsatProposer : public Proposer, public RiderRows {
   struct State {
     Proposal ready;    // drafts for the next step (from the last kept adaptive rows)
     Proposal pending;  // drafts from this step's adaptive rows, kept if every draft is
-    // Trees: the adaptive rows themselves ([n, n_vocab]), the tree drawn when the step comes.
+    // Trees, and chains under a grammar: the adaptive rows themselves ([n, n_vocab]), the drafts
+    // drawn when the step comes (a grammar's state is known only then).
     std::vector<float> ready_rows, pending_rows;
+    bool constrained = false;  // this step's request had a grammar
     size_t row_size = 1;  // n_vocab, once rows came
     bool has_pending = false;
     int proposed = 0;  // drafts given this step
     int n_riders = 0;  // adaptive tokens asked for this step
-    DraftInput input;  // this step's request (sampling copied: the caller's pointer expires)
+    // This step's request (sampling copied: the caller's pointer expires; its constraint is
+    // not kept, as it lives only during Propose).
+    DraftInput input;
     SamplingParams sampling;
   };
+  // Under a grammar: drafts drawn now from the kept adaptive rows, each under the mask.
+  void DrawConstrainedChain(const DraftInput& in, State& s, Proposal* p);
   SdsatOptions options_;
   std::map<int, State> seqs_;
 };

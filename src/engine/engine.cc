@@ -106,6 +106,7 @@ int Engine::Add(const SequenceRequest& request) {
   Sequence s;
   s.id = next_id_;
   s.request = request;
+  if (request.constraint != nullptr) s.constraint = request.constraint->Start();
   s.t_added_ms = clock_.ElapsedMs();
   if (!request.cache_prompt || !ReuseCachedPrefix(s)) s.slot = AcquireSlot();
   if (proposer_ != nullptr) {
@@ -140,6 +141,7 @@ std::vector<int> Engine::AddCompletions(const SequenceRequest& request, int n) {
         Sequence s;
         s.id = next_id_;
         s.request = r;
+        if (r.constraint != nullptr) s.constraint = r.constraint->Start();
         s.shared_with = ids[0];
         s.t_added_ms = clock_.ElapsedMs();
         s.slot = AcquireSlot();

@@ -17,6 +17,17 @@ LoadedModels::LoadedModels(const EngineConfig& config) : pool(config.threads) {
   ctx.int8_backend = Int8BackendFor(config.weights, ctx.cpu);
 }
 
+GrammarCompiler& LoadedModels::grammar() {
+  SPECD_CHECK(tokenizer != nullptr, "structured output needs the model's tokenizer, and ",
+              "this model has no tokenizer metadata");
+  std::call_once(grammar_once_, [this] {
+    grammar_ = std::make_unique<GrammarCompiler>(*tokenizer, target->config().n_vocab,
+                                                 target->config().end_of_generation,
+                                                 pool.size());
+  });
+  return *grammar_;
+}
+
 std::unique_ptr<LoadedModels> LoadModels(const EngineConfig& config) {
   auto m = std::make_unique<LoadedModels>(config);
   m->target = Model::Load(config.model_path, &m->ctx,

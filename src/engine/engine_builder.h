@@ -9,12 +9,14 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "draft/draft_model_proposer.h"
 #include "draft/proposer.h"
 #include "draft/sdsat_proposer.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "engine/generate.h"
 #include "engine/model_options.h"
 #include "engine/speculation_config.h"
@@ -51,6 +53,14 @@ struct LoadedModels {
   std::unique_ptr<Model> target;
   std::unique_ptr<Model> draft;          // with a draft-model proposer
   std::unique_ptr<Tokenizer> tokenizer;  // null for a model without tokenizer metadata
+
+  // Structured output's compiler over the target's vocabulary, built on first use (a pass over
+  // the vocabulary); throws an Error for a model without a tokenizer. Safe from several threads.
+  GrammarCompiler& grammar();
+
+ private:
+  std::once_flag grammar_once_;
+  std::unique_ptr<GrammarCompiler> grammar_;
 };
 
 // Loads (and warms up) what `config` names; throws an Error for a missing or mismatched file.

@@ -48,6 +48,7 @@ GenerateResult RunRequest(Engine& engine, const GenerateRequest& r) {
   base.sum_logprob = r.sum_logprob;
   base.logprobs = r.logprobs;
   base.cache_prompt = r.cache_prompt;
+  base.constraint = r.constraint;
   std::vector<int> ids;
   if (r.prompts.empty()) {
     base.prompt = r.prompt;

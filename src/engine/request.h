@@ -48,6 +48,8 @@ struct GenerateRequest {
   // -1: none; n >= 0: each generated token's log-probability and its n most likely alternatives
   // (SequenceResult::token_logprobs).
   int logprobs = -1;
+  // Structured output: the grammar every sequence's tokens follow (SequenceRequest::constraint).
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
 struct SequenceResult {

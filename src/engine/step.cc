@@ -1,9 +1,11 @@
 #include "engine/step.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "engine/step_plan.h"
 #include "verify/tree.h"
 
 namespace specd {
@@ -51,10 +53,15 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row,
     ++s.n_logprob;
   }
   s.elapsed_ms = now - s.t_added_ms;
+  // Every committed token was drawn from a masked row, so the grammar takes it.
+  SPECD_CHECK(s.constraint == nullptr || s.constraint->Advance(token), "token ", token,
+              " was committed against the request's grammar");
+  // A complete grammar that took its stop token ends the output, even with ignore_eos.
+  const bool grammar_done = s.constraint != nullptr && s.constraint->terminated();
   const auto& stops = s.request.stop_tokens;
   const bool stop = target_.config().IsEndOfGeneration(token) ||
                     std::find(stops.begin(), stops.end(), token) != stops.end();
-  if (s.request.stop_at_eos && stop) {
+  if ((s.request.stop_at_eos && stop) || grammar_done) {
     s.finish_reason = "stop";
     return true;
   }
@@ -218,31 +225,6 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
   return accepted;
 }
 
-// One step's plan, built once and read by every stage: who takes part, what was drafted, and
-// where each sequence's rows sit in the target's batch (vLLM's cu_num_tokens).
-struct StepDecoder::Plan {
-  struct Chunk {  // prompt rows [begin, end) of a sequence that is reading its prompt
-    Sequence* s;
-    int begin, end;
-  };
-  // A decoding sequence's rows: its last token, then its drafts (a chain or a tree), then rider
-  // rows; batch_row indexes the batch (and the features), out_row the logits.
-  struct Rows {
-    int base = 0;  // its KV length before the step (the last token's position)
-    int64_t batch_row = 0, out_row = 0;
-    int n_drafts = 0, n_riders = 0;
-  };
-  std::vector<Chunk> prefill;
-  std::vector<Sequence*> decode;             // sequences with a token to verify
-  std::vector<Sequence*> followers;          // completions waiting for a shared prompt
-  int k = 0;                                 // the draft length the policy gave
-  std::vector<Proposal> proposals;           // [decode]
-  std::vector<std::vector<int32_t>> riders;  // [decode] rider tokens after the drafts
-  std::vector<Rows> rows;                    // [decode]
-  Batch batch;
-  ProposerTimings timings;
-  double t_draft_ms = 0.0, t_target_ms = 0.0;
-};
 
 void StepDecoder::PlanSequences(const std::vector<Sequence*>& live, Plan* plan) const {
   int budget = options_.max_prefill_rows;
@@ -275,6 +257,9 @@ void StepDecoder::Propose(Plan* plan) {
   Timer draft_timer;
   std::vector<SamplingParams> sampling(decode.size());  // outlives the Propose call
   std::vector<DraftInput> inputs(decode.size());
+  // Grammars the proposer advances along its drafts; each goes back to the committed state when
+  // this function returns.
+  std::deque<DraftingConstraint> drafting;
   for (size_t j = 0; j < decode.size(); ++j) {
     Sequence& s = *decode[j];
     sampling[j] = EffectiveSampling(s, options_.spec_sampling);
@@ -285,6 +270,7 @@ void StepDecoder::Propose(Plan* plan) {
                  &sampling[j],
                  s.request.rng_sequence,
                  options_.spec_sampling};
+    if (s.constraint != nullptr) inputs[j].constraint = &drafting.emplace_back(s.constraint.get());
   }
   proposer_->Propose(inputs, &plan->proposals, &plan->timings);
   plan->t_draft_ms = draft_timer.ElapsedMs();
@@ -493,10 +479,12 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   PlanSequences(live, &plan);
   if (plan.prefill.empty() && plan.decode.empty()) return report;
   Propose(&plan);
+  CutDisallowedDrafts(&plan);
   PlanRows(&plan);
   Timer verify_timer;
   Score(&plan);
   PenalizeRows(plan);
+  MaskRows(plan);
   const double now = now_ms();
   CommitPrefills(plan, now, &report);
   std::vector<std::pair<int, int>> verified;

@@ -20,6 +20,7 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "sampling/token_constraint.h"
 #include "verify/verify.h"
 
 namespace specd {
@@ -56,6 +57,10 @@ struct SequenceRequest {
   // the new positions, instead of read again. Not lossless: those entries were computed after
   // the text that has gone, so the output may differ from a cold read's (as llama-server's).
   int cache_reuse_chunk = 0;
+  // Structured output: the grammar the generated tokens follow (null: none). The target's
+  // distribution at every position is the masked one, drafts are drawn under the same mask, and
+  // the sequence ends when the grammar is complete and takes a stop token.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
 // A generated token's log-probability under the raw model, with the most likely alternatives.
@@ -81,6 +86,8 @@ struct Sequence {
   double t_added_ms = 0.0;                    // on the engine's clock
   double elapsed_ms = 0.0;                    // from its addition to its last token
   int64_t n_drafted = 0, n_accepted = 0;      // speculation: drafted for it, and kept
+  // The grammar's state after the committed tokens (request.constraint), or null.
+  std::unique_ptr<TokenConstraint> constraint;
 
   bool finished() const { return !finish_reason.empty(); }
   bool prefilling() const { return n_read < static_cast<int>(request.prompt.size()); }
@@ -142,6 +149,11 @@ class StepDecoder {
   void AddDecodeRows(size_t j, Plan* plan);
   void Score(Plan* plan);
   void PenalizeRows(const Plan& plan);
+  // Structured output: drafts cut where the grammar stops allowing them, and every output row
+  // masked by the grammar's state at its position.
+  void CutDisallowedDrafts(Plan* plan);
+  void MaskRows(const Plan& plan);
+  void MaskDecodeRows(Sequence& s, const Proposal& proposal, float* rows);
   void CommitPrefills(const Plan& plan, double now, StepReport* report);
   void VerifyDecodes(const Plan& plan, double now, StepReport* report,
                      std::vector<std::pair<int, int>>* verified);

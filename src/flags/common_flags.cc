@@ -212,7 +212,8 @@ const std::map<std::string, std::string>& LlamaCppSpellings() {
       {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},
       {"-ctk", "--cache-type"},   {"-ctv", "--cache-type"},   {"-mu", "--model-url"},
       {"-np", "--parallel"},      {"-td", "--threads-draft"}, {"-cb", "--cont-batching"},
-      {"-st", "--single-turn"},   {"-dev", "--device"},       {"-no-cnv", "--no-conversation"}};
+      {"-st", "--single-turn"},   {"-dev", "--device"},       {"-no-cnv", "--no-conversation"},
+      {"-jf", "--json-schema-file"}};
   return kSpellings;
 }
 
@@ -285,7 +286,7 @@ int ParseCommandLine(CLI::App& app, int argc, char** argv, const char* help) {
       std::fprintf(stderr,
                    "error: unknown option %s (specd's short options are one letter: -m, -n, -p, "
                    "-f, -c, -s, -t, -e, -r; of llama.cpp's longer ones it takes -md, -cnv, -sys, "
-                   "-no-cnv, -st, -ngl, -fa, -ub, -np, -td, -cb, -ctk, -ctv; see %s)\n",
+                   "-no-cnv, -st, -jf, -ngl, -fa, -ub, -np, -td, -cb, -ctk, -ctv; see %s)\n",
                    it->c_str(), help);
       return 1;
     }

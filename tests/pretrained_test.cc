@@ -293,8 +293,9 @@ TEST(Pretrained, ChatTemplatesRenderExactly) {
 // the jinja2 package, tests/data/make_chat_fixtures.py) equals specd's rendering: default system
 // messages included, turns, and the assistant opening.
 TEST(Pretrained, ChatTemplatesEqualTheirJinjaRendering) {
-  const auto fixtures =
-      nlohmann::json::parse(ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/chat_fixtures.json"));
+  // Ordered: a tool's JSON is written in its keys' order.
+  const auto fixtures = nlohmann::ordered_json::parse(
+      ReadFileBytes(SPECD_SOURCE_DIR "/tests/data/chat_fixtures.json"));
   int checked = 0;
   for (const auto& [name, cases] : fixtures.items()) {
     if (!std::filesystem::exists(kDir + name)) continue;
@@ -303,9 +304,23 @@ TEST(Pretrained, ChatTemplatesEqualTheirJinjaRendering) {
     const ChatTemplate chat = ChatTemplate::FromGguf(*file, *tokenizer);
     for (const auto& c : cases) {
       std::vector<ChatMessage> messages;
-      for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-      EXPECT_EQ(chat.Render(messages, c["add_generation_prompt"].get<bool>()),
-                c["text"].get<std::string>())
+      for (const auto& m : c["messages"]) {
+        ChatMessage message{m["role"], m["content"].is_null() ? "" : m["content"]};
+        for (const auto& call : m.value("tool_calls", nlohmann::ordered_json::array())) {
+          message.tool_calls.push_back(
+              {call["function"]["name"], TemplateJson(call["function"]["arguments"])});
+        }
+        messages.push_back(message);
+      }
+      std::vector<std::string> tools;
+      for (const auto& tool : c.value("tools", nlohmann::ordered_json::array())) {
+        tools.push_back(TemplateJson(tool));
+      }
+      std::string rendered;
+      for (const auto& piece : chat.RenderPieces(messages, c["add_generation_prompt"], tools)) {
+        rendered += piece.text;
+      }
+      EXPECT_EQ(rendered, c["text"].get<std::string>())
           << name;
       ++checked;
     }

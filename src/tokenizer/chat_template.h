@@ -8,15 +8,31 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specd {
 
-struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::string content;
+// A call an assistant made, as its template writes it back: the function's name and its
+// arguments as JSON text (written by the caller as the template's `tojson` would).
+struct ChatToolCall {
+  std::string name;
+  std::string arguments_json;
 };
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" or "tool" (a tool's answer)
+  std::string content;
+  std::vector<ChatToolCall> tool_calls;  // an assistant's calls
+};
+
+// How a template offers tools and how its model calls them. Hermes (Qwen2.5, and the templates
+// that copy it): the tools as JSON lines inside <tools></tools> in the system turn, each call
+// <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, answers in <tool_response> inside
+// a user turn.
+enum class ToolFormat { kNone, kHermes };
 
 enum class ChatFormat { kChatMl, kGemma };
 
@@ -36,6 +52,7 @@ class ChatTemplate {
   const std::string& default_system() const { return default_system_; }
   // Tokens that end an assistant turn (the end-of-turn token and EOS).
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
+  ToolFormat tool_format() const { return tool_format_; }
 
   // The prompt text of a conversation (special tokens written out; BOS not included), with the
   // opening of the assistant's turn when add_assistant.
@@ -47,20 +64,33 @@ class ChatTemplate {
     std::string text;
     bool is_content;
   };
-  std::vector<Piece> RenderPieces(const std::vector<ChatMessage>& messages,
-                                  bool add_assistant) const;
+  // `tools`: each tool's JSON as the template's `tojson` writes it (needs a tool format; a
+  // conversation with tool calls or tool answers needs one too).
+  std::vector<Piece> RenderPieces(const std::vector<ChatMessage>& messages, bool add_assistant,
+                                  const std::vector<std::string>& tools = {}) const;
 
  private:
+  void RenderHermes(const std::vector<ChatMessage>& messages,
+                    const std::vector<std::string>& tools, std::vector<Piece>* out) const;
+
   ChatFormat format_ = ChatFormat::kChatMl;
   bool from_vocabulary_ = false;
   std::string default_system_;
   std::vector<int32_t> stop_tokens_;
+  ToolFormat tool_format_ = ToolFormat::kNone;
+  std::string tools_prologue_;  // Hermes: the system turn's text before the tools
+  std::string tools_epilogue_;  // ... and after them, to the end of the turn
 };
+
+// JSON as Hugging Face's chat templates write it with `tojson` (Python's json.dumps: ", " and
+// ": " separators, keys in their order, non-ASCII characters as they are).
+std::string TemplateJson(const nlohmann::ordered_json& value);
 
 // Tokens of a conversation: BOS as the model asks, the template's special tokens parsed, the
 // contents' only with parse_special_content (a user cannot forge a turn by typing <|im_end|>).
 std::vector<int32_t> EncodeChat(const Tokenizer& tokenizer, const ChatTemplate& chat,
                                 const std::vector<ChatMessage>& messages,
-                                bool parse_special_content, bool add_assistant = true);
+                                bool parse_special_content, bool add_assistant = true,
+                                const std::vector<std::string>& tools = {});
 
 }  // namespace specd

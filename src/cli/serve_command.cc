@@ -154,8 +154,9 @@ int RunServe(const ServeOptions& options) {
   limits.model_id = o.alias.empty() ? ModelId(o.model) : o.alias;
   limits.n_ctx = stack->n_ctx();
   limits.max_n = o.parallel;
-  http.Attach(
-      {scheduler, tokenizer, chat.get(), limits, PropsFor(o, *models->target, speculative)});
+  LoadedModels& loaded = *models;
+  http.Attach({scheduler, tokenizer, chat.get(), limits, PropsFor(o, *models->target, speculative),
+               [&loaded]() -> GrammarCompiler& { return loaded.grammar(); }});
   const ModelConfig& mc = models->target->config();
   const SpeculationConfig& resolved = stack->speculation();
   const std::string speculation = speculative ? std::string(ProposerKindName(resolved.proposer)) +

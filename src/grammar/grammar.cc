@@ -122,6 +122,18 @@ xgrammar::Grammar ToolCallsGrammar(const GrammarSpec& spec) {
   return choices.size() == 1 ? choices[0] : xgrammar::Grammar::Union(choices);
 }
 
+// xgrammar's message without the time and source location it starts with ("[11:26:41]
+// /path/json_schema_converter.cc:4950: Cannot find field ..."), and without the final new line.
+std::string LibraryReason(std::string message) {
+  if (!message.empty() && message[0] == '[') {
+    const size_t location = message.find(".cc:");
+    const size_t colon = location == std::string::npos ? location : message.find(": ", location);
+    if (colon != std::string::npos) message.erase(0, colon + 2);
+  }
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
+
 std::string CacheKey(const GrammarSpec& spec) {
   std::string key = std::to_string(static_cast<int>(spec.kind)) + (spec.strict ? "s" : "n") +
                     std::to_string(spec.max_calls) + "\x1f" + spec.text;
@@ -188,9 +200,7 @@ std::shared_ptr<const TokenConstraintFactory> GrammarCompiler::Compile(const Gra
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    // xgrammar's messages lead with its own source location; the reason follows it.
-    std::string reason = e.what();
-    throw Error(reason);
+    throw Error(LibraryReason(e.what()));
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   // A server compiles whatever schemas clients send: the cache stays bounded.

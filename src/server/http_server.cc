@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "server/request_fields.h"
 #include "base/timer.h"
 #include "server/choice_collector.h"
 
@@ -64,6 +65,7 @@ void HttpServer::Attach(const Backend& backend) {
   scheduler_ = &backend.scheduler;
   tokenizer_ = &backend.tokenizer;
   chat_template_ = backend.chat_template;
+  grammar_ = backend.grammar;
   limits_ = backend.limits;
   options_.props = backend.props;
   fim_ = FindFimTokens(backend.tokenizer);
@@ -376,6 +378,7 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
       r.completion = ParseCompletionRequest(body, api == Api::kOpenAiChat, *tokenizer_,
                                             chat_template_, fim_, limits_);
     }
+    CompileConstraint(&r.completion);
   } catch (const ApiError& e) {
     ReplyError(res, e);
     Record(req, e.status);
@@ -401,6 +404,21 @@ void HttpServer::HandleCompletion(const httplib::Request& req, const std::string
   }
 }
 
+void HttpServer::CompileConstraint(CompletionRequest* r) const {
+  const StructuredRequest& s = r->structured;
+  if (!s.grammar) return;
+  if (!grammar_) {
+    throw BadRequest("'" + s.grammar_field + "': this server has no grammar library attached",
+                     s.grammar_field);
+  }
+  try {
+    r->constraint = grammar_().Compile(*s.grammar);
+  } catch (const Error& e) {
+    throw BadRequest("'" + s.grammar_field + "' cannot be compiled: " + e.what(),
+                     s.grammar_field);
+  }
+}
+
 std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httplib::Request& req,
                                         httplib::Response& res) {
   SequenceRequest s;
@@ -413,6 +431,7 @@ std::shared_ptr<Job> HttpServer::Submit(const CompletionRequest& r, const httpli
   s.sum_logprob = false;  // nothing in a response reports it
   s.cache_prompt = r.cache_prompt;
   s.cache_reuse_chunk = options_.cache_reuse;
+  s.constraint = r.constraint;
   std::shared_ptr<Job> job = scheduler_->Submit(s, r.n, r.time_budget_ms);
   if (job == nullptr) {
     res.set_header("Retry-After", "1");
@@ -484,8 +503,13 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
 
 void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionRequest& r, bool chat,
                              std::shared_ptr<Job> job, httplib::Response& res) {
-  const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
-                          r.logprobs};
+  const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"),
+                          UnixSeconds(),
+                          limits_.model_id,
+                          chat,
+                          r.logprobs,
+                          r.structured.parse_tool_calls,
+                          r.structured.parallel_tool_calls};
   const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
   auto collector = std::make_shared<ChoiceCollector>(r, *tokenizer_, *job);
   if (!r.stream) {
@@ -509,6 +533,9 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
        request_line = RequestLine(req)](httplib::DataSink& sink) {
         const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
         std::vector<bool> first(collector->outputs().size(), true);
+        // Chat with tools: each choice's calls cut out of its text as they complete.
+        std::vector<ToolCallStream> calls(collector->outputs().size(),
+                                          ToolCallStream(info.parallel_tool_calls));
         std::vector<ChoiceEvent> events;
         while (job->Wait(&events, 50)) {
           auto deltas = TakeDeltas(*collector, events);
@@ -516,8 +543,16 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
           for (auto& [c, d] : deltas) {
             const bool finished = collector->done(c);
             d.text = collector->text(c).TakeDelta(finished);
+            if (info.parse_tool_calls) {
+              d.first_call_index = calls[c].n_calls();
+              d.text = calls[c].Push(d.text, finished, &d.tool_calls);
+              d.called_tools = calls[c].n_calls() > 0;
+            }
             if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
-            if (d.text.empty() && d.tokens.empty() && !finished) continue;
+            // A chunk says something: text, calls, the end, or the tokens' logprobs.
+            const bool says_nothing = d.text.empty() && d.tool_calls.empty() &&
+                                      (d.tokens.empty() || info.logprobs < 0);
+            if (says_nothing && !finished) continue;
             if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
               job->CancelAll("cancelled");  // the client went away: free its slots now
               return false;

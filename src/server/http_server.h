@@ -55,6 +55,9 @@ class HttpServer {
     const ChatTemplate* chat_template;  // null: chat completions answer 400
     ApiLimits limits;
     PropsInfo props;
+    // Structured output's compiler over the model's vocabulary (empty: requests that shape
+    // their output are refused).
+    std::function<GrammarCompiler&()> grammar;
   };
   // A server without its engine yet: it can Bind and Serve at once, answering every request
   // 503 "Loading model" (as llama-server) until Attach.
@@ -119,6 +122,9 @@ class HttpServer {
               int64_t completion_tokens = 0, double ms = 0);
   void Record(const std::string& request_line, int status, int64_t prompt_tokens,
               int64_t completion_tokens, double ms);
+  // The request's grammar compiled into its constraint; an ApiError naming the field when the
+  // library cannot compile it.
+  void CompileConstraint(CompletionRequest* r) const;
   // Whether the request lacks the API key (then *res is the 401, counted in the metrics).
   bool RefusedKey(const httplib::Request& req, httplib::Response* res);
 
@@ -128,6 +134,7 @@ class HttpServer {
   Scheduler* scheduler_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
   const ChatTemplate* chat_template_ = nullptr;
+  std::function<GrammarCompiler&()> grammar_;
   ApiLimits limits_;
   std::atomic<bool> ready_{false};
   FimTokens fim_;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "server/request_fields.h"
+#include "server/structured_output.h"
 #include "tokenizer/utf8.h"
 
 namespace specd::server {
@@ -83,7 +84,7 @@ std::vector<std::string> ResponseFields(const json& j) {
 
 // What specd does not implement is refused by name, never ignored.
 void RefuseUnsupportedLlama(const json& j) {
-  for (const char* key : {"grammar", "json_schema", "lora", "image_data", "multimodal_data"}) {
+  for (const char* key : {"lora", "image_data", "multimodal_data"}) {
     const auto it = j.find(key);
     if (it != j.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()) &&
         !(it->is_array() && it->empty())) {
@@ -267,6 +268,7 @@ LlamaRequest ParseLlamaCompletion(const std::string& body, bool infill, const To
   c.text_limits.t_max_predict_ms = Number(j, "t_max_predict_ms", 0.0, 1e9, 0.0);
   c.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
   r.response_fields = ResponseFields(j);
+  c.structured = ParseStructuredRequest(body, /*chat=*/false);
   r.prompt_text = tokenizer.Decode(c.prompt, /*strip_space_prefix=*/false, /*special=*/true);
   return r;
 }

@@ -56,8 +56,63 @@ std::string MessageContent(const json& content) {
   return text;
 }
 
+// An assistant message's tool_calls as its template writes them back: arguments (OpenAI's JSON
+// text) as the JSON they hold.
+std::vector<ChatToolCall> MessageToolCalls(const json& m) {
+  std::vector<ChatToolCall> calls;
+  if (!m.contains("tool_calls") || m["tool_calls"].is_null()) return calls;
+  const json& list = m["tool_calls"];
+  const char* shape =
+      "'tool_calls' must be a list of {\"type\": \"function\", \"function\": {\"name\", "
+      "\"arguments\"}}";
+  if (!list.is_array()) throw BadRequest(shape, "messages");
+  for (const json& call : list) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+      throw BadRequest(shape, "messages");
+    }
+    const json& f = call["function"];
+    if (!f.contains("name") || !f["name"].is_string()) throw BadRequest(shape, "messages");
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    if (f.contains("arguments") && f["arguments"].is_string()) {
+      const std::string text = f["arguments"];
+      args = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (args.is_discarded()) args = text;  // not JSON: written as the string it is
+    } else if (f.contains("arguments") && !f["arguments"].is_null()) {
+      args = nlohmann::ordered_json::parse(f["arguments"].dump());
+    }
+    calls.push_back({f["name"], TemplateJson(args)});
+  }
+  return calls;
+}
+
+ChatMessage ParseMessage(const json& m) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    throw BadRequest("each message needs a 'role' string", "messages");
+  }
+  std::string role = m["role"].get<std::string>();
+  if (role == "developer") role = "system";
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+    throw BadRequest("unknown role '" + role + "' (system, user, assistant, tool)", "messages");
+  }
+  ChatMessage message{role, "", MessageToolCalls(m)};
+  if (!message.tool_calls.empty() && role != "assistant") {
+    throw BadRequest("only assistant messages carry 'tool_calls'", "messages");
+  }
+  // An assistant that only called tools has content null (or none).
+  const bool content_optional = role == "assistant" && !message.tool_calls.empty();
+  if (!m.contains("content") || m["content"].is_null()) {
+    if (!content_optional) {
+      throw BadRequest("each " + role + " message needs 'content'", "messages");
+    }
+    return message;
+  }
+  message.content = MessageContent(m["content"]);
+  return message;
+}
+
 std::vector<int32_t> ChatPrompt(const json& j, const Tokenizer& tokenizer,
-                                const ChatTemplate* chat_template) {
+                                const ChatTemplate* chat_template,
+                                const std::vector<std::string>& tools) {
   if (chat_template == nullptr) {
     throw BadRequest("this model has no chat template: use /v1/completions");
   }
@@ -67,19 +122,13 @@ std::vector<int32_t> ChatPrompt(const json& j, const Tokenizer& tokenizer,
   }
   if (it->empty()) throw BadRequest("'messages' is empty", "messages");
   std::vector<ChatMessage> messages;
-  for (const auto& m : *it) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      throw BadRequest("each message needs a 'role' string", "messages");
-    }
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant") {
-      throw BadRequest("unknown role '" + role + "' (system, user, assistant)", "messages");
-    }
-    if (!m.contains("content")) throw BadRequest("each message needs 'content'", "messages");
-    messages.push_back({role, MessageContent(m["content"])});
+  for (const auto& m : *it) messages.push_back(ParseMessage(m));
+  try {
+    return EncodeChat(tokenizer, *chat_template, messages, /*parse_special_content=*/false,
+                      /*add_assistant=*/true, tools);
+  } catch (const Error& e) {  // a conversation with tools on a template without a tool format
+    throw BadRequest(e.what(), tools.empty() ? "messages" : "tools");
   }
-  return EncodeChat(tokenizer, *chat_template, messages, /*parse_special_content=*/false);
 }
 
 // OpenAI's `suffix` (the text after the insertion point): a string prompt and a non-empty
@@ -129,14 +178,10 @@ void RefuseUnsupported(const json& j) {
       throw BadRequest(std::string("'") + key + "' is not supported (use repeat_penalty)", key);
     }
   }
-  if (j.contains("tools") || j.contains("functions")) {
-    throw BadRequest("tools / function calling are not supported", "tools");
-  }
   const std::pair<const char*, std::vector<json>> refused[] = {
       {"logit_bias", {json::object()}},
       {"echo", {false}},
       {"best_of", {1}},
-      {"response_format", {json{{"type", "text"}}}},
   };
   for (const auto& [key, neutral] : refused) {
     if (HasNonNeutral(j, key, neutral)) {
@@ -179,7 +224,9 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
   RefuseUnsupported(j);
   CompletionRequest r;
   r.chat = chat;
-  r.prompt = chat ? ChatPrompt(j, tokenizer, chat_template) : CompletionPrompt(j, tokenizer);
+  r.structured = ParseStructuredRequest(body, chat);
+  r.prompt = chat ? ChatPrompt(j, tokenizer, chat_template, r.structured.tools)
+                  : CompletionPrompt(j, tokenizer);
   if (!chat) r.prompt = WithSuffix(j, tokenizer, fim, limits, std::move(r.prompt));
   if (chat) r.stop_tokens = chat_template->stop_tokens();
   const int64_t room = limits.n_ctx - static_cast<int64_t>(r.prompt.size());
@@ -296,8 +343,9 @@ std::string ChoiceText::TakeDelta(bool final) {
   return delta;
 }
 
-std::string OpenAiFinishReason(const std::string& engine_reason) {
+std::string OpenAiFinishReason(const std::string& engine_reason, bool called_tools) {
   if (engine_reason == "budget") return "length";
+  if (engine_reason == "stop" && called_tools) return "tool_calls";
   return engine_reason;
 }
 
@@ -370,12 +418,21 @@ nlohmann::json CompletionResponse(const ResponseInfo& info,
   int64_t completion_tokens = 0;
   for (const auto& c : choices) {
     completion_tokens += static_cast<int64_t>(c.tokens.size());
-    json choice = {{"index", c.index},
-                   {"logprobs", ChoiceLogprobs(info, c, tokenizer)},
-                   {"finish_reason", OpenAiFinishReason(c.finish_reason)}};
-    if (info.chat) {
+    json choice = {{"index", c.index}, {"logprobs", ChoiceLogprobs(info, c, tokenizer)}};
+    if (info.chat && info.parse_tool_calls) {
+      const ToolCallOutput split = SplitToolCalls(c.text, info.parallel_tool_calls);
+      json message = {{"role", "assistant"}, {"content", split.content}};
+      if (!split.calls.empty()) {
+        if (split.content.empty()) message["content"] = nullptr;
+        message["tool_calls"] = ToolCallsJson(split.calls);
+      }
+      choice["message"] = message;
+      choice["finish_reason"] = OpenAiFinishReason(c.finish_reason, !split.calls.empty());
+    } else if (info.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["finish_reason"] = OpenAiFinishReason(c.finish_reason);
     } else {
+      choice["finish_reason"] = OpenAiFinishReason(c.finish_reason);
       choice["text"] = c.text;
     }
     out_choices.push_back(choice);
@@ -396,13 +453,17 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
                            const Tokenizer& tokenizer) {
   json choice = {{"index", delta.index},
                  {"logprobs", ChoiceLogprobs(info, delta, tokenizer)},
-                 {"finish_reason", delta.finish_reason.empty()
-                                       ? json(nullptr)
-                                       : json(OpenAiFinishReason(delta.finish_reason))}};
+                 {"finish_reason",
+                  delta.finish_reason.empty()
+                      ? json(nullptr)
+                      : json(OpenAiFinishReason(delta.finish_reason, delta.called_tools))}};
   if (info.chat) {
     json d = json::object();
     if (first) d["role"] = "assistant";
     if (!delta.text.empty() || (first && delta.finish_reason.empty())) d["content"] = delta.text;
+    if (!delta.tool_calls.empty()) {
+      d["tool_calls"] = ToolCallsJson(delta.tool_calls, delta.first_call_index);
+    }
     choice["delta"] = d;
   } else {
     choice["text"] = delta.text;

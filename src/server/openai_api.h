@@ -13,6 +13,7 @@
 #include "base/timer.h"
 #include "engine/step.h"
 #include "server/fim_prompt.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +68,9 @@ struct CompletionRequest {
   bool ignore_eos = false;           // llama-server's field: EOS does not end a choice
   bool cache_prompt = true;          // llama-server's field: reuse the KV of a shared prefix
   TextLimits text_limits;            // llama-server's n_indent and t_max_predict_ms
+  // response_format, tools, grammar, json_schema; compiled by the server into `constraint`.
+  StructuredRequest structured;
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
 // Parses and checks a body; throws ApiError. `chat` selects /v1/chat/completions.
@@ -117,6 +121,11 @@ struct ChoiceOutput {
   std::string finish_reason;  // "" while streaming
   std::vector<int32_t> tokens;
   std::vector<TokenLogprobs> logprobs;
+  // Chat with tools: the calls parsed from the text (a stream delta's: those completed in it,
+  // the first of them the choice's call number first_call_index).
+  std::vector<ToolCall> tool_calls;
+  int first_call_index = 0;
+  bool called_tools = false;  // any call in the choice so far: "stop" is reported "tool_calls"
 };
 
 struct ResponseInfo {
@@ -125,6 +134,8 @@ struct ResponseInfo {
   std::string model;
   bool chat = false;
   int logprobs = -1;
+  bool parse_tool_calls = false;  // chat with tools: calls in the text become tool_calls
+  bool parallel_tool_calls = true;
 };
 
 // Token counts of a request: its prompt, of which reused from the prompt cache.
@@ -144,6 +155,7 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
 // The usage chunk sent last when stream_options.include_usage.
 nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens);
 // OpenAI's finish reasons: a time budget counts as "length"; "cancelled" stays.
-std::string OpenAiFinishReason(const std::string& engine_reason);
+// "tool_calls" for a choice that called tools and stopped on its own.
+std::string OpenAiFinishReason(const std::string& engine_reason, bool called_tools = false);
 
 }  // namespace specd::server

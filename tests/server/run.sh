@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs tests/server/server_test.py against the specd binary ($1) with the official `openai`
-# client in a virtual environment under the build folder ($2); exits 77 (skipped) when the
-# client cannot be installed (no network).
+# Runs tests/server/server_test.py (or the test file $3) against the specd binary ($1) with the
+# official `openai` client in a virtual environment under the build folder ($2); exits 77
+# (skipped) when the client cannot be installed (no network).
 set -uo pipefail
 specd=$1
 venv=$2/openai-venv
@@ -12,4 +12,4 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import openai" 2>/dev
     exit 77
   }
 fi
-exec "$venv/bin/python" "$(dirname "$0")/server_test.py" "$specd" -v
+exec "$venv/bin/python" "$(dirname "$0")/${3:-server_test.py}" "$specd" -v

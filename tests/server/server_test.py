@@ -239,7 +239,8 @@ class ServerTest(unittest.TestCase):
 
     def test_unsupported_parameters_are_refused_by_name(self):
         refused = [("logit_bias", {"50": 5}), ("echo", True), ("best_of", 3),
-                   ("response_format", {"type": "json_object"})]
+                   ("reasoning_effort", "low"), ("store", True),
+                   ("response_format", {"type": "yaml"})]
         # suffix is a fill-in-the-middle request for a model with FIM tokens (the shipped 16.5M
         # target's vocabulary has them; InfillTest checks the FIM prompt on Qwen2.5-Coder), and
         # refused for a model without them (SmolLM2, the one this test runs when fetched).
@@ -253,7 +254,8 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(json.loads(data)["error"]["param"], key)
         # Their neutral values are accepted, as OpenAI's clients send them.
         body = json.dumps({"prompt": "a", "max_tokens": 1, "echo": False, "best_of": 1,
-                           "logit_bias": {}, "response_format": {"type": "text"}})
+                           "logit_bias": {}, "response_format": {"type": "text"},
+                           "store": False})
         self.assertEqual(self.server.raw("POST", "/v1/completions", body)[0], 200)
 
     def test_large_body_without_json_content_type(self):

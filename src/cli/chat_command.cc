@@ -67,6 +67,7 @@ int RunInteractiveChat(const GenerateOptions& o, EngineConfig config) {
   if (chat.from_vocabulary()) std::fprintf(stderr, "note: %s\n", chat.GuessNote(o.model).c_str());
   config.n_slots = 1;
   const auto stack = BuildEngine(*models, config);
+  const auto constraint = ConstraintFromFlags(o, *models);  // every answer follows it
   const int n_ctx = stack->n_ctx();
   const uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   const bool terminal = ::isatty(STDIN_FILENO) != 0;
@@ -94,6 +95,7 @@ int RunInteractiveChat(const GenerateOptions& o, EngineConfig config) {
                 turn + 1, ": the conversation (", prompt.size(), " tokens) and -n ", o.n_predict,
                 " new tokens do not fit the context of ", n_ctx, " positions");
     GenerateRequest request = TurnRequest(o, prompt, n_answer, chat, seed);
+    request.constraint = constraint;
     interrupted = false;
     request.interrupt = &interrupted;
     answering = true;

@@ -65,6 +65,10 @@ struct GenerateOptions {
   std::string json_schema;
 };
 int RunGenerate(const GenerateOptions& options);
+// --grammar / -j as a request's constraint, compiled over the loaded target's vocabulary (null
+// without either); an Error naming the flag when the library cannot compile it.
+std::shared_ptr<const TokenConstraintFactory> ConstraintFromFlags(const GenerateOptions& o,
+                                                                  LoadedModels& models);
 // `generate --chat` without a prompt: a multi-turn conversation read from stdin, one user turn
 // per line, on the engine `config` describes (speculation and every sampling flag apply), the
 // conversation's KV cache kept between turns.

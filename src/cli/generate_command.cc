@@ -238,6 +238,7 @@ void PrintJsonSummary(const GenerateRequest& request, const GenerateResult& resu
       {"seed", request.sampling.seed},
       {"spec_sampling",
        stack.speculation().sampling == SpecSampling::kCoupled ? "coupled" : "rejection"}};
+  if (request.constraint != nullptr) summary["t_mask_ms"] = stack.engine().stats().t_mask_ms;
   if (stack.speculative()) {
     const SpeculativeStats& stats = stack.engine().stats();
     const SpeculationConfig& spec = stack.speculation();
@@ -277,6 +278,13 @@ void PrintTextSummary(const GenerateRequest& request, const GenerateResult& resu
                rate(static_cast<double>(decoded), result.t_decode_ms), seed.c_str());
   std::fprintf(stderr, "per-token latency: first %.2f ms, last %.2f ms, all %.2f ms\n",
                run.latency.first_ms, run.latency.last_ms, run.latency.all_ms);
+  if (request.constraint != nullptr) {
+    std::fprintf(stderr, "grammar: %.1f ms masking rows and advancing (%.1f%% of decoding)\n",
+                 stack.engine().stats().t_mask_ms,
+                 result.t_decode_ms > 0 ? 100.0 * stack.engine().stats().t_mask_ms /
+                                              result.t_decode_ms
+                                        : 0.0);
+  }
   if (!stack.speculative()) return;
   const SpeculativeStats& stats = stack.engine().stats();
   std::fprintf(stderr,
@@ -364,23 +372,6 @@ void CutAtReversePrompts(const ReversePrompts* reverse, GenerateResult* result) 
   }
 }
 
-// --grammar / -j as the request's constraint (null without either).
-std::shared_ptr<const TokenConstraintFactory> ConstraintFromFlags(const GenerateOptions& o,
-                                                                  LoadedModels& models) {
-  SPECD_CHECK(o.grammar.empty() || o.json_schema.empty(),
-              "give --grammar or --json-schema, not both");
-  if (o.grammar.empty() && o.json_schema.empty()) return nullptr;
-  GrammarSpec spec;
-  spec.kind = o.grammar.empty() ? GrammarKind::kJsonSchema : GrammarKind::kGbnf;
-  spec.text = o.grammar.empty() ? o.json_schema : o.grammar;
-  try {
-    return models.grammar().Compile(spec);
-  } catch (const Error& e) {
-    throw Error(StrCat(o.grammar.empty() ? "--json-schema" : "--grammar",
-                       " cannot be compiled: ", e.what()));
-  }
-}
-
 void WarnAboutThreads(int threads) {
   if (const unsigned cores = std::thread::hardware_concurrency();
       cores > 0 && static_cast<unsigned>(threads) > cores) {
@@ -401,6 +392,23 @@ void CheckPromptSources(const GenerateOptions& o) {
 }
 
 }  // namespace
+
+// --grammar / -j as the request's constraint (null without either).
+std::shared_ptr<const TokenConstraintFactory> ConstraintFromFlags(const GenerateOptions& o,
+                                                                  LoadedModels& models) {
+  SPECD_CHECK(o.grammar.empty() || o.json_schema.empty(),
+              "give --grammar or --json-schema, not both");
+  if (o.grammar.empty() && o.json_schema.empty()) return nullptr;
+  GrammarSpec spec;
+  spec.kind = o.grammar.empty() ? GrammarKind::kJsonSchema : GrammarKind::kGbnf;
+  spec.text = o.grammar.empty() ? o.json_schema : o.grammar;
+  try {
+    return models.grammar().Compile(spec);
+  } catch (const Error& e) {
+    throw Error(StrCat(o.grammar.empty() ? "--json-schema" : "--grammar",
+                       " cannot be compiled: ", e.what()));
+  }
+}
 
 int RunGenerate(const GenerateOptions& options) {
   GenerateOptions o = options;

@@ -27,6 +27,7 @@ void SpeculativeStats::Add(const SpeculativeStats& o) {
   }
   t_draft_ms += o.t_draft_ms;
   t_verify_ms += o.t_verify_ms;
+  t_mask_ms += o.t_mask_ms;
 }
 
 StepDecoder::StepDecoder(Model& target, KvCache& kv, const KernelContext& ctx,
@@ -274,6 +275,7 @@ void StepDecoder::Propose(Plan* plan) {
   }
   proposer_->Propose(inputs, &plan->proposals, &plan->timings);
   plan->t_draft_ms = draft_timer.ElapsedMs();
+  for (const DraftingConstraint& d : drafting) stats_.t_mask_ms += d.mask_ms();
 }
 
 // Adds decoding sequence j's rows: its last token, its chain of drafts and the proposer's rider
@@ -479,12 +481,16 @@ StepReport StepDecoder::Step(const std::vector<Sequence*>& live,
   PlanSequences(live, &plan);
   if (plan.prefill.empty() && plan.decode.empty()) return report;
   Propose(&plan);
+  Timer cut_timer;
   CutDisallowedDrafts(&plan);
+  stats_.t_mask_ms += cut_timer.ElapsedMs();
   PlanRows(&plan);
   Timer verify_timer;
   Score(&plan);
   PenalizeRows(plan);
+  Timer mask_timer;
   MaskRows(plan);
+  stats_.t_mask_ms += mask_timer.ElapsedMs();
   const double now = now_ms();
   CommitPrefills(plan, now, &report);
   std::vector<std::pair<int, int>> verified;

@@ -107,6 +107,9 @@ struct SpeculativeStats {
   std::vector<int64_t> drafted_at_position;   // [K]: drafts proposed at position i
   double t_draft_ms = 0.0;
   double t_verify_ms = 0.0;
+  // Structured output: masking rows by grammars (the target's, and the draft's within
+  // t_draft_ms), cutting drafts and advancing grammars.
+  double t_mask_ms = 0.0;
 
   double acceptance_rate() const { return n_drafted ? double(n_accepted) / n_drafted : 0.0; }
   // Tokens a sequence gains per verification: 1 + its accepted drafts (the bonus / correction

@@ -5,6 +5,7 @@
 // the layers that use it see only this interface.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -40,12 +41,19 @@ class DraftingConstraint {
   DraftingConstraint(const DraftingConstraint&) = delete;
   DraftingConstraint& operator=(const DraftingConstraint&) = delete;
 
-  void Mask(std::span<float> logits) { constraint_->Mask(logits); }
+  void Mask(std::span<float> logits) {
+    const auto start = std::chrono::steady_clock::now();
+    constraint_->Mask(logits);
+    mask_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+  }
   bool Advance(int32_t token) {
     const bool ok = constraint_->Advance(token);
     advanced_ += ok ? 1 : 0;
     return ok;
   }
+  // Time spent masking draft rows.
+  double mask_ms() const { return mask_ms_; }
   // Back to the state it was given in.
   void Restore() {
     if (advanced_ > 0) constraint_->Rollback(advanced_);
@@ -55,6 +63,7 @@ class DraftingConstraint {
  private:
   TokenConstraint* constraint_;
   int advanced_ = 0;
+  double mask_ms_ = 0.0;
 };
 
 }  // namespace specd

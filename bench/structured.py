@@ -4,7 +4,7 @@ constraint and with and without speculation, side by side with llama-server's js
 same file.
 
     python3 bench/structured.py [--specd build/release/specd] [-m TARGET] [-md DRAFT]
-        [--peer-llama-server PATH] [--temps 0,0.7] [--schemas N] [-n 256] [--out DIR]
+        [--peer-llama-server PATH] [--temps 0,0.7] [--schemas N] [-n 768] [--out DIR]
 
 Every request is a chat completion of one of bench/schemas.py's 55 schemas (the schema is in the
 prompt too, so the free answers know what is asked), streamed, one at a time, the engines
@@ -258,7 +258,7 @@ def main():
     ap.add_argument("--peer-llama-server", default="")
     ap.add_argument("--temps", default="0")
     ap.add_argument("--schemas", type=int, default=len(SCHEMAS))
-    ap.add_argument("-n", "--n-predict", type=int, default=256)
+    ap.add_argument("-n", "--n-predict", type=int, default=768)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/structured"))
     args = ap.parse_args()

@@ -39,8 +39,8 @@ GenerateRequest ConstrainedRequest(const std::vector<int32_t>& prompt, int n, fl
 // Which proposer drafts in a case.
 enum class Drafter { kDraftModel, kDraftTree, kNgram, kSdsat };
 
-GenerateResult RunWith(Drafter drafter, ModelPair& p, const GenerateRequest& r,
-                       SpecSampling mode, SpeculativeStats* stats) {
+GenerateResult RunWith(Drafter drafter, ModelPair& p, const GenerateRequest& r, SpecSampling mode,
+                       SpeculativeStats* stats) {
   auto target_kv = p.target->NewKvCache({r.n_sequences, 256});
   auto draft_kv = p.draft->NewKvCache({r.n_sequences, 256});
   const SpeculationConfig config = FixedDrafts(4, mode);
@@ -89,8 +89,8 @@ TEST(Constrained, GreedySpeculativeEqualsGreedyPlainForEveryProposer) {
       const GenerateResult plain = GenerateAutoregressive(*p.target, p.ctx, *kv, r);
       SpeculativeStats stats;
       const GenerateResult spec = RunWith(drafter, p, r, SpecSampling::kRejection, &stats);
-      const std::string name = "drafter " + std::to_string(static_cast<int>(drafter)) +
-                               ", batch " + std::to_string(n_sequences);
+      const std::string name = "drafter " + std::to_string(static_cast<int>(drafter)) + ", batch " +
+                               std::to_string(n_sequences);
       for (int i = 0; i < n_sequences; ++i) {
         EXPECT_EQ(spec.sequences[i].tokens, plain.sequences[i].tokens) << name;
         EXPECT_TRUE(testing::FollowsModuloRule(prompt.back(), plain.sequences[i].tokens)) << name;
@@ -152,11 +152,12 @@ struct ShippedPair {
     r.constraint = models->grammar().Compile(spec);
     auto target_kv = models->target->NewKvCache({1, 512});
     auto draft_kv = models->draft->NewKvCache({1, 512});
-    const GenerateResult plain = GenerateAutoregressive(*models->target, models->ctx, *target_kv, r);
+    const GenerateResult plain =
+        GenerateAutoregressive(*models->target, models->ctx, *target_kv, r);
     SpeculativeStats stats;
     const GenerateResult spec_run =
-        GenerateSpeculative(*models->target, *models->draft, models->ctx, *target_kv, *draft_kv,
-                            r, FixedDrafts(4), &stats);
+        GenerateSpeculative(*models->target, *models->draft, models->ctx, *target_kv, *draft_kv, r,
+                            FixedDrafts(4), &stats);
     EXPECT_EQ(spec_run.sequences[0].tokens, plain.sequences[0].tokens) << spec.text;
     EXPECT_EQ(plain.sequences[0].finish_reason, "stop") << spec.text;
     return models->tokenizer->Decode(plain.sequences[0].tokens);

@@ -134,3 +134,129 @@ TEST_F(OpenAiApiTest, StopStringsCutTheTextAndStreamingNeverSendsPastThem) {
 
 }  // namespace
 }  // namespace specd::server
+
+namespace specd::server {
+namespace {
+
+// The structured-output fields: what each becomes, and what is refused naming which field.
+StructuredRequest Structured(const std::string& body, bool chat = true) {
+  return ParseStructuredRequest(body, chat);
+}
+
+std::string RefusedField(const std::string& body, bool chat = true) {
+  try {
+    ParseStructuredRequest(body, chat);
+    return "";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400) << body;
+    return e.param;
+  }
+}
+
+const char* kWeatherTool =
+    R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"]}, "strict": true}})";
+
+TEST(StructuredRequest, ResponseFormatsBecomeGrammars) {
+  EXPECT_FALSE(Structured(R"({"response_format": {"type": "text"}})").grammar);
+  EXPECT_EQ(Structured(R"({"response_format": {"type": "json_object"}})").grammar->kind,
+            GrammarKind::kJson);
+  const StructuredRequest schema = Structured(
+      R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+          "schema": {"type": "object", "properties": {"z": {}, "a": {}}}}}})");
+  EXPECT_EQ(schema.grammar->kind, GrammarKind::kJsonSchema);
+  EXPECT_TRUE(schema.grammar->strict);
+  EXPECT_EQ(schema.grammar_field, "response_format");
+  // The schema's properties keep their order: the answer's keys come in it.
+  EXPECT_LT(schema.grammar->text.find("\"z\""), schema.grammar->text.find("\"a\""));
+  EXPECT_EQ(Structured(R"({"grammar": "root ::= \"a\""})").grammar->kind, GrammarKind::kGbnf);
+  EXPECT_EQ(Structured(R"({"json_schema": {"type": "integer"}})", false).grammar_field,
+            "json_schema");
+}
+
+TEST(StructuredRequest, ToolChoicesShapeTheAnswer) {
+  const std::string tools = std::string(R"({"tools": [)") + kWeatherTool + "]";
+  const StructuredRequest automatic = Structured(tools + "}");
+  EXPECT_FALSE(automatic.grammar);
+  EXPECT_TRUE(automatic.parse_tool_calls);
+  ASSERT_EQ(automatic.tools.size(), 1u);
+  EXPECT_EQ(
+      automatic.tools[0].rfind(R"({"type": "function", "function": {"name": "get_weather")", 0),
+      0u);  // as the template's tojson writes it
+  const StructuredRequest none = Structured(tools + R"(, "tool_choice": "none"})");
+  EXPECT_TRUE(none.tools.empty());
+  EXPECT_FALSE(none.parse_tool_calls);
+  const StructuredRequest required = Structured(tools + R"(, "tool_choice": "required"})");
+  ASSERT_TRUE(required.grammar);
+  EXPECT_EQ(required.grammar->kind, GrammarKind::kToolCalls);
+  EXPECT_GT(required.grammar->max_calls, 1);
+  const StructuredRequest named = Structured(
+      tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                 "parallel_tool_calls": false})");
+  ASSERT_TRUE(named.grammar);
+  EXPECT_EQ(named.grammar->max_calls, 1);
+  EXPECT_NE(named.grammar->tool_schemas.at(0).find(R"("const":"get_weather")"), std::string::npos);
+}
+
+TEST(StructuredRequest, BadFieldsAreFourHundredsNamingThem) {
+  const std::string tools = std::string(R"("tools": [)") + kWeatherTool + "]";
+  EXPECT_EQ(RefusedField(R"({"response_format": {"type": "yaml"}})"), "response_format");
+  EXPECT_EQ(RefusedField(R"({"response_format": {"type": "json_schema"}})"), "response_format");
+  EXPECT_EQ(RefusedField(R"({"response_format": 3})"), "response_format");
+  EXPECT_EQ(RefusedField(R"({"grammar": 7})"), "grammar");
+  EXPECT_EQ(RefusedField(R"({"response_format": {"type": "json_object"}, "grammar": "x"})"),
+            "grammar");
+  EXPECT_EQ(RefusedField(R"({"tools": [{"type": 5}]})"), "tools");
+  EXPECT_EQ(RefusedField(R"({"tools": {}})"), "tools");
+  EXPECT_EQ(RefusedField(R"({"functions": []})"), "functions");
+  EXPECT_EQ(RefusedField("{" + tools + R"(, "tool_choice": "sometimes"})"), "tool_choice");
+  EXPECT_EQ(RefusedField("{" + tools +
+                         R"(, "tool_choice": {"type": "function", "function": {"name": "x"}}})"),
+            "tool_choice");
+  EXPECT_EQ(RefusedField(R"({"tool_choice": "required"})"), "tool_choice");
+  EXPECT_EQ(RefusedField("{" + tools + "}", /*chat=*/false), "tools");
+  EXPECT_EQ(
+      RefusedField("{" + tools +
+                   R"(, "tool_choice": "required", "response_format": {"type": "json_object"}})"),
+      "tool_choice");
+  EXPECT_EQ(RefusedField(R"({"parallel_tool_calls": "yes"})"), "parallel_tool_calls");
+  EXPECT_EQ(RefusedField(R"({"reasoning_effort": "high"})"), "reasoning_effort");
+  EXPECT_EQ(RefusedField(R"({"store": true})"), "store");
+  EXPECT_EQ(RefusedField(R"({"store": false})"), "");
+}
+
+TEST(ToolCalls, SplitFromTheTextWholeOrStreamed) {
+  const std::string text =
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n"
+      "</tool_call>";
+  const ToolCallOutput whole = SplitToolCalls(text, /*parallel=*/true);
+  EXPECT_EQ(whole.content, "Let me look.");
+  ASSERT_EQ(whole.calls.size(), 2u);
+  EXPECT_EQ(whole.calls[0].name, "get_weather");
+  EXPECT_EQ(whole.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(whole.calls[1].name, "now");
+  EXPECT_EQ(whole.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_NE(whole.calls[0].id, whole.calls[1].id);
+  EXPECT_EQ(SplitToolCalls(text, /*parallel=*/false).calls.size(), 1u);
+  // Streamed a character at a time: the same content and calls, no call text leaking.
+  ToolCallStream stream(true);
+  std::vector<ToolCall> calls;
+  std::string content;
+  for (size_t i = 0; i < text.size(); ++i) {
+    content += stream.Push(text.substr(i, 1), i + 1 == text.size(), &calls);
+  }
+  EXPECT_EQ(content, "Let me look.\n");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].name, "now");
+  // A block that is not a call stays text, as does a cut one.
+  EXPECT_EQ(SplitToolCalls("<tool_call>not json</tool_call>", true).content,
+            "<tool_call>not json</tool_call>");
+  const ToolCallOutput cut = SplitToolCalls("<tool_call>\n{\"name\": \"now\", \"argu", true);
+  EXPECT_TRUE(cut.calls.empty());
+  EXPECT_EQ(cut.content, "<tool_call>\n{\"name\": \"now\", \"argu");
+}
+
+}  // namespace
+}  // namespace specd::server

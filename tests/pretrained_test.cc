@@ -320,8 +320,7 @@ TEST(Pretrained, ChatTemplatesEqualTheirJinjaRendering) {
       for (const auto& piece : chat.RenderPieces(messages, c["add_generation_prompt"], tools)) {
         rendered += piece.text;
       }
-      EXPECT_EQ(rendered, c["text"].get<std::string>())
-          << name;
+      EXPECT_EQ(rendered, c["text"].get<std::string>()) << name;
       ++checked;
     }
   }

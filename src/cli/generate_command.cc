@@ -281,9 +281,9 @@ void PrintTextSummary(const GenerateRequest& request, const GenerateResult& resu
   if (request.constraint != nullptr) {
     std::fprintf(stderr, "grammar: %.1f ms masking rows and advancing (%.1f%% of decoding)\n",
                  stack.engine().stats().t_mask_ms,
-                 result.t_decode_ms > 0 ? 100.0 * stack.engine().stats().t_mask_ms /
-                                              result.t_decode_ms
-                                        : 0.0);
+                 result.t_decode_ms > 0
+                     ? 100.0 * stack.engine().stats().t_mask_ms / result.t_decode_ms
+                     : 0.0);
   }
   if (!stack.speculative()) return;
   const SpeculativeStats& stats = stack.engine().stats();

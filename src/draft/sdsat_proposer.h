@@ -75,7 +75,7 @@ class SdsatProposer : public Proposer, public RiderRows {
     // drawn when the step comes (a grammar's state is known only then).
     std::vector<float> ready_rows, pending_rows;
     bool constrained = false;  // this step's request had a grammar
-    size_t row_size = 1;  // n_vocab, once rows came
+    size_t row_size = 1;       // n_vocab, once rows came
     bool has_pending = false;
     int proposed = 0;  // drafts given this step
     int n_riders = 0;  // adaptive tokens asked for this step

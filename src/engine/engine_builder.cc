@@ -22,8 +22,7 @@ GrammarCompiler& LoadedModels::grammar() {
               "this model has no tokenizer metadata");
   std::call_once(grammar_once_, [this] {
     grammar_ = std::make_unique<GrammarCompiler>(*tokenizer, target->config().n_vocab,
-                                                 target->config().end_of_generation,
-                                                 pool.size());
+                                                 target->config().end_of_generation, pool.size());
   });
   return *grammar_;
 }

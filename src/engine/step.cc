@@ -226,7 +226,6 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
   return accepted;
 }
 
-
 void StepDecoder::PlanSequences(const std::vector<Sequence*>& live, Plan* plan) const {
   int budget = options_.max_prefill_rows;
   for (Sequence* s : live) {

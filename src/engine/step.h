@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "policy/draft_length.h"
 #include "draft/proposer.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "policy/draft_length.h"
 #include "sampling/sampler.h"
 #include "sampling/token_constraint.h"
 #include "verify/verify.h"

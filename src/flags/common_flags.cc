@@ -208,11 +208,11 @@ namespace {
 // llama.cpp's multi-letter short options and their long names here.
 const std::map<std::string, std::string>& LlamaCppSpellings() {
   static const std::map<std::string, std::string> kSpellings = {
-      {"-md", "--model-draft"},   {"-cnv", "--chat"},         {"-sys", "--system"},
-      {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},
-      {"-ctk", "--cache-type"},   {"-ctv", "--cache-type"},   {"-mu", "--model-url"},
-      {"-np", "--parallel"},      {"-td", "--threads-draft"}, {"-cb", "--cont-batching"},
-      {"-st", "--single-turn"},   {"-dev", "--device"},       {"-no-cnv", "--no-conversation"},
+      {"-md", "--model-draft"},     {"-cnv", "--chat"},         {"-sys", "--system"},
+      {"-ngl", "--n-gpu-layers"},   {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},
+      {"-ctk", "--cache-type"},     {"-ctv", "--cache-type"},   {"-mu", "--model-url"},
+      {"-np", "--parallel"},        {"-td", "--threads-draft"}, {"-cb", "--cont-batching"},
+      {"-st", "--single-turn"},     {"-dev", "--device"},       {"-no-cnv", "--no-conversation"},
       {"-jf", "--json-schema-file"}};
   return kSpellings;
 }

@@ -40,12 +40,18 @@ class XgrammarConstraint final : public TokenConstraint {
     tensor.shape = &shape;
     matcher_.FillNextTokenBitmask(&tensor);
     const size_t n = std::min(logits.size(), static_cast<size_t>(n_vocab_));
+    // Most words are all allowed or (inside a JSON structure) all refused: both without a loop
+    // over their bits.
     for (size_t word = 0; word * 32 < n; ++word) {
       const uint32_t bits = static_cast<uint32_t>(bitmask_[word]);
       if (bits == 0xFFFFFFFFu) continue;
-      const size_t end = std::min(n, word * 32 + 32);
-      for (size_t t = word * 32; t < end; ++t) {
-        if (((bits >> (t - word * 32)) & 1u) == 0) logits[t] = kMasked;
+      const size_t begin = word * 32, end = std::min(n, begin + 32);
+      if (bits == 0) {
+        std::fill(logits.begin() + begin, logits.begin() + end, kMasked);
+        continue;
+      }
+      for (size_t t = begin; t < end; ++t) {
+        if (((bits >> (t - begin)) & 1u) == 0) logits[t] = kMasked;
       }
     }
     // Tokens past the grammar's vocabulary (a wider draft head) are never allowed.
@@ -84,12 +90,23 @@ std::string EbnfLiteral(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      default: out += c;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        out += c;
     }
   }
   return out + "\"";
@@ -152,20 +169,23 @@ std::vector<std::string> EncodedVocabulary(const Tokenizer& tokenizer) {
 }  // namespace
 
 struct GrammarCompiler::Impl {
-  Impl(const Tokenizer& tokenizer, int32_t n_vocab, std::vector<int32_t> stop_tokens,
-       int n_threads)
+  Impl(const Tokenizer& tokenizer, int32_t n_vocab, std::vector<int32_t> stop_tokens, int n_threads)
       : info(EncodedVocabulary(tokenizer), xgrammar::VocabType::RAW, n_vocab, stop_tokens),
         compiler(info, std::max(n_threads, 1), /*cache_enabled=*/false),
         n_vocab(n_vocab) {}
 
   xgrammar::CompiledGrammar CompileUncached(const GrammarSpec& spec) {
     switch (spec.kind) {
-      case GrammarKind::kJson: return compiler.CompileBuiltinJSONGrammar();
+      case GrammarKind::kJson:
+        return compiler.CompileBuiltinJSONGrammar();
       case GrammarKind::kJsonSchema:
         return compiler.CompileGrammar(JsonSchemaGrammar(spec.text, spec.strict));
-      case GrammarKind::kGbnf: return compiler.CompileGrammar(spec.text, "root");
-      case GrammarKind::kRegex: return compiler.CompileRegex(spec.text);
-      case GrammarKind::kToolCalls: return compiler.CompileGrammar(ToolCallsGrammar(spec));
+      case GrammarKind::kGbnf:
+        return compiler.CompileGrammar(spec.text, "root");
+      case GrammarKind::kRegex:
+        return compiler.CompileRegex(spec.text);
+      case GrammarKind::kToolCalls:
+        return compiler.CompileGrammar(ToolCallsGrammar(spec));
     }
     throw Error("unknown grammar kind");
   }

@@ -44,8 +44,8 @@ class DraftingConstraint {
   void Mask(std::span<float> logits) {
     const auto start = std::chrono::steady_clock::now();
     constraint_->Mask(logits);
-    mask_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count();
+    mask_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
   bool Advance(int32_t token) {
     const bool ok = constraint_->Advance(token);

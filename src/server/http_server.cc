@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "base/error.h"
-#include "server/request_fields.h"
 #include "base/timer.h"
 #include "server/choice_collector.h"
+#include "server/request_fields.h"
 
 namespace specd::server {
 namespace {
@@ -414,8 +414,7 @@ void HttpServer::CompileConstraint(CompletionRequest* r) const {
   try {
     r->constraint = grammar_().Compile(*s.grammar);
   } catch (const Error& e) {
-    throw BadRequest("'" + s.grammar_field + "' cannot be compiled: " + e.what(),
-                     s.grammar_field);
+    throw BadRequest("'" + s.grammar_field + "' cannot be compiled: " + e.what(), s.grammar_field);
   }
 }
 
@@ -550,8 +549,8 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
             }
             if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
             // A chunk says something: text, calls, the end, or the tokens' logprobs.
-            const bool says_nothing = d.text.empty() && d.tool_calls.empty() &&
-                                      (d.tokens.empty() || info.logprobs < 0);
+            const bool says_nothing =
+                d.text.empty() && d.tool_calls.empty() && (d.tokens.empty() || info.logprobs < 0);
             if (says_nothing && !finished) continue;
             if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
               job->CancelAll("cancelled");  // the client went away: free its slots now

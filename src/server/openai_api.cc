@@ -451,12 +451,12 @@ nlohmann::json CompletionResponse(const ResponseInfo& info,
 
 nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
                            const Tokenizer& tokenizer) {
-  json choice = {{"index", delta.index},
-                 {"logprobs", ChoiceLogprobs(info, delta, tokenizer)},
-                 {"finish_reason",
-                  delta.finish_reason.empty()
-                      ? json(nullptr)
-                      : json(OpenAiFinishReason(delta.finish_reason, delta.called_tools))}};
+  json choice = {
+      {"index", delta.index},
+      {"logprobs", ChoiceLogprobs(info, delta, tokenizer)},
+      {"finish_reason", delta.finish_reason.empty()
+                            ? json(nullptr)
+                            : json(OpenAiFinishReason(delta.finish_reason, delta.called_tools))}};
   if (info.chat) {
     json d = json::object();
     if (first) d["role"] = "assistant";

@@ -37,9 +37,9 @@ std::optional<GrammarSpec> ResponseFormat(const ordered_json& j) {
     return spec;
   }
   if (type != "json_schema") {
-    throw BadRequest("'response_format.type' must be text, json_object or json_schema, got '" +
-                         type + "'",
-                     "response_format");
+    throw BadRequest(
+        "'response_format.type' must be text, json_object or json_schema, got '" + type + "'",
+        "response_format");
   }
   if (!IsSet(f, "json_schema") || !f["json_schema"].is_object()) {
     throw BadRequest("'response_format.json_schema' must be an object with a 'schema'",
@@ -115,7 +115,8 @@ std::vector<Tool> Tools(const ordered_json& j) {
       tool.parameters = f["parameters"];
     }
     if (IsSet(f, "strict")) {
-      if (!f["strict"].is_boolean()) throw BadRequest("a tool's 'strict' must be a boolean", "tools");
+      if (!f["strict"].is_boolean())
+        throw BadRequest("a tool's 'strict' must be a boolean", "tools");
       tool.strict = f["strict"];
     }
     tools.push_back(std::move(tool));
@@ -126,7 +127,8 @@ std::vector<Tool> Tools(const ordered_json& j) {
 // tool_choice: "none", "auto", "required", or {"type": "function", "function": {"name"}}; the
 // named tool, "*" for any (required), "" for none; nullopt for auto.
 std::optional<std::string> ToolChoice(const ordered_json& j, const std::vector<Tool>& tools) {
-  if (!IsSet(j, "tool_choice")) return tools.empty() ? std::optional<std::string>("") : std::nullopt;
+  if (!IsSet(j, "tool_choice"))
+    return tools.empty() ? std::optional<std::string>("") : std::nullopt;
   const ordered_json& c = j["tool_choice"];
   if (c == "none") return "";
   if (c == "auto") return std::nullopt;
@@ -209,8 +211,9 @@ StructuredRequest ParseStructuredRequest(const std::string& body, bool chat) {
   r.parse_tool_calls = true;
   if (!choice) return r;  // auto: the model calls or answers; its calls are parsed
   if (r.grammar) {
-    throw BadRequest("'" + r.grammar_field + "' and a forced 'tool_choice' cannot both shape the "
-                     "answer",
+    throw BadRequest("'" + r.grammar_field +
+                         "' and a forced 'tool_choice' cannot both shape the "
+                         "answer",
                      "tool_choice");
   }
   r.grammar = ForcedCalls(tools, *choice, r.parallel_tool_calls);
@@ -221,8 +224,7 @@ StructuredRequest ParseStructuredRequest(const std::string& body, bool chat) {
 namespace {
 
 std::string NewCallId() {
-  static constexpr char kChars[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::random_device device;
   std::mt19937 rng(device());
   std::string id = "call_";
@@ -291,8 +293,8 @@ std::string ToolCallStream::Push(const std::string& delta, bool final,
     if (close == std::string::npos && !final) return content;  // the call is still coming
     const size_t end = close == std::string::npos ? pending_.size() : close + kCallClose.size();
     const size_t inside_end = close == std::string::npos ? pending_.size() : close;
-    const std::optional<ToolCall> call =
-        ParseCall(std::string_view(pending_).substr(kCallOpen.size(), inside_end - kCallOpen.size()));
+    const std::optional<ToolCall> call = ParseCall(
+        std::string_view(pending_).substr(kCallOpen.size(), inside_end - kCallOpen.size()));
     if (!call) {
       content += pending_.substr(0, end);  // not a call after all: it is text
     } else if (parallel_ || n_calls_ == 0) {

@@ -73,13 +73,27 @@ void AppendJsonString(const std::string& s, std::string* out) {
   for (const char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           *out += "\\u00";
@@ -253,8 +267,7 @@ std::vector<ChatTemplate::Piece> ChatTemplate::RenderPieces(
     const std::vector<std::string>& tools) const {
   bool uses_tools = !tools.empty();
   for (const ChatMessage& m : messages) {
-    SPECD_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant" ||
-                    m.role == "tool",
+    SPECD_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool",
                 "chat: unknown role '", m.role, "' (system, user, assistant, tool)");
     uses_tools = uses_tools || m.role == "tool" || !m.tool_calls.empty();
   }

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -70,8 +69,8 @@ class ChatTemplate {
                                   const std::vector<std::string>& tools = {}) const;
 
  private:
-  void RenderHermes(const std::vector<ChatMessage>& messages,
-                    const std::vector<std::string>& tools, std::vector<Piece>* out) const;
+  void RenderHermes(const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools,
+                    std::vector<Piece>* out) const;
 
   ChatFormat format_ = ChatFormat::kChatMl;
   bool from_vocabulary_ = false;

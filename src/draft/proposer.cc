@@ -24,20 +24,13 @@ int32_t DrawUnconstrained(const DraftInput& in, int i, std::span<const float> ro
   return DrawFrom(out->probs.back(), UniformDouble(key));
 }
 
-// The largest logit is finite: some allowed token has a chance.
-bool HasAllowedToken(std::span<const float> row) {
-  for (float v : row) {
-    if (v > -std::numeric_limits<float>::infinity()) return true;
-  }
-  return false;
-}
 }  // namespace
 
 int32_t DrawDraftToken(const DraftInput& in, int i, std::span<const float> row, Proposal* out) {
   if (in.constraint == nullptr) return DrawUnconstrained(in, i, row, out);
   std::vector<float> masked(row.begin(), row.end());  // [n_vocab]
   in.constraint->Mask(masked);
-  if (!HasAllowedToken(masked)) return kNoDraft;
+  if (!AnyAllowed(masked)) return kNoDraft;
   const size_t n_probs = out->probs.size();
   const int32_t token = DrawUnconstrained(in, i, masked, out);
   if (!in.constraint->Advance(token)) {  // cannot happen for a token of the masked row

@@ -55,8 +55,10 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row,
   }
   s.elapsed_ms = now - s.t_added_ms;
   // Every committed token was drawn from a masked row, so the grammar takes it.
-  SPECD_CHECK(s.constraint == nullptr || s.constraint->Advance(token), "token ", token,
-              " was committed against the request's grammar");
+  if (s.constraint != nullptr) {
+    const bool taken = s.constraint->Advance(token);
+    SPECD_CHECK(taken, "token ", token, " was committed against the request's grammar");
+  }
   // A complete grammar that took its stop token ends the output, even with ignore_eos.
   const bool grammar_done = s.constraint != nullptr && s.constraint->terminated();
   const auto& stops = s.request.stop_tokens;

@@ -12,10 +12,16 @@
 namespace specd {
 namespace {
 
-// How many of a chain's tokens the grammar takes in order; the constraint is left as found.
-int AllowedPrefix(TokenConstraint& constraint, std::span<const int32_t> tokens) {
+// Advances the constraint along `tokens` while it takes them; returns how many it took.
+int AdvanceAlong(TokenConstraint& constraint, std::span<const int32_t> tokens) {
   int n = 0;
   while (n < static_cast<int>(tokens.size()) && constraint.Advance(tokens[n])) ++n;
+  return n;
+}
+
+// How many of a chain's tokens the grammar takes in order; the constraint is left as found.
+int AllowedPrefix(TokenConstraint& constraint, std::span<const int32_t> tokens) {
+  const int n = AdvanceAlong(constraint, tokens);
   constraint.Rollback(n);
   return n;
 }
@@ -93,10 +99,7 @@ void StepDecoder::MaskDecodeRows(Sequence& s, const Proposal& prop, float* rows)
     // A node the grammar does not allow (kept for rejection sampling) is never reached: its row
     // and its subtree's are never read.
     const std::vector<int32_t> path = PathTokens(prop, i);
-    int advanced = 0;
-    while (advanced < static_cast<int>(path.size()) && constraint.Advance(path[advanced])) {
-      ++advanced;
-    }
+    const int advanced = AdvanceAlong(constraint, path);
     if (advanced == static_cast<int>(path.size())) constraint.Mask(row(1 + i));
     constraint.Rollback(advanced);
   }

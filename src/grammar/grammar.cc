@@ -228,11 +228,4 @@ std::shared_ptr<const TokenConstraintFactory> GrammarCompiler::Compile(const Gra
   return impl_->cache.emplace(key, factory).first->second;
 }
 
-bool AnyAllowed(std::span<const float> logits) {
-  for (float v : logits) {
-    if (v != -std::numeric_limits<float>::infinity()) return true;
-  }
-  return false;
-}
-
 }  // namespace specd

@@ -61,7 +61,4 @@ class GrammarCompiler {
   std::unique_ptr<Impl> impl_;
 };
 
-// The logits a constraint allows, for tests and benchmarks: true where at least one is finite.
-bool AnyAllowed(std::span<const float> logits);
-
 }  // namespace specd

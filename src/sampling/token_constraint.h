@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 
@@ -24,6 +25,14 @@ class TokenConstraint {
   // The grammar is complete and took a stop token: nothing may follow.
   virtual bool terminated() const = 0;
 };
+
+// Whether a masked row leaves any token a chance (some logit above -inf).
+inline bool AnyAllowed(std::span<const float> logits) {
+  for (float v : logits) {
+    if (v > -std::numeric_limits<float>::infinity()) return true;
+  }
+  return false;
+}
 
 // Makes a sequence's constraint in its start state; shared by the sequences of one request.
 class TokenConstraintFactory {

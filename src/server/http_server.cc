@@ -545,7 +545,6 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
             if (info.parse_tool_calls) {
               d.first_call_index = calls[c].n_calls();
               d.text = calls[c].Push(d.text, finished, &d.tool_calls);
-              d.called_tools = calls[c].n_calls() > 0;
             }
             if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
             // A chunk says something: text, calls, the end, or the tokens' logprobs.

@@ -454,9 +454,11 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
   json choice = {
       {"index", delta.index},
       {"logprobs", ChoiceLogprobs(info, delta, tokenizer)},
-      {"finish_reason", delta.finish_reason.empty()
-                            ? json(nullptr)
-                            : json(OpenAiFinishReason(delta.finish_reason, delta.called_tools))}};
+      {"finish_reason",
+       delta.finish_reason.empty()
+           ? json(nullptr)
+           : json(OpenAiFinishReason(delta.finish_reason,
+                                     delta.first_call_index + delta.tool_calls.size() > 0))}};
   if (info.chat) {
     json d = json::object();
     if (first) d["role"] = "assistant";

@@ -125,7 +125,6 @@ struct ChoiceOutput {
   // the first of them the choice's call number first_call_index).
   std::vector<ToolCall> tool_calls;
   int first_call_index = 0;
-  bool called_tools = false;  // any call in the choice so far: "stop" is reported "tool_calls"
 };
 
 struct ResponseInfo {

@@ -51,7 +51,6 @@ class ChatTemplate {
   const std::string& default_system() const { return default_system_; }
   // Tokens that end an assistant turn (the end-of-turn token and EOS).
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
-  ToolFormat tool_format() const { return tool_format_; }
 
   // The prompt text of a conversation (special tokens written out; BOS not included), with the
   // opening of the assistant's turn when add_assistant.

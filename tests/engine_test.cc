@@ -614,6 +614,48 @@ TEST(Ngram, CombinedWithADraftModelEqualsPlainDecoding) {
   }
 }
 
+// Each committed token says how it came: lookup and draft-model tokens are accepted drafts (at
+// most the sequence's accepted count: a draft accepted past its length is not committed), the
+// target writes one token per verification; plain decoding writes every token itself.
+TEST(Ngram, EveryCommittedTokenSaysHowItCame) {
+  ModelPair p(DType::kQ8_0, 99);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 4; ++i) {
+    for (int32_t t : {31, 32, 33}) prompt.push_back(t);
+  }
+  auto kv = p.target->NewKvCache({1, 256});
+  auto draft_kv = p.draft->NewKvCache({1, 256});
+  NgramProposer lookup(1, 3, p.target->config().n_vocab);
+  DraftModelProposer model(*p.draft, *draft_kv, p.ctx, AttentionMode::kSplit);
+  CombinedProposer both(lookup, model);
+  FixedDraftLength policy(3);
+  Engine engine(*p.target, *kv, p.ctx, StepOptions{}, &both, &policy);
+  const int id = engine.Add(Request(prompt, 60, 0.0f, 1));
+  std::map<TokenSource, int> count;
+  int64_t n_tokens = 0;
+  while (engine.HasWork()) {
+    const StepReport report = engine.Step();
+    ASSERT_EQ(report.sources.size(), report.tokens.size());
+    for (TokenSource source : report.sources) ++count[source];
+    n_tokens += static_cast<int64_t>(report.tokens.size());
+  }
+  const Sequence& s = engine.sequence(id);
+  EXPECT_EQ(n_tokens, static_cast<int64_t>(s.tokens.size()));
+  EXPECT_GT(count[TokenSource::kLookup], 0);
+  EXPECT_GT(count[TokenSource::kDraft], 0);
+  EXPECT_GT(count[TokenSource::kTarget], 0);
+  const int accepted = count[TokenSource::kLookup] + count[TokenSource::kDraft];
+  EXPECT_LE(accepted, s.n_accepted);
+  EXPECT_GE(accepted, s.n_accepted - 3);
+
+  auto plain_kv = p.target->NewKvCache({1, 256});
+  Engine plain(*p.target, *plain_kv, p.ctx, StepOptions{});
+  plain.Add(Request(prompt, 20, 0.0f, 1));
+  while (plain.HasWork()) {
+    for (TokenSource source : plain.Step().sources) EXPECT_EQ(source, TokenSource::kTarget);
+  }
+}
+
 TEST(Ngram, RejectionSamplingWithPointMassDraftsRuns) {
   ModelPair p(DType::kF32, 7);
   auto kv = p.target->NewKvCache({1, 256});

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "server/fim_prompt.h"
 #include "tokenizer/chat_template.h"
@@ -130,6 +132,63 @@ TEST_F(OpenAiApiTest, StopStringsCutTheTextAndStreamingNeverSendsPastThem) {
   EXPECT_FALSE(none.stopped);
   EXPECT_EQ(none.text, "héllo wörld");
   EXPECT_EQ(none.streamed, none.text);
+}
+
+// return_token_sources: the deltas' runs cover their text exactly, change where the source does,
+// count each token once, and stop where a stop string cuts the text.
+TEST_F(OpenAiApiTest, SourceRunsCoverTheStreamedTextAndCountTokens) {
+  EXPECT_FALSE(Parse(R"({"prompt": "a"})").token_sources);
+  EXPECT_TRUE(Parse(R"({"prompt": "a", "return_token_sources": true})").token_sources);
+  EXPECT_EQ(Refusal(R"({"prompt": "a", "return_token_sources": "yes"})").first, 400);
+  const std::vector<int32_t> tokens =
+      tokenizer_->Encode("héllo wörld, x = 1; END more", false, false);
+  ChoiceText choice(*tokenizer_, {"END"});
+  std::string streamed, from_runs;
+  int n_tokens = 0;
+  std::vector<TokenSource> runs_sources;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const TokenSource source = i % 3 == 0   ? TokenSource::kTarget
+                               : i % 3 == 1 ? TokenSource::kDraft
+                                            : TokenSource::kLookup;
+    const bool stopped = choice.Push(tokens[i], source);
+    std::vector<SourceRun> runs;
+    streamed += choice.TakeDelta(stopped, &runs);
+    for (const SourceRun& run : runs) {
+      from_runs += run.text;
+      n_tokens += run.n_tokens;
+      EXPECT_FALSE(run.text.empty());
+      runs_sources.push_back(run.source);
+    }
+    if (stopped) break;
+  }
+  EXPECT_EQ(streamed, "héllo wörld, x = 1; ");
+  EXPECT_EQ(from_runs, streamed);
+  EXPECT_GT(n_tokens, 5);
+  EXPECT_LE(n_tokens, static_cast<int>(tokens.size()));
+  EXPECT_NE(std::find(runs_sources.begin(), runs_sources.end(), TokenSource::kLookup),
+            runs_sources.end());
+  EXPECT_STREQ(SourceName(TokenSource::kDraft), "draft");
+}
+
+// --chat-template chatml on a vocabulary without ChatML's tokens: the markers are text and the
+// end-of-turn marker is a stop string of chat requests.
+TEST(ChatTemplateByName, MarkersTheVocabularyLacksAreTextAndStopStrings) {
+  const auto file = GgufFile::Open(SPECD_SOURCE_DIR "/models/specd-tokenizer.gguf");
+  const auto tokenizer = Tokenizer::FromGguf(*file);
+  EXPECT_THROW(ChatTemplate::FromGguf(*file, *tokenizer), Error);
+  const ChatTemplate chat = ChatTemplate::Named("chatml", *tokenizer);
+  EXPECT_EQ(chat.stop_strings(), std::vector<std::string>{"<|im_end|>"});
+  EXPECT_EQ(chat.stop_tokens(), std::vector<int32_t>{tokenizer->eos()});
+  const std::vector<int32_t> prompt = EncodeChat(*tokenizer, chat, {{"user", "hi"}}, false);
+  EXPECT_EQ(tokenizer->Decode(prompt).find("<|im_start|>user\nhi<|im_end|>"), 0u);
+  ApiLimits limits;
+  limits.model_id = "m";
+  limits.n_ctx = 256;
+  const CompletionRequest r =
+      ParseCompletionRequest(R"({"messages": [{"role": "user", "content": "hi"}], "stop": "x"})",
+                             true, *tokenizer, &chat, FimTokens{}, limits);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "<|im_end|>"}));
+  EXPECT_THROW(ChatTemplate::Named("llama3", *tokenizer), Error);
 }
 
 }  // namespace

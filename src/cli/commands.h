@@ -128,6 +128,8 @@ struct ServeOptions {
   double shutdown_timeout_s = 30;  // on SIGTERM / SIGINT, time for requests in flight to finish
   std::string cors_origins = "*";  // Access-Control-Allow-Origin: "*", origins, or "" (none)
   int cache_reuse = 0;             // --cache-reuse: the shortest moved chunk reused (0: off)
+  bool webui = true;               // the chat page at / (--no-webui: off)
+  std::string chat_template;       // --chat-template: a format by name ("": the file's)
   int max_prefill_rows = 512;      // prompt rows per step: a long prompt delays others less
   int threads = 2;
   DType cache_type = DType::kF16;

@@ -46,6 +46,7 @@ server::HttpOptions HttpOptionsFor(const ServeOptions& o) {
   h.n_http_threads = std::max(16, o.parallel + o.max_queue + 8);
   h.cors_origins = o.cors_origins;
   h.cache_reuse = o.cache_reuse;
+  h.webui = o.webui;
   return h;
 }
 
@@ -145,7 +146,10 @@ int RunServe(const ServeOptions& options) {
   SPECD_CHECK(models->tokenizer != nullptr, o.model,
               " has no tokenizer metadata: the server needs one");
   const Tokenizer& tokenizer = *models->tokenizer;
-  const std::unique_ptr<ChatTemplate> chat = ChatTemplateOrNull(*models->target, tokenizer);
+  const std::unique_ptr<ChatTemplate> chat =
+      o.chat_template.empty()
+          ? ChatTemplateOrNull(*models->target, tokenizer)
+          : std::make_unique<ChatTemplate>(ChatTemplate::Named(o.chat_template, tokenizer));
   const auto stack = BuildEngine(*models, config);
   const bool speculative = stack->speculative();
 
@@ -166,8 +170,8 @@ int RunServe(const ServeOptions& options) {
                o.model.c_str(), mc.arch.c_str(), static_cast<long long>(mc.n_vocab),
                models->draft ? ", draft " : "", models->draft ? resolved.draft.path.c_str() : "",
                o.parallel, stack->n_ctx(), speculation.c_str());
-  std::fprintf(stderr, "ready on http://%s:%d (model id '%s')\n", o.host.c_str(), http.port(),
-               limits.model_id.c_str());
+  std::fprintf(stderr, "ready on http://%s:%d (model id '%s')%s\n", o.host.c_str(), http.port(),
+               limits.model_id.c_str(), o.webui ? "; chat page at /" : "");
   std::fflush(stderr);
   serving.Join();
   std::fprintf(stderr, "stopped\n");
@@ -209,6 +213,12 @@ Command AddServeCommand(CLI::App& app) {
   s->add_option("--cors-origins", o->cors_origins,
                 "origins browsers may call from: * (the default, as llama-server), a list "
                 "separated by commas, or '' (no CORS headers)");
+  s->add_option("--chat-template", o->chat_template,
+                "chat format for a model whose file has none, as llama-server's: chatml or "
+                "gemma (turn markers the vocabulary lacks are written as text)")
+      ->check(CLI::IsMember({"chatml", "gemma"}));
+  s->add_flag("!--no-webui", o->webui,
+              "no chat page at / (as llama-server's --no-webui; the API is unchanged)");
   s->add_option("--cache-reuse", o->cache_reuse,
                 "reuse prompt-cache chunks of at least N tokens that moved (text deleted above "
                 "them, an editor's window of lines scrolled), their keys rotated to the new "

@@ -47,6 +47,7 @@ void NgramProposer::Propose(std::span<const DraftInput> inputs, std::vector<Prop
     s.proposed = in.k > 0 ? Lookup(s.history, min_n_, max_n_, in.k) : std::vector<int32_t>{};
     Proposal& p = (*out)[j];
     p.tokens = s.proposed;
+    p.source = TokenSource::kLookup;
     const bool rejection = !in.sampling->greedy() && in.mode == SpecSampling::kRejection;
     for (size_t i = 0; rejection && i < p.tokens.size(); ++i) {
       // The proposal is certain: q is a point mass, accepted with probability p(token).

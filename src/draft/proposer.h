@@ -27,6 +27,12 @@ enum class SpecSampling {
   kCoupled,    // Gumbel-max with the target's own per-position noise; no q needed
 };
 
+// How a committed token came: drafted by a model (a draft model, EAGLE's head, the target's own
+// adaptive tokens) and accepted, copied by prompt lookup and accepted, or chosen by the target
+// itself (a plain step, the first token, a correction at a rejection, the bonus after a fully
+// accepted draft). The server's chat page colours tokens by it.
+enum class TokenSource : uint8_t { kTarget, kDraft, kLookup };
+
 // One sequence's drafting request for a step.
 struct DraftInput {
   int seq = 0;                 // the engine's sequence id
@@ -51,6 +57,7 @@ struct Proposal {
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;
   std::vector<std::vector<float>> probs;
+  TokenSource source = TokenSource::kDraft;  // what its tokens are, once accepted
 
   bool is_tree() const { return !parents.empty(); }
 };

@@ -47,8 +47,8 @@ SamplingParams EffectiveSampling(const Sequence& s, SpecSampling mode) {
 }
 }  // namespace
 
-bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
-                         StepReport* report) {
+bool StepDecoder::Commit(Sequence& s, int32_t token, TokenSource source, std::span<const float> row,
+                         double now, StepReport* report) {
   if (s.request.sum_logprob) {
     s.sum_logprob += LogProb(row, token);
     ++s.n_logprob;
@@ -74,6 +74,7 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, std::span<const float> row,
         {static_cast<float>(LogProb(row, token)), TopLogProbs(row, s.request.logprobs)});
   }
   report->tokens.emplace_back(s.id, token);
+  report->sources.push_back(source);
   if (static_cast<int>(s.tokens.size()) >= s.request.n_predict) {
     s.finish_reason = "length";
     return true;
@@ -88,7 +89,7 @@ void StepDecoder::FirstToken(Sequence& s, std::span<const float> row, double now
                    RngPurpose::kSample};
   const int32_t token = SampleToken(row, sampling, key);
   s.last = token;
-  if (Commit(s, token, row, now, report)) return;
+  if (Commit(s, token, TokenSource::kTarget, row, now, report)) return;
   if (proposer_ != nullptr) proposer_->Accept(s.id, 0, token);
 }
 
@@ -157,10 +158,10 @@ int StepDecoder::VerifyTree(Sequence& s, const Proposal& proposal, const float* 
   // Each kept token was chosen at its parent's row; `next` at the last kept node's.
   int at = 0;
   for (int node : outcome.path) {
-    if (Commit(s, tree.tokens[node], row(at), now, report)) return accepted;
+    if (Commit(s, tree.tokens[node], proposal.source, row(at), now, report)) return accepted;
     at = 1 + node;
   }
-  if (Commit(s, outcome.next, row(at), now, report)) return accepted;
+  if (Commit(s, outcome.next, TokenSource::kTarget, row(at), now, report)) return accepted;
   std::vector<int> keep = {base};
   for (int node : outcome.path) keep.push_back(base + 1 + node);
   kv_.KeepPath(s.slot, base, keep);
@@ -191,7 +192,8 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
       const int32_t want = SampleToken(row(i), sampling, key);
       const bool match = i < k && proposal.tokens[i] == want;
       if (i < k) CountDrafts(i, match);
-      if (Commit(s, want, row(i), now, report)) {
+      const TokenSource source = match ? proposal.source : TokenSource::kTarget;
+      if (Commit(s, want, source, row(i), now, report)) {
         done = true;
         break;
       }
@@ -210,8 +212,10 @@ int StepDecoder::Verify(Sequence& s, const Proposal& proposal, const float* rows
                                                   proposal.probs, proposal.tokens, key);
     for (int i = 0; i < k; ++i) CountDrafts(i, i < outcome.n_accepted);
     for (int i = 0; i <= outcome.n_accepted && !done; ++i) {
-      const int32_t token = i < outcome.n_accepted ? proposal.tokens[i] : outcome.next;
-      done = Commit(s, token, row(i), now, report);
+      const bool drafted = i < outcome.n_accepted;
+      const int32_t token = drafted ? proposal.tokens[i] : outcome.next;
+      done =
+          Commit(s, token, drafted ? proposal.source : TokenSource::kTarget, row(i), now, report);
     }
     accepted = outcome.n_accepted;
     next = outcome.next;

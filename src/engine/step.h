@@ -130,6 +130,7 @@ struct StepOptions {
 // What a step did, for streaming and bookkeeping.
 struct StepReport {
   std::vector<std::pair<int, int32_t>> tokens;  // (sequence id, token) in commit order
+  std::vector<TokenSource> sources;             // how each of `tokens` came
   std::vector<int> finished;                    // ids of sequences that finished
 };
 
@@ -176,8 +177,8 @@ class StepDecoder {
   // its committed text and the row's prediction.
   void PenalizeRow(const Sequence& s, std::span<const int32_t> extra, float* row);
   // Records a generated token; returns true when the sequence finished.
-  bool Commit(Sequence& s, int32_t token, std::span<const float> row, double now,
-              StepReport* report);
+  bool Commit(Sequence& s, int32_t token, TokenSource source, std::span<const float> row,
+              double now, StepReport* report);
 
   Model& target_;
   KvCache& kv_;

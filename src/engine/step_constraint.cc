@@ -40,6 +40,7 @@ Proposal AllowedTree(TokenConstraint& constraint, const Proposal& tree) {
   const int k = static_cast<int>(tree.tokens.size());
   std::vector<int> new_index(k, -1);
   Proposal kept;
+  kept.source = tree.source;
   if (!tree.probs.empty()) kept.probs.push_back(tree.probs[0]);  // the root's row
   for (int i = 0; i < k; ++i) {
     const int parent = tree.parents[i];

@@ -32,9 +32,10 @@ class ChoiceCollector {
     }
     if (texts_[e.choice].stopped()) return e.choice;  // past a stop string: dropped
     if (first_token_ms_ < 0) first_token_ms_ = since_submit_.ElapsedMs();
+    last_token_ms_ = since_submit_.ElapsedMs();
     out.tokens.push_back(e.token);
     out.logprobs.push_back(e.logprobs);
-    if (texts_[e.choice].Push(e.token)) {
+    if (texts_[e.choice].Push(e.token, e.source)) {
       // A stop string ends a choice as "stop"; an editor limit (n_indent, t_max_predict_ms)
       // as "length".
       out.finish_reason = texts_[e.choice].stop_type() == "word" ? "stop" : "length";
@@ -44,6 +45,8 @@ class ChoiceCollector {
   }
   // ms from the collector's creation (just after the request was queued) to its first token.
   double first_token_ms() const { return first_token_ms_; }
+  // ms from the collector's creation to its latest token.
+  double last_token_ms() const { return last_token_ms_; }
   double elapsed_ms() const { return since_submit_.ElapsedMs(); }
   bool done(int c) const { return done_.count(c) > 0; }
   ChoiceText& text(int c) { return texts_[c]; }
@@ -58,6 +61,7 @@ class ChoiceCollector {
   Job& job_;
   Timer since_submit_;
   double first_token_ms_ = -1;
+  double last_token_ms_ = 0;
   std::vector<ChoiceText> texts_;
   std::vector<ChoiceOutput> outputs_;
   std::map<int, bool> done_;

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "server/choice_collector.h"
+#include "server/embedded_file.h"
 #include "server/request_fields.h"
 
 namespace specd::server {
@@ -192,8 +193,10 @@ void HttpServer::Routes() {
   ConfigureCors();
   // Until the engine is attached every request but a CORS preflight gets llama-server's answer
   // while it loads: 503 "Loading model" (clients poll /health for it to turn 200).
+  // The chat page loads meanwhile, and waits for /health itself.
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (ready_.load(std::memory_order_acquire) || req.method == "OPTIONS") {
+    const bool page = options_.webui && (req.path == "/" || req.path.starts_with("/webui/"));
+    if (ready_.load(std::memory_order_acquire) || req.method == "OPTIONS" || page) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.status = 503;
@@ -209,6 +212,21 @@ void HttpServer::Routes() {
       PostWithBody(route.path, route.post);
     }
     GuardOtherMethods(route);
+  }
+  if (options_.webui) WebUiRoutes();
+}
+
+void HttpServer::WebUiRoutes() {
+  for (const EmbeddedFile& file : WebUiFiles()) {
+    http_->Get(std::string(file.url), [file](const httplib::Request&, httplib::Response& res) {
+      res.set_content(file.body.data(), file.body.size(), std::string(file.content_type).c_str());
+      // The page runs its own files only: model output it renders can never become script.
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                     "base-uri 'none'; frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Cache-Control", "no-cache");
+    });
   }
 }
 
@@ -502,13 +520,11 @@ void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
 
 void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionRequest& r, bool chat,
                              std::shared_ptr<Job> job, httplib::Response& res) {
-  const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"),
-                          UnixSeconds(),
-                          limits_.model_id,
-                          chat,
-                          r.logprobs,
-                          r.structured.parse_tool_calls,
-                          r.structured.parallel_tool_calls};
+  const ResponseInfo info{NewId(chat ? "chatcmpl" : "cmpl"), UnixSeconds(), limits_.model_id, chat,
+                          r.logprobs, r.structured.parse_tool_calls,
+                          r.structured.parallel_tool_calls,
+                          // Tool-call streams rewrite the text, so their runs would not match.
+                          r.token_sources && !r.structured.parse_tool_calls};
   const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
   auto collector = std::make_shared<ChoiceCollector>(r, *tokenizer_, *job);
   if (!r.stream) {
@@ -526,52 +542,54 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
     return;
   }
   const bool include_usage = r.include_usage;
-  Stream(
-      res, job,
-      [this, job, collector, info, include_usage, prompt_tokens,
-       request_line = RequestLine(req)](httplib::DataSink& sink) {
-        const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
-        std::vector<bool> first(collector->outputs().size(), true);
-        // Chat with tools: each choice's calls cut out of its text as they complete.
-        std::vector<ToolCallStream> calls(collector->outputs().size(),
-                                          ToolCallStream(info.parallel_tool_calls));
-        std::vector<ChoiceEvent> events;
-        while (job->Wait(&events, 50)) {
-          auto deltas = TakeDeltas(*collector, events);
-          events.clear();
-          for (auto& [c, d] : deltas) {
-            const bool finished = collector->done(c);
-            d.text = collector->text(c).TakeDelta(finished);
-            if (info.parse_tool_calls) {
-              d.first_call_index = calls[c].n_calls();
-              d.text = calls[c].Push(d.text, finished, &d.tool_calls);
-            }
-            if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
-            // A chunk says something: text, calls, the end, or the tokens' logprobs.
-            const bool says_nothing =
-                d.text.empty() && d.tool_calls.empty() && (d.tokens.empty() || info.logprobs < 0);
-            if (says_nothing && !finished) continue;
-            if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
-              job->CancelAll("cancelled");  // the client went away: free its slots now
-              return false;
-            }
-            first[c] = false;
-          }
-          if (!sink.is_writable()) {
-            job->CancelAll("cancelled");
-            return false;
-          }
-        }
-        if (include_usage) {
-          send(UsageChunk(info, {prompt_tokens, job->n_cached()}, collector->completion_tokens()));
-        }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
-        Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
-               collector->elapsed_ms());
-        return true;
-      });
+  Stream(res, job,
+         [this, job, collector, info, include_usage, prompt_tokens,
+          request_line = RequestLine(req)](httplib::DataSink& sink) {
+           const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
+           std::vector<bool> first(collector->outputs().size(), true);
+           // Chat with tools: each choice's calls cut out of its text as they complete.
+           std::vector<ToolCallStream> calls(collector->outputs().size(),
+                                             ToolCallStream(info.parallel_tool_calls));
+           std::vector<ChoiceEvent> events;
+           while (job->Wait(&events, 50)) {
+             auto deltas = TakeDeltas(*collector, events);
+             events.clear();
+             for (auto& [c, d] : deltas) {
+               const bool finished = collector->done(c);
+               d.text = collector->text(c).TakeDelta(finished,
+                                                     info.token_sources ? &d.sources : nullptr);
+               if (info.parse_tool_calls) {
+                 d.first_call_index = calls[c].n_calls();
+                 d.text = calls[c].Push(d.text, finished, &d.tool_calls);
+               }
+               if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
+               // A chunk says something: text, calls, the end, or the tokens' logprobs.
+               const bool says_nothing = d.text.empty() && d.tool_calls.empty() &&
+                                         (d.tokens.empty() || info.logprobs < 0);
+               if (says_nothing && !finished) continue;
+               if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
+                 job->CancelAll("cancelled");  // the client went away: free its slots now
+                 return false;
+               }
+               first[c] = false;
+             }
+             if (!sink.is_writable()) {
+               job->CancelAll("cancelled");
+               return false;
+             }
+           }
+           if (include_usage) {
+             send(UsageChunk(info, {prompt_tokens, job->n_cached()}, collector->completion_tokens(),
+                             {job->n_drafted(), job->n_accepted(), collector->first_token_ms(),
+                              collector->last_token_ms()}));
+           }
+           const std::string done = "data: [DONE]\n\n";
+           sink.write(done.data(), done.size());
+           sink.done();
+           Record(request_line, 200, prompt_tokens, collector->completion_tokens(),
+                  collector->elapsed_ms());
+           return true;
+         });
 }
 
 void HttpServer::Stream(httplib::Response& res, std::shared_ptr<Job> job,

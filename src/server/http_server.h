@@ -43,6 +43,8 @@ struct HttpOptions {
   // Prompt-cache chunks of at least this many tokens reused at moved positions (llama-server's
   // --cache-reuse; 0: only a shared prefix is reused).
   int cache_reuse = 0;
+  // The chat page at `/` (and its files under /webui/); off: `/` is a 404 (--no-webui).
+  bool webui = true;
   PropsInfo props;  // what /props reports of the model and the server
 };
 
@@ -92,6 +94,8 @@ class HttpServer {
   };
   // Every route of the server, in one table from which the method guards (405) follow.
   std::vector<Route> RouteTable();
+  // The chat page's files as GET routes (HttpOptions::webui).
+  void WebUiRoutes();
   // A known route asked with another method: 405 naming the allowed one.
   void GuardOtherMethods(const Route& route);
   void Health(httplib::Response& res) const;                         // 200, or 503 while draining

@@ -260,17 +260,34 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
     r.include_usage = Boolean(j["stream_options"], "include_usage", false);
   }
   r.stop = StopStrings(j, 4);
+  if (chat) {  // a named template's end-of-turn marker, written as text
+    const auto& ends = chat_template->stop_strings();
+    r.stop.insert(r.stop.end(), ends.begin(), ends.end());
+  }
   r.logprobs = Logprobs(j, chat);
   r.time_budget_ms = Number(j, "time_budget_ms", 0.0, 1e9, 0.0);
   r.ignore_eos = Boolean(j, "ignore_eos", false);
   r.cache_prompt = Boolean(j, "cache_prompt", true);
+  r.token_sources = Boolean(j, "return_token_sources", false);
   return r;
 }
 
 ChoiceText::ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop, TextLimits limits)
     : decoder_(tokenizer), stop_(std::move(stop)), limits_(limits) {}
 
-bool ChoiceText::Push(int32_t token) {
+const char* SourceName(TokenSource source) {
+  switch (source) {
+    case TokenSource::kDraft:
+      return "draft";
+    case TokenSource::kLookup:
+      return "lookup";
+    case TokenSource::kTarget:
+      break;
+  }
+  return "target";
+}
+
+bool ChoiceText::Push(int32_t token, TokenSource source) {
   if (stopped_) return true;
   if (!generating_) {
     generating_ = true;
@@ -278,6 +295,8 @@ bool ChoiceText::Push(int32_t token) {
   }
   const size_t before = text_.size();
   text_ += decoder_.Push(token);
+  byte_sources_.resize(text_.size(), static_cast<char>(source));
+  if (text_.size() > before) byte_sources_[before] |= kTokenStart;
   for (const auto& s : stop_) {
     // A stop string can only newly appear where the new text is.
     const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
@@ -290,6 +309,7 @@ bool ChoiceText::Push(int32_t token) {
     }
   }
   if (!stopped_) ApplyLineLimits(before);
+  byte_sources_.resize(text_.size());  // cut with the text
   return stopped_;
 }
 
@@ -321,8 +341,12 @@ void ChoiceText::ApplyLineLimits(size_t before) {
   }
 }
 
-std::string ChoiceText::TakeDelta(bool final) {
-  if (final && !stopped_) text_ += decoder_.Finish();
+std::string ChoiceText::TakeDelta(bool final, std::vector<SourceRun>* runs) {
+  if (final && !stopped_) {
+    text_ += decoder_.Finish();  // a last partial character: the last token's
+    const char last = byte_sources_.empty() ? 0 : byte_sources_.back() & ~kTokenStart;
+    byte_sources_.resize(text_.size(), last);
+  }
   size_t end = text_.size();
   if (!final) {
     // Hold back the longest tail that could still grow into a stop string.
@@ -339,6 +363,15 @@ std::string ChoiceText::TakeDelta(bool final) {
   }
   if (end <= sent_) return "";
   std::string delta = text_.substr(sent_, end - sent_);
+  if (runs != nullptr) {
+    // Whole characters are decoded from one token, so runs change only between characters.
+    for (size_t i = sent_; i < end; ++i) {
+      const auto source = static_cast<TokenSource>(byte_sources_[i] & ~kTokenStart);
+      if (runs->empty() || runs->back().source != source) runs->push_back({"", source, 0});
+      runs->back().text += text_[i];
+      if (byte_sources_[i] & kTokenStart) ++runs->back().n_tokens;
+    }
+  }
   sent_ = end;
   return delta;
 }
@@ -443,10 +476,18 @@ nlohmann::json CompletionResponse(const ResponseInfo& info,
           {"model", info.model},
           {"choices", out_choices},
           {"usage", Usage(prompt, completion_tokens)},
-          {"specd",
-           {{"n_drafted", n_drafted},
-            {"n_accepted", n_accepted},
-            {"acceptance_rate", n_drafted > 0 ? double(n_accepted) / n_drafted : 0.0}}}};
+          {"specd", SpeculationJson({n_drafted, n_accepted})}};
+}
+
+nlohmann::json SpeculationJson(const SpeculationFigures& f) {
+  json out = {{"n_drafted", f.n_drafted},
+              {"n_accepted", f.n_accepted},
+              {"acceptance_rate", f.n_drafted > 0 ? double(f.n_accepted) / f.n_drafted : 0.0}};
+  if (f.t_last_token_ms > 0) {
+    out["t_first_token_ms"] = f.t_first_token_ms;
+    out["t_last_token_ms"] = f.t_last_token_ms;
+  }
+  return out;
 }
 
 nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
@@ -470,6 +511,14 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
   } else {
     choice["text"] = delta.text;
   }
+  if (info.token_sources && !delta.sources.empty()) {
+    json runs = json::array();
+    for (const auto& run : delta.sources) {
+      runs.push_back(
+          {{"text", run.text}, {"source", SourceName(run.source)}, {"n_tokens", run.n_tokens}});
+    }
+    choice["token_sources"] = runs;
+  }
   return {{"id", info.id},
           {"object", info.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", info.created},
@@ -477,13 +526,15 @@ nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, 
           {"choices", json::array({choice})}};
 }
 
-nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens) {
+nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens,
+                          const SpeculationFigures& figures) {
   return {{"id", info.id},
           {"object", info.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", info.created},
           {"model", info.model},
           {"choices", json::array()},
-          {"usage", Usage(prompt, completion_tokens)}};
+          {"usage", Usage(prompt, completion_tokens)},
+          {"specd", SpeculationJson(figures)}};
 }
 
 }  // namespace specd::server

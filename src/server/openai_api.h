@@ -68,6 +68,8 @@ struct CompletionRequest {
   bool ignore_eos = false;           // llama-server's field: EOS does not end a choice
   bool cache_prompt = true;          // llama-server's field: reuse the KV of a shared prefix
   TextLimits text_limits;            // llama-server's n_indent and t_max_predict_ms
+  // specd's extension: stream chunks say how each piece of text came (draft, lookup, target).
+  bool token_sources = false;
   // response_format, tools, grammar, json_schema; compiled by the server into `constraint`.
   StructuredRequest structured;
   std::shared_ptr<const TokenConstraintFactory> constraint;
@@ -80,6 +82,15 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                                          const ChatTemplate* chat_template, const FimTokens& fim,
                                          const ApiLimits& limits);
 
+// A piece of a choice's text whose tokens all came the same way.
+struct SourceRun {
+  std::string text;
+  TokenSource source = TokenSource::kTarget;
+  int n_tokens = 0;  // tokens whose text starts in it
+};
+// "target", "draft" or "lookup".
+const char* SourceName(TokenSource source);
+
 // One choice's text as tokens arrive: UTF-8 whole characters only, cut before the first stop
 // string (or by a TextLimits rule), and (for streaming) text that might still become a stop
 // string held back.
@@ -88,9 +99,10 @@ class ChoiceText {
   ChoiceText(const Tokenizer& tokenizer, std::vector<std::string> stop, TextLimits limits = {});
   // Adds a token; returns true when the text has ended (a stop string appeared, the text now
   // ends before it; or a TextLimits rule ended it).
-  bool Push(int32_t token);
-  // Text not yet taken that is safe to send; all of it when `final`.
-  std::string TakeDelta(bool final);
+  bool Push(int32_t token, TokenSource source = TokenSource::kTarget);
+  // Text not yet taken that is safe to send; all of it when `final`. `runs` (optional) gets the
+  // same text cut where the tokens' sources change.
+  std::string TakeDelta(bool final, std::vector<SourceRun>* runs = nullptr);
   const std::string& text() const { return text_; }
   bool stopped() const { return stopped_; }
   // Why it stopped: "word" (a stop string, stopping_word()) or "limit" (TextLimits); "" if not.
@@ -105,6 +117,9 @@ class ChoiceText {
   std::vector<std::string> stop_;
   TextLimits limits_;
   std::string text_;
+  // [text_.size()]: each byte's TokenSource, with kTokenStart on the first byte of a token's text.
+  std::string byte_sources_;
+  static constexpr char kTokenStart = 0x40;
   size_t sent_ = 0;
   bool stopped_ = false;
   std::string stop_type_, stopping_word_;
@@ -125,6 +140,7 @@ struct ChoiceOutput {
   // the first of them the choice's call number first_call_index).
   std::vector<ToolCall> tool_calls;
   int first_call_index = 0;
+  std::vector<SourceRun> sources;  // a stream delta's text by source (token_sources)
 };
 
 struct ResponseInfo {
@@ -135,6 +151,7 @@ struct ResponseInfo {
   int logprobs = -1;
   bool parse_tool_calls = false;  // chat with tools: calls in the text become tool_calls
   bool parallel_tool_calls = true;
+  bool token_sources = false;  // chunks carry `token_sources`
 };
 
 // Token counts of a request: its prompt, of which reused from the prompt cache.
@@ -151,8 +168,19 @@ nlohmann::json CompletionResponse(const ResponseInfo& info,
 // One `data:` chunk of a stream for one choice (`first`: chat's role delta).
 nlohmann::json StreamChunk(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
                            const Tokenizer& tokenizer);
-// The usage chunk sent last when stream_options.include_usage.
-nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens);
+// Speculation figures of a request: drafted and accepted tokens, and the ms from its arrival to
+// its first and its last token.
+struct SpeculationFigures {
+  int64_t n_drafted = 0;
+  int64_t n_accepted = 0;
+  double t_first_token_ms = 0;
+  double t_last_token_ms = 0;
+};
+// The `specd` object of a response or usage chunk.
+nlohmann::json SpeculationJson(const SpeculationFigures& figures);
+// The usage chunk sent last when stream_options.include_usage, with specd's figures.
+nlohmann::json UsageChunk(const ResponseInfo& info, PromptCount prompt, int64_t completion_tokens,
+                          const SpeculationFigures& figures);
 // OpenAI's finish reasons: a time budget counts as "length"; "cancelled" stays.
 // "tool_calls" for a choice that called tools and stopped on its own.
 std::string OpenAiFinishReason(const std::string& engine_reason, bool called_tools = false);

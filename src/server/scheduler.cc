@@ -212,12 +212,13 @@ void Scheduler::Dispatch(const StepReport& report) {
   // A token's index among its sequence's: those before this step, plus this step's earlier ones.
   std::map<int, int> new_in_step, emitted;
   for (const auto& [id, token] : report.tokens) ++new_in_step[id];
-  for (const auto& [id, token] : report.tokens) {
+  for (size_t t = 0; t < report.tokens.size(); ++t) {
+    const auto [id, token] = report.tokens[t];
     auto it = running_.find(id);
     if (it == running_.end()) continue;
     Running& r = it->second;
     const Sequence& s = engine_.sequence(id);
-    ChoiceEvent event{r.choice, false, token, {}, ""};
+    ChoiceEvent event{r.choice, false, token, {}, "", report.sources[t]};
     if (s.request.logprobs >= 0) {
       const size_t index = s.tokens.size() - new_in_step[id] + emitted[id]++;
       if (index < s.token_logprobs.size()) event.logprobs = s.token_logprobs[index];

@@ -25,6 +25,7 @@ struct ChoiceEvent {
   int32_t token = -1;         // when !finished
   TokenLogprobs logprobs;     // when asked for
   std::string finish_reason;  // when finished: "stop", "length", "cancelled", "budget"
+  TokenSource source = TokenSource::kTarget;  // how the token came (when !finished)
 };
 
 // One request's sequences, as seen by the HTTP thread that waits for them.

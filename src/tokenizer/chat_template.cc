@@ -185,17 +185,41 @@ ChatTemplate ChatTemplate::FromGguf(const GgufFile& file, const Tokenizer& token
                 ": the chat template has <tool_call> but not the tool instructions specd "
                 "knows (Qwen2.5's)");
   }
+  t.SetStops(&file, tokenizer, end_of_turn, /*marker_may_be_text=*/false);
+  return t;
+}
+
+void ChatTemplate::SetStops(const GgufFile* file, const Tokenizer& tokenizer,
+                            const std::string& end_of_turn, bool marker_may_be_text) {
   const int32_t eot = tokenizer.Find(end_of_turn);
-  SPECD_CHECK(eot >= 0, file.path(), ": the chat template uses ", end_of_turn,
-              " but the vocabulary has no such token");
-  t.stop_tokens_.push_back(eot);
-  if (const GgufValue* v = file.Find("tokenizer.ggml.eot_token_id")) {
-    t.stop_tokens_.push_back(static_cast<int32_t>(v->AsInt("tokenizer.ggml.eot_token_id")));
+  if (eot >= 0) {
+    stop_tokens_.push_back(eot);
+  } else {
+    SPECD_CHECK(marker_may_be_text, file->path(), ": the chat template uses ", end_of_turn,
+                " but the vocabulary has no such token");
+    stop_strings_.push_back(end_of_turn);
   }
-  if (tokenizer.eos() >= 0) t.stop_tokens_.push_back(tokenizer.eos());
-  std::sort(t.stop_tokens_.begin(), t.stop_tokens_.end());
-  t.stop_tokens_.erase(std::unique(t.stop_tokens_.begin(), t.stop_tokens_.end()),
-                       t.stop_tokens_.end());
+  if (file != nullptr) {
+    if (const GgufValue* v = file->Find("tokenizer.ggml.eot_token_id")) {
+      stop_tokens_.push_back(static_cast<int32_t>(v->AsInt("tokenizer.ggml.eot_token_id")));
+    }
+  }
+  if (tokenizer.eos() >= 0) stop_tokens_.push_back(tokenizer.eos());
+  std::sort(stop_tokens_.begin(), stop_tokens_.end());
+  stop_tokens_.erase(std::unique(stop_tokens_.begin(), stop_tokens_.end()), stop_tokens_.end());
+}
+
+ChatTemplate ChatTemplate::Named(std::string_view name, const Tokenizer& tokenizer) {
+  ChatTemplate t;
+  if (name == "chatml") {
+    t.format_ = ChatFormat::kChatMl;
+  } else if (name == "gemma") {
+    t.format_ = ChatFormat::kGemma;
+  } else {
+    Fail("unknown chat template '", name, "' (specd knows chatml and gemma)");
+  }
+  t.SetStops(nullptr, tokenizer, t.format_ == ChatFormat::kChatMl ? "<|im_end|>" : "<end_of_turn>",
+             /*marker_may_be_text=*/true);
   return t;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -39,6 +40,10 @@ class ChatTemplate {
  public:
   // The model's chat format; throws an Error naming the template when it is not one specd knows.
   static ChatTemplate FromGguf(const GgufFile& file, const Tokenizer& tokenizer);
+  // A format chosen by name ("chatml" or "gemma"; llama-server's --chat-template) for a model
+  // whose file has none: a vocabulary without the turn tokens gets the markers as text, and
+  // the end-of-turn marker becomes a stop string. Throws an Error naming the known formats.
+  static ChatTemplate Named(std::string_view name, const Tokenizer& tokenizer);
 
   ChatFormat format() const { return format_; }
   const char* name() const { return format_ == ChatFormat::kChatMl ? "chatml" : "gemma"; }
@@ -51,6 +56,9 @@ class ChatTemplate {
   const std::string& default_system() const { return default_system_; }
   // Tokens that end an assistant turn (the end-of-turn token and EOS).
   const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
+  // Text that ends an assistant turn: the end-of-turn marker when the vocabulary has no token
+  // for it (Named), else none.
+  const std::vector<std::string>& stop_strings() const { return stop_strings_; }
 
   // The prompt text of a conversation (special tokens written out; BOS not included), with the
   // opening of the assistant's turn when add_assistant.
@@ -75,6 +83,11 @@ class ChatTemplate {
   bool from_vocabulary_ = false;
   std::string default_system_;
   std::vector<int32_t> stop_tokens_;
+  std::vector<std::string> stop_strings_;
+  // The end-of-turn marker's token, the file's end-of-turn token and EOS as stop tokens; the
+  // marker as a stop string where it is no token and `marker_may_be_text`.
+  void SetStops(const GgufFile* file, const Tokenizer& tokenizer, const std::string& end_of_turn,
+                bool marker_may_be_text);
   ToolFormat tool_format_ = ToolFormat::kNone;
   std::string tools_prologue_;  // Hermes: the system turn's text before the tools
   std::string tools_epilogue_;  // ... and after them, to the end of the turn

@@ -114,7 +114,9 @@ std::vector<int32_t> ChatPrompt(const json& j, const Tokenizer& tokenizer,
                                 const ChatTemplate* chat_template,
                                 const std::vector<std::string>& tools) {
   if (chat_template == nullptr) {
-    throw BadRequest("this model has no chat template: use /v1/completions");
+    throw BadRequest(
+        "this model has no chat template: use /v1/completions, or serve it with --chat-template "
+        "chatml (or gemma)");
   }
   const auto it = j.find("messages");
   if (it == j.end() || !it->is_array()) {

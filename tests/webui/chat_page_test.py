@@ -152,6 +152,23 @@ class PageCase(unittest.TestCase):
             "!document.querySelector('.message.streaming')"), timeout_s, "the answer to end")
         return self.browser.find_elements(By.CSS_SELECTOR, ".message.assistant")[-1]
 
+    def record_first_token_gap(self, what):
+        """ms from the first chunk with answer text reaching the browser to that text showing
+        in the page (its first answer since it loaded): printed and added to webui-timings.json
+        in the build folder. A measurement, not an assertion (the suite asserts no timings)."""
+        probe = self.js("return window.__probe")
+        self.assertIsNotNone(probe["firstChunk"])
+        self.assertIsNotNone(probe["firstText"])
+        gap_ms = probe["firstText"] - probe["firstChunk"]
+        print(f"\n{what}: first token shown {gap_ms:.1f} ms after its chunk arrived",
+              file=sys.stderr)
+        path = os.path.join(SHOT_DIR, "webui-timings.json")
+        timings = json.load(open(path)) if os.path.exists(path) else {}
+        timings[what] = {"first_token_shown_after_chunk_ms": round(gap_ms, 2),
+                         "date": time.strftime("%Y-%m-%d")}
+        with open(path, "w") as f:
+            json.dump(timings, f, indent=1)
+
     def slots_in_use(self, server):
         return server.metrics()["specd:kv_slots_in_use"]
 
@@ -170,17 +187,13 @@ class TinyPairTest(PageCase):
         self.assertEqual(self.server.raw("GET", "/webui/nothing.js")[0], 404)
         self.assertEqual(self.js("return document.title"), "specd-target-q8_0 · specd chat")
 
-    def test_streamed_answer_equals_the_api_answer_with_figures_and_quick_first_token(self):
+    def test_streamed_answer_equals_the_api_answer_with_figures(self):
         self.set_field("temperature", 0)
         self.set_field("max-tokens", 60)
         self.send("def fibonacci(n):")
-        first = wait_for(lambda: self.js("return window.__probe.firstText"), 60, "a first token")
         answer = self.wait_answer()
         probe = self.js("return window.__probe")
-        gap_ms = probe["firstText"] - probe["firstChunk"]
-        print(f"\nfirst token shown {gap_ms:.1f} ms after its chunk arrived", file=sys.stderr)
-        self.assertGreater(first, 0)
-        self.assertLessEqual(gap_ms, 100.0)
+        self.record_first_token_gap("16.5M pair")
         # The text the page assembled from the stream is the server's greedy answer.
         body = probe["bodies"][-1]
         self.assertTrue(body["stream"] and body["return_token_sources"])
@@ -315,6 +328,59 @@ class TinyPairTest(PageCase):
         self.assertEqual(copied, "def f(x):\n    return x + 1  # add")
 
 
+    def test_renderer_emits_only_its_own_markup_and_keeps_every_source(self):
+        # 3000 random texts of Markdown's and HTML's characters: the rendered HTML holds only the
+        # renderer's tags and attributes, links only to http(s), and with one source per random
+        # run of plain text, the spans give back each character's source.
+        report = self.js(r'''
+          let seed = 12345;
+          const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+          const alphabet = ["<", ">", "&", '"', "'", "*", "_", "`", "```", "#", "- ", "1. ", "> ",
+                            "[a](http://x)", "[b](javascript:alert(1))", "\n", "\n\n", " ", "a",
+                            "onerror=", "<script>", "</", "~~~", "\u00e9", "\ud83d\ude00"];
+          const tags = new Set(["P", "BR", "H1", "H2", "H3", "H4", "H5", "H6", "HR", "UL", "OL",
+                                "LI", "BLOCKQUOTE", "STRONG", "EM", "CODE", "PRE", "A", "SPAN",
+                                "DIV", "BUTTON"]);
+          const attrs = new Set(["class", "href", "target", "rel", "type", "data-code"]);
+          const problems = [];
+          for (let n = 0; n < 3000; n++) {
+            let text = "";
+            const length = rand(40);
+            for (let i = 0; i < length; i++) text += alphabet[rand(alphabet.length)];
+            const html = SpecdMarkdown.render(text, null).html;
+            const doc = new DOMParser().parseFromString("<body>" + html + "</body>", "text/html");
+            for (const el of doc.body.querySelectorAll("*")) {
+              if (!tags.has(el.tagName)) problems.push("tag " + el.tagName + " from " + JSON.stringify(text));
+              for (const a of el.attributes) {
+                if (!attrs.has(a.name)) problems.push("attribute " + a.name + " from " + JSON.stringify(text));
+              }
+              if (el.tagName === "A" && !/^https?:/.test(el.getAttribute("href"))) problems.push("href " + el.getAttribute("href"));
+            }
+          }
+          const sources = ["target", "draft", "lookup"];
+          for (let n = 0; n < 300; n++) {
+            const runs = [];
+            let text = "";
+            for (let r = rand(6) + 1; r > 0; r--) {
+              let piece = "";
+              for (let i = rand(5) + 1; i > 0; i--) piece += "abc xyz.,;"[rand(10)];
+              runs.push({text: piece, source: sources[rand(3)], n_tokens: 1});
+              text += piece;
+            }
+            const doc = new DOMParser().parseFromString(SpecdMarkdown.render("x" + text, [{text: "x", source: "target"}].concat(runs)).html, "text/html");
+            let got = "";
+            for (const span of doc.querySelectorAll("span")) {
+              const source = {"s-t": "target", "s-d": "draft", "s-l": "lookup"}[span.className];
+              got += [...span.textContent].map((c) => source[0]).join("");
+            }
+            let want = "t";
+            for (const run of runs) want += run.source[0].repeat(run.text.length);
+            if (got !== want) problems.push("sources " + JSON.stringify(runs) + ": " + got);
+          }
+          return problems.slice(0, 5);
+        ''')
+        self.assertEqual(report, [])
+
     def test_no_webui_turns_the_page_off(self):
         server = Server(SPECD, *TINY, "--no-webui")
         try:
@@ -400,6 +466,7 @@ class DefaultPairTest(PageCase):
         self.el("#show-sources").click()
         self.send("Write a Python function that checks whether a number is prime. Be brief.")
         self.wait_answer()
+        self.record_first_token_gap("default pair")
         self.send("Add type hints to it.")
         answer = self.wait_answer()
         # The second answer copies the first one's code: prompt lookup drafts it.

@@ -467,6 +467,45 @@ bool SendEvent(httplib::DataSink& sink, const nlohmann::json& chunk) {
   return sink.write(line.data(), line.size());
 }
 
+// One OpenAI stream's choices as their events arrive: which have had their first chunk, and,
+// for chat with tools, each one's calls cut out of its text as they complete.
+class OpenAiStream {
+ public:
+  OpenAiStream(const ResponseInfo& info, ChoiceCollector& collector, const Tokenizer& tokenizer)
+      : info_(info),
+        collector_(collector),
+        tokenizer_(tokenizer),
+        first_(collector.outputs().size(), true),
+        calls_(collector.outputs().size(), ToolCallStream(info.parallel_tool_calls)) {}
+
+  // Sends the chunks a batch of events makes; false when the client went away.
+  bool Send(httplib::DataSink& sink, const std::vector<ChoiceEvent>& events) {
+    for (auto& [c, d] : TakeDeltas(collector_, events)) {
+      const bool finished = collector_.done(c);
+      d.text = collector_.text(c).TakeDelta(finished, info_.token_sources ? &d.sources : nullptr);
+      if (info_.parse_tool_calls) {
+        d.first_call_index = calls_[c].n_calls();
+        d.text = calls_[c].Push(d.text, finished, &d.tool_calls);
+      }
+      if (finished) d.finish_reason = collector_.outputs()[c].finish_reason;
+      // A chunk says something: text, calls, the end, or the tokens' logprobs.
+      const bool says_nothing =
+          d.text.empty() && d.tool_calls.empty() && (d.tokens.empty() || info_.logprobs < 0);
+      if (says_nothing && !finished) continue;
+      if (!SendEvent(sink, StreamChunk(info_, d, first_[c], tokenizer_))) return false;
+      first_[c] = false;
+    }
+    return sink.is_writable();
+  }
+
+ private:
+  const ResponseInfo& info_;
+  ChoiceCollector& collector_;
+  const Tokenizer& tokenizer_;
+  std::vector<bool> first_;
+  std::vector<ToolCallStream> calls_;
+};
+
 }  // namespace
 
 void HttpServer::ServeLlama(const httplib::Request& req, const LlamaRequest& r,
@@ -545,43 +584,20 @@ void HttpServer::ServeOpenAi(const httplib::Request& req, const CompletionReques
   Stream(res, job,
          [this, job, collector, info, include_usage, prompt_tokens,
           request_line = RequestLine(req)](httplib::DataSink& sink) {
-           const auto send = [&](const nlohmann::json& chunk) { return SendEvent(sink, chunk); };
-           std::vector<bool> first(collector->outputs().size(), true);
-           // Chat with tools: each choice's calls cut out of its text as they complete.
-           std::vector<ToolCallStream> calls(collector->outputs().size(),
-                                             ToolCallStream(info.parallel_tool_calls));
+           OpenAiStream stream(info, *collector, *tokenizer_);
            std::vector<ChoiceEvent> events;
            while (job->Wait(&events, 50)) {
-             auto deltas = TakeDeltas(*collector, events);
-             events.clear();
-             for (auto& [c, d] : deltas) {
-               const bool finished = collector->done(c);
-               d.text = collector->text(c).TakeDelta(finished,
-                                                     info.token_sources ? &d.sources : nullptr);
-               if (info.parse_tool_calls) {
-                 d.first_call_index = calls[c].n_calls();
-                 d.text = calls[c].Push(d.text, finished, &d.tool_calls);
-               }
-               if (finished) d.finish_reason = collector->outputs()[c].finish_reason;
-               // A chunk says something: text, calls, the end, or the tokens' logprobs.
-               const bool says_nothing = d.text.empty() && d.tool_calls.empty() &&
-                                         (d.tokens.empty() || info.logprobs < 0);
-               if (says_nothing && !finished) continue;
-               if (!send(StreamChunk(info, d, first[c], *tokenizer_))) {
-                 job->CancelAll("cancelled");  // the client went away: free its slots now
-                 return false;
-               }
-               first[c] = false;
-             }
-             if (!sink.is_writable()) {
-               job->CancelAll("cancelled");
+             if (!stream.Send(sink, events)) {
+               job->CancelAll("cancelled");  // the client went away: free its slots now
                return false;
              }
+             events.clear();
            }
            if (include_usage) {
-             send(UsageChunk(info, {prompt_tokens, job->n_cached()}, collector->completion_tokens(),
-                             {job->n_drafted(), job->n_accepted(), collector->first_token_ms(),
-                              collector->last_token_ms()}));
+             SendEvent(sink, UsageChunk(info, {prompt_tokens, job->n_cached()},
+                                        collector->completion_tokens(),
+                                        {job->n_drafted(), job->n_accepted(),
+                                         collector->first_token_ms(), collector->last_token_ms()}));
            }
            const std::string done = "data: [DONE]\n\n";
            sink.write(done.data(), done.size());

@@ -92,6 +92,13 @@ std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Token
   }
 }
 
+// --chat-template's format by name, else the model's own template or null.
+std::unique_ptr<ChatTemplate> ServedChatTemplate(const std::string& name, const Model& model,
+                                                 const Tokenizer& tokenizer) {
+  if (name.empty()) return ChatTemplateOrNull(model, tokenizer);
+  return std::make_unique<ChatTemplate>(ChatTemplate::Named(name, tokenizer));
+}
+
 // Serve() on a thread of its own from construction; stopped and joined when it goes out of
 // scope, also when loading the model throws.
 class ServingThread {
@@ -147,9 +154,7 @@ int RunServe(const ServeOptions& options) {
               " has no tokenizer metadata: the server needs one");
   const Tokenizer& tokenizer = *models->tokenizer;
   const std::unique_ptr<ChatTemplate> chat =
-      o.chat_template.empty()
-          ? ChatTemplateOrNull(*models->target, tokenizer)
-          : std::make_unique<ChatTemplate>(ChatTemplate::Named(o.chat_template, tokenizer));
+      ServedChatTemplate(o.chat_template, *models->target, tokenizer);
   const auto stack = BuildEngine(*models, config);
   const bool speculative = stack->speculative();
 

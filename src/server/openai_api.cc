@@ -208,6 +208,23 @@ nlohmann::json ErrorBody(const ApiError& e) {
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
+namespace {
+// OpenAI's sampling fields (and llama-server's top_k, min_p, repeat_penalty); a request without
+// a seed gets a random one.
+SamplingParams Sampling(const json& j) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(Number(j, "temperature", 0.0, 2.0, 1.0));
+  p.top_p = static_cast<float>(Number(j, "top_p", 1e-9, 1.0, 1.0));
+  p.top_k = static_cast<int>(Integer(j, "top_k", 0, INT32_MAX, 0));
+  p.min_p = static_cast<float>(Number(j, "min_p", 0.0, 1.0, 0.0));
+  p.repeat_penalty = static_cast<float>(Number(j, "repeat_penalty", 0.01, 100.0, 1.0));
+  const int64_t seed = Integer(j, "seed", INT64_MIN, INT64_MAX, -1);
+  p.seed = j.contains("seed") && !j["seed"].is_null() ? static_cast<uint64_t>(seed)
+                                                      : std::random_device{}();
+  return p;
+}
+}  // namespace
+
 CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                                          const Tokenizer& tokenizer,
                                          const ChatTemplate* chat_template, const FimTokens& fim,
@@ -245,14 +262,7 @@ CompletionRequest ParseCompletionRequest(const std::string& body, bool chat,
                    "max_tokens", "context_length_exceeded");
   }
   r.max_tokens = static_cast<int>(asked);
-  r.sampling.temperature = static_cast<float>(Number(j, "temperature", 0.0, 2.0, 1.0));
-  r.sampling.top_p = static_cast<float>(Number(j, "top_p", 1e-9, 1.0, 1.0));
-  r.sampling.top_k = static_cast<int>(Integer(j, "top_k", 0, INT32_MAX, 0));
-  r.sampling.min_p = static_cast<float>(Number(j, "min_p", 0.0, 1.0, 0.0));
-  r.sampling.repeat_penalty = static_cast<float>(Number(j, "repeat_penalty", 0.01, 100.0, 1.0));
-  const int64_t seed = Integer(j, "seed", INT64_MIN, INT64_MAX, -1);
-  r.sampling.seed = j.contains("seed") && !j["seed"].is_null() ? static_cast<uint64_t>(seed)
-                                                               : std::random_device{}();
+  r.sampling = Sampling(j);
   r.n = static_cast<int>(Integer(j, "n", 1, limits.max_n, 1));
   r.stream = Boolean(j, "stream", false);
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {

@@ -224,6 +224,15 @@
       await new Promise((r) => setTimeout(r, 1000));
     }
     stateEl.textContent = "";
+    try {
+      await describeServer(stateEl);
+    } catch (e) {
+      stateEl.textContent = "could not read the server's model: " + e.message;
+    }
+  }
+
+  // The model's id and whether the server speculates, in the header.
+  async function describeServer(stateEl) {
     const models = await authorizedFetch("/v1/models", {});
     if (models.ok) {
       modelId = (await models.json()).data[0].id;
@@ -268,7 +277,8 @@
         if (answer.t_first_ms === undefined) answer.t_first_ms = now;
         answer.t_last_ms = now;
         answer.content += text;
-        answer.sources.push(...(choice.token_sources || [{ text, source: "target", n_tokens: 0 }]));
+        // A server that does not say (an older one, or an answer with tools): uncoloured.
+        answer.sources.push(...(choice.token_sources || [{ text, source: "unknown", n_tokens: 0 }]));
       }
       if (choice.finish_reason) answer.finish_reason = choice.finish_reason;
     }
@@ -436,7 +446,6 @@
       const blocks = codeBlocksOf.get(button.closest(".message")) || [];
       copyText(blocks[Number(button.dataset.code)] || "", button);
     });
-    $("key-form").addEventListener("submit", () => {});
   }
 
   bindSettings();

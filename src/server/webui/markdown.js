@@ -49,8 +49,9 @@ const SpecdMarkdown = (() => {
       let start = a;
       for (let i = a + 1; i <= b; i++) {
         if (i === b || this.sources[i] !== this.sources[start]) {
-          const cls = SOURCE_CLASS[this.sources[start]] || "s-t";
-          this.out.push(`<span class="${cls}">${escapeHtml(this.src.slice(start, i))}</span>`);
+          const cls = SOURCE_CLASS[this.sources[start]];  // none for text of unknown source
+          const text = escapeHtml(this.src.slice(start, i));
+          this.out.push(cls ? `<span class="${cls}">${text}</span>` : text);
           start = i;
         }
       }
@@ -226,7 +227,7 @@ const SpecdMarkdown = (() => {
       for (const run of runs) {
         for (let k = 0; k < run.text.length && at < text.length; k++) sources[at++] = run.source;
       }
-      while (at < text.length) sources[at++] = "target";
+      while (at < text.length) sources[at++] = "unknown";
     }
     return new Renderer(text, sources).render();
   }

@@ -37,8 +37,8 @@ struct GrammarSpec {
   bool strict = true;
   // kToolCalls: each tool's call as a JSON schema ({"name": const, "arguments": parameters});
   // the output is one call, or up to max_calls with parallel calls.
-  std::vector<std::string> tool_schemas;
-  ToolCallFormat tool_format;
+  std::vector<std::string> tool_schemas = {};
+  ToolCallFormat tool_format = {};
   int max_calls = 1;
 };
 

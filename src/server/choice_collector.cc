@@ -7,7 +7,7 @@ std::map<int, ChoiceOutput> TakeDeltas(ChoiceCollector& collector,
   std::map<int, ChoiceOutput> deltas;
   for (const auto& e : events) {
     const int c = collector.Take(e);
-    ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{c, "", "", {}, {}}).first->second;
+    ChoiceOutput& d = deltas.try_emplace(c, ChoiceOutput{.index = c}).first->second;
     if (!e.finished && !collector.text(c).stopped()) {
       d.tokens.push_back(e.token);
       d.logprobs.push_back(e.logprobs);

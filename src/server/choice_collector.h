@@ -19,7 +19,7 @@ class ChoiceCollector {
   ChoiceCollector(const CompletionRequest& r, const Tokenizer& tokenizer, Job& job) : job_(job) {
     for (int c = 0; c < r.n; ++c) {
       texts_.emplace_back(tokenizer, r.stop, r.text_limits);
-      outputs_.push_back({c, "", "", {}, {}});
+      outputs_.push_back(ChoiceOutput{.index = c});
     }
   }
   // Takes one event; returns the index of the choice it touched.

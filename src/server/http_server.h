@@ -59,7 +59,7 @@ class HttpServer {
     PropsInfo props;
     // Structured output's compiler over the model's vocabulary (empty: requests that shape
     // their output are refused).
-    std::function<GrammarCompiler&()> grammar;
+    std::function<GrammarCompiler&()> grammar = {};
   };
   // A server without its engine yet: it can Bind and Serve at once, answering every request
   // 503 "Loading model" (as llama-server) until Attach.

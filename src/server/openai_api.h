@@ -132,15 +132,15 @@ class ChoiceText {
 // A finished (or, streaming, progressing) choice.
 struct ChoiceOutput {
   int index = 0;
-  std::string text;
-  std::string finish_reason;  // "" while streaming
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprobs> logprobs;
+  std::string text = {};
+  std::string finish_reason = {};  // "" while streaming
+  std::vector<int32_t> tokens = {};
+  std::vector<TokenLogprobs> logprobs = {};
   // Chat with tools: the calls parsed from the text (a stream delta's: those completed in it,
   // the first of them the choice's call number first_call_index).
-  std::vector<ToolCall> tool_calls;
+  std::vector<ToolCall> tool_calls = {};
   int first_call_index = 0;
-  std::vector<SourceRun> sources;  // a stream delta's text by source (token_sources)
+  std::vector<SourceRun> sources = {};  // a stream delta's text by source (token_sources)
 };
 
 struct ResponseInfo {

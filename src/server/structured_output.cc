@@ -67,7 +67,7 @@ std::optional<GrammarSpec> LlamaGrammar(const ordered_json& j, std::string* fiel
     const std::string text = j["grammar"];
     if (!text.empty()) {
       *field = "grammar";
-      return GrammarSpec{GrammarKind::kGbnf, text};
+      return GrammarSpec{.kind = GrammarKind::kGbnf, .text = text};
     }
   }
   if (IsSet(j, "json_schema")) {
@@ -75,8 +75,8 @@ std::optional<GrammarSpec> LlamaGrammar(const ordered_json& j, std::string* fiel
       throw BadRequest("'json_schema' must be a JSON schema object", "json_schema");
     }
     *field = "json_schema";
-    GrammarSpec spec{GrammarKind::kJsonSchema, j["json_schema"].dump()};
-    spec.strict = false;
+    GrammarSpec spec{
+        .kind = GrammarKind::kJsonSchema, .text = j["json_schema"].dump(), .strict = false};
     return spec;
   }
   return std::nullopt;

@@ -25,7 +25,7 @@ struct ChatToolCall {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool" (a tool's answer)
   std::string content;
-  std::vector<ChatToolCall> tool_calls;  // an assistant's calls
+  std::vector<ChatToolCall> tool_calls = {};  // an assistant's calls
 };
 
 // How a template offers tools and how its model calls them. Hermes (Qwen2.5, and the templates

@@ -311,9 +311,10 @@
   // A failed request before any answer: the question goes back into the box, editable.
   function giveBack(conversation, question, answer, message) {
     conversation.messages.splice(conversation.messages.indexOf(answer) - 1, 2);
-    const input = $("input");
-    input.value = input.value ? question + "\n" + input.value : question;
-    state.drafts[conversation.id] = input.value;
+    // Before whatever was typed meanwhile, in the conversation it was asked in.
+    const typed = state.drafts[conversation.id] || "";
+    state.drafts[conversation.id] = typed ? question + "\n" + typed : question;
+    if (conversation.id === state.current) $("input").value = state.drafts[conversation.id];
     showError(message);
     renderMessages();
   }

@@ -212,6 +212,9 @@ void Scheduler::Dispatch(const StepReport& report) {
   // A token's index among its sequence's: those before this step, plus this step's earlier ones.
   std::map<int, int> new_in_step, emitted;
   for (const auto& [id, token] : report.tokens) ++new_in_step[id];
+  // Each job's events of this step, handed over together: its HTTP thread then wakes once and
+  // sends the step's tokens in one chunk, not a chunk per token.
+  std::map<Job*, std::vector<ChoiceEvent>> step_events;
   for (size_t t = 0; t < report.tokens.size(); ++t) {
     const auto [id, token] = report.tokens[t];
     auto it = running_.find(id);
@@ -231,9 +234,12 @@ void Scheduler::Dispatch(const StepReport& report) {
       }
     }
     r.t_last_token_ms = now;
-    std::lock_guard lock(r.job->mutex_);
-    r.job->events_.push_back(std::move(event));
-    r.job->ready_.notify_all();
+    step_events[r.job.get()].push_back(std::move(event));
+  }
+  for (auto& [job, events] : step_events) {
+    std::lock_guard lock(job->mutex_);
+    for (auto& e : events) job->events_.push_back(std::move(e));
+    job->ready_.notify_all();
   }
   for (int id : report.finished) {
     if (running_.count(id)) Finish(id, engine_.sequence(id).finish_reason);

@@ -328,6 +328,34 @@ class TinyPairTest(PageCase):
         self.assertEqual(copied, "def f(x):\n    return x + 1  # add")
 
 
+    def test_regenerate_replaces_the_last_answer_and_copy_takes_it_whole(self):
+        self.set_field("max-tokens", 24)
+        self.send("def parse(text):")
+        self.wait_answer()
+        self.send("def render(tree):")
+        self.wait_answer()
+        # Only the last answer offers Regenerate.
+        first, second = self.browser.find_elements(By.CSS_SELECTOR, ".message.assistant")
+        self.assertFalse(first.find_element(By.CSS_SELECTOR, ".regenerate").is_displayed())
+        before = self.current_messages()
+        second.find_element(By.CSS_SELECTOR, ".regenerate").click()
+        wait_for(lambda: len(self.js("return window.__probe.bodies")) == 3, 10, "a third request")
+        last = self.wait_answer()
+        after = self.current_messages()
+        self.assertEqual(len(after), 4)
+        self.assertEqual(after[:3], before[:3])
+        self.assertEqual([m["content"] for m in self.js("return window.__probe.bodies")[2]["messages"]],
+                         ["def parse(text):", before[1]["content"], "def render(tree):"])
+        self.browser.execute_cdp_cmd("Browser.grantPermissions", {
+            "origin": self.url.rstrip("/"),
+            "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+        button = last.find_element(By.CSS_SELECTOR, ".copy-answer")
+        button.click()
+        wait_for(lambda: button.text == "Copied", 5, "the copy button to say so")
+        copied = self.browser.execute_async_script(
+            "navigator.clipboard.readText().then(arguments[0], e => arguments[0]('error ' + e))")
+        self.assertEqual(copied, after[3]["content"])
+
     def test_renderer_emits_only_its_own_markup_and_keeps_every_source(self):
         # 3000 random texts of Markdown's and HTML's characters: the rendered HTML holds only the
         # renderer's tags and attributes, links only to http(s), and with one source per random

@@ -84,7 +84,16 @@
     const box = $("messages");
     box.textContent = "";
     for (const m of current().messages) box.append(messageElement(m));
+    renderActions();
     box.scrollTop = box.scrollHeight;
+  }
+
+  // Regenerate is offered on the last answer only, and not while one streams.
+  function renderActions() {
+    const answers = document.querySelectorAll("#messages .message.assistant");
+    answers.forEach((el, i) => {
+      el.querySelector(".regenerate").hidden = i !== answers.length - 1 || !!running;
+    });
   }
 
   function messageElement(m) {
@@ -99,7 +108,11 @@
     if (m.role === "assistant") {
       const stats = document.createElement("div");
       stats.className = "stats";
-      el.append(stats);
+      const actions = document.createElement("div");
+      actions.className = "actions";
+      actions.innerHTML = '<button type="button" class="copy-answer">Copy answer</button>' +
+                          '<button type="button" class="regenerate">Regenerate</button>';
+      el.append(stats, actions);
     }
     elementOf.set(m, el);
     updateMessage(m);
@@ -323,42 +336,63 @@
     const input = $("input");
     const question = input.value;
     if (!question.trim() || running) return;
-    showError("");
     const conversation = current();
     conversation.messages.push({ role: "user", content: question });
     if (conversation.title === NEW_TITLE) conversation.title = question.trim().slice(0, 48);
-    const answer = { role: "assistant", content: "", sources: [], pending: true };
-    conversation.messages.push(answer);
     input.value = "";
     state.drafts[conversation.id] = "";
-    save();
     renderConversations();
+    await answer(conversation, (answerMessage, message) =>
+      giveBack(conversation, question, answerMessage, message));
+  }
+
+  // The last answer again: it is dropped and the conversation asked anew (a new seed).
+  async function regenerate() {
+    const conversation = current();
+    const last = conversation.messages[conversation.messages.length - 1];
+    if (running || !last || last.role !== "assistant") return;
+    conversation.messages.pop();
+    await answer(conversation, (answerMessage, message) => {
+      conversation.messages.splice(conversation.messages.indexOf(answerMessage), 1);
+      showError(message);
+      renderMessages();
+    });
+  }
+
+  // Streams a new answer to the conversation (its last message is the user's). `refused` takes
+  // the answer back out when the server gives none.
+  async function answer(conversation, refused) {
+    showError("");
+    const reply = { role: "assistant", content: "", sources: [], pending: true };
+    conversation.messages.push(reply);
+    save();
     renderMessages();
     const controller = new AbortController();
-    running = { controller, answer };
+    running = { controller, answer: reply };
     setRunning(true);
     try {
       const res = await authorizedFetch("/v1/chat/completions", {
         method: "POST", body: JSON.stringify(requestBody(conversation)), signal: controller.signal });
       if (!res.ok) {
-        giveBack(conversation, question, answer, "The server refused the message: " + await errorText(res));
+        refused(reply, "The server refused the message: " + await errorText(res));
         return;
       }
-      await readStream(res, answer);
+      await readStream(res, reply);
     } catch (e) {
       if (e.name === "AbortError") {
-        answer.stopped = true;
-      } else if (!answer.content) {
-        giveBack(conversation, question, answer, "No answer: " + e.message);
+        reply.stopped = true;
+      } else if (!reply.content) {
+        refused(reply, "No answer: " + e.message);
         return;
       } else {
-        answer.error = e.message;
+        reply.error = e.message;
       }
     } finally {
-      answer.pending = false;
+      reply.pending = false;
       running = null;
       setRunning(false);
-      updateMessage(answer);
+      updateMessage(reply);
+      renderActions();
       save();
     }
   }
@@ -377,8 +411,8 @@
     renderMessages();
   }
 
-  function copyText(text, button) {
-    const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); };
+  function copyText(text, button, label = "Copy") {
+    const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = label; }, 1500); };
     if (navigator.clipboard && window.isSecureContext) {
       navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text, done));
     } else {
@@ -442,6 +476,16 @@
       }
     });
     $("messages").addEventListener("click", (e) => {
+      if (e.target.closest("button.regenerate")) {
+        regenerate();
+        return;
+      }
+      const whole = e.target.closest("button.copy-answer");
+      if (whole) {
+        const index = [...$("messages").children].indexOf(whole.closest(".message"));
+        copyText(current().messages[index].content, whole, "Copy answer");
+        return;
+      }
       const button = e.target.closest("button.copy");
       if (!button) return;
       const blocks = codeBlocksOf.get(button.closest(".message")) || [];

@@ -835,6 +835,28 @@ TEST(Cli, InteractiveChatAppliesEverySamplingFlag) {
   EXPECT_EQ(TextLines(single.out).size(), 1u) << single.out;
 }
 
+// --chat-template names a format for a file without one (the shipped 16.5M target has neither a
+// template nor turn tokens): one-shot and interactive chats run in ChatML with the markers as
+// text (the rendering itself: ChatTemplateByName in openai_api_test), an unknown name is refused.
+TEST(Cli, ChatTemplateByNameChatsWithAModelThatHasNone) {
+  const std::string model =
+      " -m " SPECD_SOURCE_DIR "/models/specd-target-q8_0.gguf --chat -n 8 --temp 0";
+  CliRun r = RunSpecd("generate" + model + " -p hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("has no chat template"), std::string::npos) << r.out;
+  r = RunSpecd("generate" + model + " -p hi --chat-template chatml");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("chat template"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("strategy spec, batch 1"), std::string::npos) << r.out;
+  r = RunSpecd("generate" + model + " --chat-template chatml", "hello\nagain\n");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("chatml format"), std::string::npos) << r.out;
+  r = RunSpecd("generate" + model + " -p hi --chat-template llama3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--chat-template: llama3 not in {chatml,gemma}"), std::string::npos)
+      << r.out;
+}
+
 // Ctrl-C ends generate's sequences where they are; their text and the statistics follow. (8
 // sequences of 20,000 positions take seconds; the signal comes after half of one.)
 TEST(Cli, InterruptedGenerateStillPrintsItsStatistics) {

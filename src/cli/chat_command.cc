@@ -63,8 +63,13 @@ int RunInteractiveChat(const GenerateOptions& o, EngineConfig config) {
   const auto models = LoadModels(config);
   SPECD_CHECK(models->tokenizer != nullptr, o.model, " has no tokenizer metadata: chat needs one");
   const Tokenizer& tokenizer = *models->tokenizer;
-  const ChatTemplate chat = ChatTemplate::FromGguf(models->target->gguf(), tokenizer);
+  const ChatTemplate chat =
+      ChatTemplate::ForModel(models->target->gguf(), tokenizer, o.chat_template);
   if (chat.from_vocabulary()) std::fprintf(stderr, "note: %s\n", chat.GuessNote(o.model).c_str());
+  // A named template's end-of-turn marker, when the vocabulary has it only as text, ends a turn.
+  std::vector<std::string> reverse_prompts = o.reverse_prompts;
+  reverse_prompts.insert(reverse_prompts.end(), chat.stop_strings().begin(),
+                         chat.stop_strings().end());
   config.n_slots = 1;
   const auto stack = BuildEngine(*models, config);
   const auto constraint = ConstraintFromFlags(o, *models);  // every answer follows it
@@ -100,7 +105,7 @@ int RunInteractiveChat(const GenerateOptions& o, EngineConfig config) {
     request.interrupt = &interrupted;
     answering = true;
     const std::vector<int32_t> answer =
-        Answer(stack->engine(), tokenizer, o.reverse_prompts, std::move(request));
+        Answer(stack->engine(), tokenizer, reverse_prompts, std::move(request));
     answering = false;
     messages.push_back({"assistant", tokenizer.Decode(answer)});
   }

@@ -39,6 +39,7 @@ struct GenerateOptions {
   std::string prompt_file;
   std::string tokens;
   std::vector<std::string> reverse_prompts;  // -r: text that ends generation (llama.cpp's)
+  std::string chat_template;  // --chat-template: a chat format by name ("": the file's)
   int n_predict = 128;
   // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n; the seed is set from
   // `seed` (random when negative) once the flags are parsed.

@@ -92,7 +92,8 @@ void ReadPrompts(const GenerateOptions& o, const LoadedModels& models, GenerateR
                                            ? "the prompt (-p) is empty"
                                            : "the prompt file '" + o.prompt_file + "' is empty");
     if (o.chat) {
-      const ChatTemplate chat = ChatTemplate::FromGguf(models.target->gguf(), *tokenizer);
+      const ChatTemplate chat =
+          ChatTemplate::ForModel(models.target->gguf(), *tokenizer, o.chat_template);
       if (chat.from_vocabulary()) {
         std::fprintf(stderr, "note: %s\n", chat.GuessNote(o.model).c_str());
       }
@@ -348,6 +349,17 @@ std::unique_ptr<StreamingDecoder> StartStream(const GenerateOptions& o, const To
   return stream;
 }
 
+// -r's texts, and with --chat --chat-template the end-of-turn marker the vocabulary has as text.
+std::vector<std::string> ReversePromptsOf(const GenerateOptions& o, const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return {};
+  std::vector<std::string> texts = o.reverse_prompts;
+  if (o.chat && !o.chat_template.empty()) {
+    const auto ends = ChatTemplate::Named(o.chat_template, *tokenizer).stop_strings();
+    texts.insert(texts.end(), ends.begin(), ends.end());
+  }
+  return texts;
+}
+
 // What each generated token does as it arrives: ends a sequence at a reverse prompt (-r), and
 // streams a single sequence's text.
 void WatchTokens(StreamingDecoder* stream, ReversePrompts* reverse, GenerateRequest* request) {
@@ -458,8 +470,9 @@ int RunGenerate(const GenerateOptions& options) {
   }
   const auto stream = StartStream(o, tokenizer, prompt_text, &request);
   std::unique_ptr<ReversePrompts> reverse;
-  if (!o.reverse_prompts.empty() && tokenizer != nullptr) {
-    reverse = std::make_unique<ReversePrompts>(*tokenizer, o.reverse_prompts, run.n_seq);
+  const std::vector<std::string> reverse_prompts = ReversePromptsOf(o, tokenizer);
+  if (!reverse_prompts.empty()) {
+    reverse = std::make_unique<ReversePrompts>(*tokenizer, reverse_prompts, run.n_seq);
   }
   WatchTokens(stream.get(), reverse.get(), &request);
   // Ctrl-C ends the sequences where they are; what was generated and the statistics follow.

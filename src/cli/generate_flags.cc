@@ -45,6 +45,11 @@ void AddPromptFlags(CLI::App* g, GenerateCommandState* state) {
   g->add_flag("--chat,--conversation,-i,--interactive", o->chat,
               "chat: -p is a user turn in the model's chat format (also -cnv); without a "
               "prompt, a conversation read from stdin, one turn per line");
+  g->add_option("--chat-template", o->chat_template,
+                "chat format for a model whose file has none, as llama-cli's: chatml or gemma "
+                "(turn markers the vocabulary lacks are written as text; the end-of-turn marker "
+                "is then a reverse prompt)")
+      ->check(CLI::IsMember({"chatml", "gemma"}));
   g->add_flag("--single-turn", o->single_turn,
               "chat: answer -p (or one line of stdin) and end (also -st, as llama-cli)");
   g->add_option("-r,--reverse-prompt", o->reverse_prompts,

@@ -209,6 +209,11 @@ void ChatTemplate::SetStops(const GgufFile* file, const Tokenizer& tokenizer,
   stop_tokens_.erase(std::unique(stop_tokens_.begin(), stop_tokens_.end()), stop_tokens_.end());
 }
 
+ChatTemplate ChatTemplate::ForModel(const GgufFile& file, const Tokenizer& tokenizer,
+                                    std::string_view name) {
+  return name.empty() ? FromGguf(file, tokenizer) : Named(name, tokenizer);
+}
+
 ChatTemplate ChatTemplate::Named(std::string_view name, const Tokenizer& tokenizer) {
   ChatTemplate t;
   if (name == "chatml") {

@@ -44,6 +44,9 @@ class ChatTemplate {
   // whose file has none: a vocabulary without the turn tokens gets the markers as text, and
   // the end-of-turn marker becomes a stop string. Throws an Error naming the known formats.
   static ChatTemplate Named(std::string_view name, const Tokenizer& tokenizer);
+  // Named(name) when a name is given (--chat-template), else FromGguf.
+  static ChatTemplate ForModel(const GgufFile& file, const Tokenizer& tokenizer,
+                               std::string_view name);
 
   ChatFormat format() const { return format_; }
   const char* name() const { return format_ == ChatFormat::kChatMl ? "chatml" : "gemma"; }

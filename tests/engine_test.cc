@@ -586,13 +586,19 @@ TEST(Ngram, OutputEqualsPlainDecodingGreedyAndCoupled) {
   }
 }
 
-// Lookup first, the draft model where lookup finds nothing: still plain decoding's output.
-TEST(Ngram, CombinedWithADraftModelEqualsPlainDecoding) {
-  ModelPair p(DType::kQ8_0, 99);
+// A prompt that repeats itself (31 32 33, four times): prompt lookup has something to propose.
+std::vector<int32_t> RepeatingPrompt() {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 4; ++i) {
     for (int32_t t : {31, 32, 33}) prompt.push_back(t);
   }
+  return prompt;
+}
+
+// Lookup first, the draft model where lookup finds nothing: still plain decoding's output.
+TEST(Ngram, CombinedWithADraftModelEqualsPlainDecoding) {
+  ModelPair p(DType::kQ8_0, 99);
+  const std::vector<int32_t> prompt = RepeatingPrompt();
   for (float temperature : {0.0f, 0.8f}) {
     auto kv = p.target->NewKvCache({2, 256});
     auto draft_kv = p.draft->NewKvCache({2, 256});
@@ -619,10 +625,7 @@ TEST(Ngram, CombinedWithADraftModelEqualsPlainDecoding) {
 // target writes one token per verification; plain decoding writes every token itself.
 TEST(Ngram, EveryCommittedTokenSaysHowItCame) {
   ModelPair p(DType::kQ8_0, 99);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 4; ++i) {
-    for (int32_t t : {31, 32, 33}) prompt.push_back(t);
-  }
+  const std::vector<int32_t> prompt = RepeatingPrompt();
   auto kv = p.target->NewKvCache({1, 256});
   auto draft_kv = p.draft->NewKvCache({1, 256});
   NgramProposer lookup(1, 3, p.target->config().n_vocab);

@@ -96,7 +96,7 @@ std::unique_ptr<ChatTemplate> ChatTemplateOrNull(const Model& model, const Token
 std::unique_ptr<ChatTemplate> ServedChatTemplate(const std::string& name, const Model& model,
                                                  const Tokenizer& tokenizer) {
   if (name.empty()) return ChatTemplateOrNull(model, tokenizer);
-  return std::make_unique<ChatTemplate>(ChatTemplate::ForModel(model.gguf(), tokenizer, name));
+  return std::make_unique<ChatTemplate>(ChatTemplate::Named(name, tokenizer));
 }
 
 // Serve() on a thread of its own from construction; stopped and joined when it goes out of

@@ -169,6 +169,16 @@ class PageCase(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(timings, f, indent=1)
 
+    def copy_and_read(self, button):
+        """Clicks a copy button, waits for it to say so, and returns the clipboard's text."""
+        self.browser.execute_cdp_cmd("Browser.grantPermissions", {
+            "origin": self.url.rstrip("/"),
+            "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+        button.click()
+        wait_for(lambda: button.text == "Copied", 5, "the copy button to say so")
+        return self.browser.execute_async_script(
+            "navigator.clipboard.readText().then(arguments[0], e => arguments[0]('error ' + e))")
+
     def slots_in_use(self, server):
         return server.metrics()["specd:kv_slots_in_use"]
 
@@ -317,15 +327,8 @@ class TinyPairTest(PageCase):
         self.assertIn("<img src=x onerror=alert(1)>", body.text)
         self.assertEqual(body.find_element(By.CSS_SELECTOR, ".hl-k").text, "def")
         self.assertEqual(body.find_element(By.CSS_SELECTOR, ".hl-c").text, "# add")
-        self.browser.execute_cdp_cmd("Browser.grantPermissions", {
-            "origin": self.url.rstrip("/"),
-            "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
-        button = body.find_element(By.CSS_SELECTOR, "button.copy")
-        button.click()
-        wait_for(lambda: button.text == "Copied", 5, "the copy button to say so")
-        copied = self.browser.execute_async_script(
-            "navigator.clipboard.readText().then(arguments[0], e => arguments[0]('error ' + e))")
-        self.assertEqual(copied, "def f(x):\n    return x + 1  # add")
+        self.assertEqual(self.copy_and_read(body.find_element(By.CSS_SELECTOR, "button.copy")),
+                         "def f(x):\n    return x + 1  # add")
 
 
     def test_regenerate_replaces_the_last_answer_and_copy_takes_it_whole(self):
@@ -346,15 +349,8 @@ class TinyPairTest(PageCase):
         self.assertEqual(after[:3], before[:3])
         self.assertEqual([m["content"] for m in self.js("return window.__probe.bodies")[2]["messages"]],
                          ["def parse(text):", before[1]["content"], "def render(tree):"])
-        self.browser.execute_cdp_cmd("Browser.grantPermissions", {
-            "origin": self.url.rstrip("/"),
-            "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
-        button = last.find_element(By.CSS_SELECTOR, ".copy-answer")
-        button.click()
-        wait_for(lambda: button.text == "Copied", 5, "the copy button to say so")
-        copied = self.browser.execute_async_script(
-            "navigator.clipboard.readText().then(arguments[0], e => arguments[0]('error ' + e))")
-        self.assertEqual(copied, after[3]["content"])
+        self.assertEqual(self.copy_and_read(last.find_element(By.CSS_SELECTOR, ".copy-answer")),
+                         after[3]["content"])
 
     def test_renderer_emits_only_its_own_markup_and_keeps_every_source(self):
         # 3000 random texts of Markdown's and HTML's characters: the rendered HTML holds only the

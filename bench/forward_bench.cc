@@ -133,7 +133,7 @@ class ForwardBench {
       const KernelContext ctx{&pool, cpu_, Int8BackendFor(i8_options, cpu_)};
       r_.json["int8_kernel"] = Int8KernelName(ctx);
       r_.md << "Forward benchmark, " << Today() << ", " << CpuName() << " (" << cpu_.Name()
-            << " kernels; i8 weights, where run, on " << Int8KernelName(ctx) << "), ";
+            << " kernels; int8 matmuls on " << Int8KernelName(ctx) << "), ";
     }
     r_.md << Subject() << "\n\n"
           << "| weights | GiB read/token | threads | decode tok/s | read GB/s | roofline tok/s | "
@@ -236,7 +236,7 @@ class ForwardBench {
   }
 
   // What no kernel can beat: the weights streamed once from DRAM, and the matmul work done at
-  // the peak of the arithmetic that runs it (AMX where the i8 tile kernel does, else VNNI).
+  // the peak of the arithmetic that runs it (AMX where a tile kernel does, else VNNI).
   // Verifying K drafts is cheap only while the first bound dominates.
   void Bounds(const Model& model, const KernelContext& ctx, nlohmann::json* entry) {
     const DType type = model.MatrixType();
@@ -245,7 +245,8 @@ class ForwardBench {
       nlohmann::json& row = (*entry)["rows"][std::to_string(m)];
       const double ms = row["ms"].get<double>();
       const double memory_ms = model.WeightBytesPerToken() / (r_.bandwidth_gbs[max_threads_] * 1e6);
-      const bool on_amx = type == DType::kI8 && r_.amx_peak_gmacs > 0.0 && RunsOnAmx(ctx, m);
+      const bool on_amx = r_.amx_peak_gmacs > 0.0 &&
+                          (type == DType::kI8 ? RunsOnAmx(ctx, m) : PackedRunsOnAmx(ctx, m));
       const double compute_ms = m * macs / ((on_amx ? r_.amx_peak_gmacs : r_.peak_gmacs) * 1e6);
       row["dram_bound_ms"] = memory_ms;
       row["int8_compute_bound_ms"] = compute_ms;

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/rng.h"
+#include "kernels/amx_tiles.h"
 #include "tensor/quantize.h"
 #include "tests/test_util.h"
 
@@ -237,6 +239,115 @@ std::vector<DType> PackableTypes() {
 
 INSTANTIATE_TEST_SUITE_P(Packable, PackedKernelsTest, ::testing::ValuesIn(PackableTypes()),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// The AMX tile kernel of the packed GGUF types: on the tile unit where the CPU has AMX-INT8, and
+// on the software model of it everywhere with AVX-512, so the kernel's layouts, configurations
+// and float steps are tested on every CPU (amx_tiles.h).
+enum class AmxTiles { kEmulated, kHardware };
+
+class AmxPackedTest : public ::testing::TestWithParam<std::tuple<DType, AmxTiles>> {
+ protected:
+  // Skips (visibly) where the CPU cannot run the kernel; the VNNI path's context otherwise.
+  void SetUp() override {
+    const CpuFeatures cpu = CpuFeatures::Detect();
+    if (!cpu.avx512) GTEST_SKIP() << "this CPU has no AVX-512";
+    if (tiles() == AmxTiles::kHardware && !cpu.amx_int8) {
+      GTEST_SKIP() << "this CPU has no AMX-INT8 (the emulated instance ran the same kernel)";
+    }
+  }
+  AmxTiles tiles() const { return std::get<1>(GetParam()); }
+  std::vector<float> RunAmx(ThreadPool* pool, MatmulCase& c, const float* x, int64_t m) {
+    std::vector<float> out(m * MatmulCase::kRows);
+    if (tiles() == AmxTiles::kEmulated) {
+      amx::MatmulPackedEmulated(pool, x, m, c.packed_weights, out.data(), &c.scratch);
+    } else {  // through the dispatcher, as the model calls it
+      KernelContext ctx{pool, CpuFeatures::Detect(), Int8Backend::kAmx};
+      EXPECT_TRUE(PackedRunsOnAmx(ctx, m));
+      Matmul(ctx, x, m, c.w.view, out.data(), &c.scratch);
+    }
+    return out;
+  }
+};
+
+// Bit for bit the VNNI kernel's results, for every row count across two M-blocks of 16 (the
+// tile configuration changes at the last), two threads, a partial last row group; and the
+// reference's to float rounding.
+TEST_P(AmxPackedTest, EqualsTheVnniKernelBitForBit) {
+  const DType type = std::get<0>(GetParam());
+  ThreadPool pool(2);
+  constexpr int64_t kM = 33;
+  for (int64_t cols : MatmulWidths(type)) {
+    MatmulCase c(type, cols, /*packed=*/true, &pool);
+    const std::vector<float> x = RandomVector(kM * cols, 7 + cols);
+    std::vector<float> vnni(kM * MatmulCase::kRows);
+    avx512::MatmulPacked(&pool, x.data(), kM, c.packed_weights, vnni.data(), &c.scratch);
+    const std::vector<float> all = RunAmx(&pool, c, x.data(), kM);
+    ASSERT_EQ(vnni, all) << DTypeName(type) << " cols=" << cols;
+    ExpectInt8ActivationsExact(x, kM, c.w.view, all);
+    for (int64_t m : {1, 2, 7, 8, 15, 16, 17, 32}) {
+      const std::vector<float> part = RunAmx(&pool, c, x.data() + (kM - m) * cols, m);
+      ASSERT_EQ(0, std::memcmp(part.data(), vnni.data() + (kM - m) * MatmulCase::kRows,
+                               part.size() * sizeof(float)))
+          << DTypeName(type) << " m=" << m << " cols=" << cols;
+    }
+  }
+}
+
+std::vector<std::tuple<DType, AmxTiles>> AmxPackedCases() {
+  std::vector<std::tuple<DType, AmxTiles>> cases;
+  for (DType t : PackableTypes()) {
+    if (t == DType::kI8) continue;  // i8 has its own AMX kernel (int8_test.cc)
+    for (AmxTiles tiles : {AmxTiles::kEmulated, AmxTiles::kHardware}) cases.emplace_back(t, tiles);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Packable, AmxPackedTest, ::testing::ValuesIn(AmxPackedCases()),
+                         [](const auto& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == AmxTiles::kEmulated ? "_emulated"
+                                                                                  : "_hardware");
+                         });
+
+// The software tile unit itself: TDPBSUD's signed A times unsigned B, the configured shapes,
+// and the faults the hardware raises.
+TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaultsOn) {
+  amx::EmulatedTiles tiles;
+  amx::TileConfig config;
+  for (int t = 0; t < 4; ++t) config.rows[t] = 2, config.bytes_per_row[t] = 64;
+  config.rows[4] = 2, config.bytes_per_row[4] = 8;   // A [2 rows, K = 8]
+  config.rows[6] = 2, config.bytes_per_row[6] = 64;  // B [K / 4 = 2 lines, 16 columns]
+  EXPECT_THROW(tiles.Zero(0), Error);                // before LDTILECFG
+  tiles.Configure(config);
+  int8_t a[2][8];
+  uint8_t b[2][64];
+  for (int i = 0; i < 8; ++i) a[0][i] = static_cast<int8_t>(i - 4), a[1][i] = -128;
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < 64; ++i) b[k][i] = static_cast<uint8_t>(255 - 3 * i - k);
+  }
+  tiles.Zero(1);
+  tiles.LoadA(0, a, 8);
+  tiles.LoadB(0, b, 64);
+  tiles.Multiply(1, 0);
+  tiles.Multiply(1, 0);  // accumulates
+  int32_t sums[2][16];
+  tiles.Store(1, sums[0]);
+  for (int m = 0; m < 2; ++m) {
+    for (int n = 0; n < 16; ++n) {
+      int32_t want = 0;
+      for (int k = 0; k < 2; ++k) {
+        for (int i = 0; i < 4; ++i) want += a[m][4 * k + i] * b[k][4 * n + i];
+      }
+      EXPECT_EQ(sums[m][n], 2 * want) << "m=" << m << " n=" << n;
+    }
+  }
+  EXPECT_THROW(tiles.Multiply(0, 1), Error);  // A 5 and B 7 are not configured
+  config.rows[6] = 3;                         // B's 3 lines do not meet A's K = 8
+  tiles.Configure(config);
+  EXPECT_THROW(tiles.Multiply(0, 0), Error);
+  config.rows[16 - 1] = 1, config.bytes_per_row[16 - 1] = 4;  // palette 1 has 8 tiles
+  EXPECT_THROW(tiles.Configure(config), Error);
+}
 
 // Packing reads every type's levels and scales exactly: the packed values, scale * (u - offset)
 // + min, equal ggml's dequantization to float rounding (the two round the same real number in

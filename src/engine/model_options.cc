@@ -64,7 +64,6 @@ Int8Backend Int8BackendFor(const WeightOptions& o, const CpuFeatures& cpu) {
     case Int8Backend::kSpecd:
       break;
     case Int8Backend::kAmx:
-      SPECD_CHECK(o.int8, "{int8_kernel} amx applies to i8 weights: add {weights} i8");
       SPECD_CHECK(cpu.amx_int8 && cpu.avx512,
                   "{int8_kernel} amx needs AMX-INT8 (and AVX-512), which this CPU or OS does not "
                   "offer");

@@ -42,8 +42,10 @@ const std::map<std::string, Int8Backend> kInt8Kernels = {{"auto", Int8Backend::k
 
 void AddInt8KernelFlag(CLI::App* app, WeightOptions* options) {
   app->add_option("--int8-kernel", options->int8_kernel,
-                  "matmul of i8 weights: auto (specd's AMX tile kernel where the CPU has AMX, "
-                  "else its VNNI kernel), specd (VNNI), amx or onednn; all give the same bits")
+                  "int8 matmul kernel: auto (specd's AMX tile kernels where the CPU has AMX, from "
+                  "8 rows for i8 weights and 16 for GGUF types, else its VNNI kernel), specd "
+                  "(VNNI), amx (every row count; i8 and GGUF types) or onednn (i8 only); all give "
+                  "the same bits")
       ->transform(CLI::CheckedTransformer(kInt8Kernels))
       ->default_str("auto");
 }

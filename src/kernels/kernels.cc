@@ -106,9 +106,10 @@ std::string Int8KernelName(const KernelContext& ctx) {
     case Int8Backend::kOneDnn:
       return ctx.cpu.amx_int8 ? "oneDNN (AMX)" : "oneDNN (VNNI)";
     case Int8Backend::kAuto:
-      return ctx.cpu.amx_int8
-                 ? "specd AMX from " + std::to_string(ctx.amx_min_rows) + " rows, " + own + " below"
-                 : own + " (no AMX here)";
+      return ctx.cpu.amx_int8 ? "specd AMX from " + std::to_string(ctx.amx_min_rows) +
+                                    " rows (i8) / " + std::to_string(ctx.amx_packed_min_rows) +
+                                    " rows (GGUF types), " + own + " below"
+                              : own + " (no AMX here)";
   }
   return own;
 }
@@ -117,6 +118,12 @@ bool RunsOnAmx(const KernelContext& ctx, int64_t m) {
   if (!ctx.cpu.amx_int8 || !ctx.cpu.avx512) return false;
   return ctx.int8_backend == Int8Backend::kAmx ||
          (ctx.int8_backend == Int8Backend::kAuto && m >= ctx.amx_min_rows);
+}
+
+bool PackedRunsOnAmx(const KernelContext& ctx, int64_t m) {
+  if (!ctx.cpu.amx_int8 || !ctx.cpu.avx512) return false;
+  return ctx.int8_backend == Int8Backend::kAmx ||
+         (ctx.int8_backend == Int8Backend::kAuto && m >= ctx.amx_packed_min_rows);
 }
 
 namespace {
@@ -200,6 +207,9 @@ void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightVie
   const bool packed_i8 = w.type == DType::kI8 && w.packed != nullptr && w.packed->row_scales;
   if (packed_i8 && RunsOnAmx(ctx, m)) {  // applies SmoothQuant's scales itself
     return amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
+  }
+  if (w.packed != nullptr && !w.packed->row_scales && PackedRunsOnAmx(ctx, m)) {
+    return amx::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
   }
   if (w.type == DType::kI8 && w.col_scales != nullptr) {
     // SmoothQuant: scale the activations here, once, for every path below.

@@ -145,6 +145,10 @@ struct KernelContext;
 std::string Int8KernelName(const KernelContext& ctx);
 // Whether an m-row matmul of packed i8 weights runs on specd's AMX kernel under ctx.
 bool RunsOnAmx(const KernelContext& ctx, int64_t m);
+// Whether an m-row matmul of packed GGUF-type weights (q8_0, q4_K, ...) runs on the AMX kernel:
+// on a CPU with AMX-INT8, from amx_packed_min_rows rows under kAuto, always under kAmx, never
+// under kSpecd or kOneDnn (oneDNN has no GGUF types).
+bool PackedRunsOnAmx(const KernelContext& ctx, int64_t m);
 
 // Explicit context for every kernel call: threads and the ISA to use.
 struct KernelContext {
@@ -156,6 +160,11 @@ struct KernelContext {
   // (whose weights come from L3). At 8 rows AMX is 10% faster on SmolLM2 and 7% slower on the
   // 16.5M target; at 16 rows 25% faster on both. Measured 2026-11-25, Xeon, 2 threads.
   int amx_min_rows = 8;
+  // kAuto: rows from which packed GGUF-type weights run on the AMX kernel. Not measured yet (no
+  // AMX CPU in the sessions since the kernel was written): its float steps per 32-block are the
+  // VNNI kernel's, so it can only win where the tile unit takes enough multiply-accumulates off
+  // them; 16 rows is one full A tile. Tune with `bench forward --int8-kernel amx|specd`.
+  int amx_packed_min_rows = 16;
 };
 
 // A kernel splits its work over threads only while each thread gets at least this many
@@ -308,12 +317,19 @@ void AttendRow(const float* q, const uint16_t* k, const uint16_t* v, int64_t kv_
                float* scores, float* out);
 }  // namespace avx2
 
-// AMX-INT8 (matmul_amx.cc): the packed i8 matmul on tiles, the AVX-512 kernel's results bit for
+// AMX-INT8 (matmul_amx.cc): the packed matmuls on tiles, the AVX-512 kernel's results bit for
 // bit. Callers go through Matmul (where RunsOnAmx).
 namespace amx {
 // col_scales: SmoothQuant's [cols] multipliers of the activations, or null.
 void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
                     const float* col_scales, float* y, MatmulScratch* scratch);
+// The packed GGUF types (every PackedLayout; not i8), in their packed layout.
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch);
+// The same kernel over a software model of the tile unit (amx_tiles.h): any AVX-512 CPU, for
+// tests; the hardware's results bit for bit where the model is right.
+void MatmulPackedEmulated(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
+                          float* y, MatmulScratch* scratch);
 }  // namespace amx
 
 // Fast AVX-512 pieces (matmul_avx512.cc); callers go through the dispatchers above.

@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/amx_packed_kernel.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/kernels.h"
 
 namespace specd {
@@ -20,7 +22,6 @@ namespace {
 
 constexpr int64_t kTileK = 64;           // int8 values per tile line
 constexpr int64_t kTileBytes = 1024;     // one B tile: 16 lines of 64 bytes
-constexpr int kMaxTileRows = 16;         // activation rows per A tile
 constexpr int64_t kGroupsPerChunk = 16;  // row groups whose weights stay in L2 across M-blocks
 // How far ahead of a pass's weights the kernel asks for them. A pass walks 2 or 4 row groups
 // side by side, but their weights are contiguous, so the prefetch runs linearly through the
@@ -36,15 +37,6 @@ constexpr int64_t kPrefetchBytes = 8192;
 //   tall, M-blocks of 17-32 rows: C[i][j] = A[i] x B[j], 2 activation tiles x 2 row groups:
 //     C00 0, C01 1, C10 2, C11 3, A0 4, A1 5, B0 6, B1 7.
 constexpr int kTallGroups = 2;
-
-// LDTILECFG's 64-byte operand (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // The configuration for an M-block of rows0 (1..16) + rows1 (0..16) activation rows: wide
 // when rows1 == 0, tall otherwise.
@@ -280,7 +272,80 @@ void MultiplyRange(const Activations& a, const PackedInt8Weights& w, int64_t m, 
   if (configured_rows > 0) _tile_release();
 }
 
+// The tile unit itself, for the packed GGUF-type kernel (amx_packed_kernel.h). The intrinsics
+// paste their tile numbers into the assembly, hence the literal cases.
+struct HardwareTiles {
+  void Configure(const TileConfig& config) { _tile_loadconfig(&config); }
+  void Release() { _tile_release(); }
+  void Zero(int c) {
+    if (c == 0) {
+      _tile_zero(0);
+    } else if (c == 1) {
+      _tile_zero(1);
+    } else if (c == 2) {
+      _tile_zero(2);
+    } else {
+      _tile_zero(3);
+    }
+  }
+  void LoadA(int slot, const void* from, int64_t stride) {
+    if (slot == 0) {
+      _tile_loadd(4, from, stride);
+    } else {
+      _tile_loadd(5, from, stride);
+    }
+  }
+  void LoadB(int slot, const void* from, int64_t stride) {
+    if (slot == 0) {
+      _tile_loadd(6, from, stride);
+    } else {
+      _tile_loadd(7, from, stride);
+    }
+  }
+  // C[c] += A[slot] x B[slot]; the packed kernel pairs accumulator c with slot c % 2.
+  void Multiply(int c, int slot) {
+    if (slot == 0) {
+      MultiplyInto<4, 6>(c);
+    } else {
+      MultiplyInto<5, 7>(c);
+    }
+  }
+  void Store(int c, int32_t* sums) const { StoreTile(c, *reinterpret_cast<TileSums*>(sums)); }
+
+ private:
+  template <int kA, int kB>
+  static void MultiplyInto(int c) {
+    static_assert((kA == 4 && kB == 6) || (kA == 5 && kB == 7));
+    if constexpr (kA == 4) {
+      if (c == 0) {
+        _tile_dpbsud(0, 4, 6);
+      } else if (c == 1) {
+        _tile_dpbsud(1, 4, 6);
+      } else if (c == 2) {
+        _tile_dpbsud(2, 4, 6);
+      } else {
+        _tile_dpbsud(3, 4, 6);
+      }
+    } else {
+      if (c == 0) {
+        _tile_dpbsud(0, 5, 7);
+      } else if (c == 1) {
+        _tile_dpbsud(1, 5, 7);
+      } else if (c == 2) {
+        _tile_dpbsud(2, 5, 7);
+      } else {
+        _tile_dpbsud(3, 5, 7);
+      }
+    }
+  }
+};
+
 }  // namespace
+
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch) {
+  packed::MatmulPacked<HardwareTiles>(pool, x, m, w, y, scratch);
+}
 
 void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w,
                     const float* col_scales, float* y, MatmulScratch* scratch) {

@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
+#include "kernels/packed_avx512.h"
 
 namespace specd::avx512 {
 namespace {
@@ -263,43 +264,6 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
   }
 }
 
-// The IQ4 grid's levels + 128 in each 128-bit lane, for vpshufb (indices are 0..15).
-inline __m512i Iq4LevelBytes() {
-  return _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4LevelBytes.data())));
-}
-
-// Lanes {g0, g0 + 1, g0 + 4, g0 + 5} of a packed block's values as unsigned bytes: loaded, or
-// unpacked from nibbles (lanes g and g + 4 share a load) plus kPlanes high bit planes, or with
-// kLut the nibbles' grid levels + 128.
-template <bool kNibbles, int kPlanes, bool kLut = false>
-inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
-  const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
-  if constexpr (!kNibbles) {
-    for (int j = 0; j < 4; ++j) w[j] = _mm512_loadu_si512(values + lanes[j] * 64);
-    return;
-  }
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i z0 = _mm512_loadu_si512(values + g0 * 64);
-  const __m512i z1 = _mm512_loadu_si512(values + (g0 + 1) * 64);
-  w[0] = _mm512_and_si512(z0, low4);
-  w[1] = _mm512_and_si512(z1, low4);
-  w[2] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), low4);
-  w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), low4);
-  if constexpr (kLut) {
-    const __m512i levels = Iq4LevelBytes();
-    for (int j = 0; j < 4; ++j) w[j] = _mm512_shuffle_epi8(levels, w[j]);
-  }
-  for (int plane = 0; plane < kPlanes; ++plane) {
-    const __m512i bit = _mm512_set1_epi8(static_cast<char>(16 << plane));
-    for (int j = 0; j < 4; ++j) {
-      uint64_t bits;
-      std::memcpy(&bits, values + 256 + plane * 64 + lanes[j] * 8, 8);
-      w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(bits), w[j], bit);
-    }
-  }
-}
-
 // Adds block b's products over lanes {g0, g0 + 1, g0 + 4, g0 + 5} (w) to each activation row's
 // integer sums: lanes 0..3 (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1, and
 // spread over kChains independent sums so that few rows are not bound by vpdpbusd's latency.
@@ -353,8 +317,7 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
       for (int c = 1; c < kChains; ++c) {
         isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
       }
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][0][0]),
-                               _mm512_mul_ps(dw, _mm512_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
+      acc[r] = AddSimpleBlock(isum[r][0][0], dw, da[(m0 + r) * nb + b], acc[r]);
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
@@ -379,79 +342,6 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
 // K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
 // isum_s is seeded with -offset * sum_s(a) as in PackedTile; the float steps run in one fixed
 // order, so results do not depend on MT, m or the thread split.
-// Header kinds: f16 or f32 scales (and mins), or K-quant byte scales with a trailer.
-enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
-
-// K-quant byte scales: the 16 rows' super-block d and -dmin, read from the row group's trailer
-// once per 8 blocks. (-dmin) * m is -(dmin * m) to the bit (rounding is symmetric), the AVX2
-// kernel's form.
-struct SuperScales {
-  __m512 d = _mm512_setzero_ps();
-  __m512 neg_dmin = _mm512_setzero_ps();
-};
-
-template <bool kMins>
-inline void LoadSuperScales(const uint8_t* trailer_bytes, SuperScales* super) {
-  const auto* trailer = reinterpret_cast<const __m256i*>(trailer_bytes);
-  super->d = _mm512_cvtph_ps(_mm256_loadu_si256(trailer));
-  if constexpr (kMins) {
-    super->neg_dmin = _mm512_castsi512_ps(
-        _mm512_xor_si512(_mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(trailer + 1))),
-                         _mm512_set1_epi32(INT32_MIN)));
-  }
-}
-
-// The 16 rows' scales (and mins) of block `blk` per sub-block: from the header's f16 / f32
-// floats, or K-quant bytes times the super-block's d (exact in f32: f16 times an 8-bit integer;
-// sc signed for iq4_xs and q6_K).
-template <int kSub, bool kMins, int kScales>
-inline void BlockScales(const uint8_t* blk, const SuperScales& super, __m512 (&scale)[kSub],
-                        __m512 (&min)[kSub]) {
-  if constexpr (kScales == kScalesK) {
-    auto bytes16 = [&](int at) {
-      return _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
-    };
-    for (int s = 0; s < kSub; ++s) scale[s] = _mm512_mul_ps(super.d, bytes16(16 * s));
-    if constexpr (kMins) min[0] = _mm512_mul_ps(super.neg_dmin, bytes16(16 * kSub));
-  } else {
-    auto load16 = [&](int index) {  // the header's 16 floats number `index`
-      if constexpr (kScales == kScalesF32) {
-        return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
-      } else {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
-      }
-    };
-    for (int s = 0; s < kSub; ++s) {
-      scale[s] = load16(s);
-      if constexpr (kMins) min[s] = load16(kSub + s);
-    }
-  }
-}
-
-// One row's value of a block: its chained integer sums per sub-block, scaled, plus the mins
-// times the sums s16 of its activations: t = sum_s scale_s * isum_s [+ min_s * sum_s(a)].
-template <int kSub, bool kMins, int kChains>
-inline __m512 BlockValue(const __m512i (&isum)[kSub][kChains], const int32_t* s16,
-                         const __m512 (&scale)[kSub], const __m512 (&min)[kSub]) {
-  __m512i whole[kSub];
-  for (int s = 0; s < kSub; ++s) {
-    whole[s] = isum[s][0];
-    for (int c = 1; c < kChains; ++c) whole[s] = _mm512_add_epi32(whole[s], isum[s][c]);
-  }
-  __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(whole[0]), scale[0]);
-  if constexpr (kSub == 2) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[1]), scale[1], t);
-  if constexpr (kMins) {
-    if constexpr (kSub == 2) {
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[1])), min[1], t);
-    } else {
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
-    }
-  }
-  return t;
-}
-
 template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
                        int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
@@ -744,9 +634,8 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
       MinItemsPerThread(16 * m * k));
 }
 
-void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
-                  MatmulScratch* scratch) {
-  if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
+BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,
+                                          MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
   // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
@@ -777,6 +666,17 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
       asum16[(i * nb + b) * 2 + 1] = s1;
     }
   }
+  return BlockActivations{aq, da, acorr, asum16, k, nb};
+}
+
+void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
+                  MatmulScratch* scratch) {
+  if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
+  const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
+  const int8_t* aq = a.q;
+  const float* da = a.d;
+  const int32_t* acorr = a.corr;
+  const int32_t* asum16 = a.sum16;
   const GeneralTileFn* general = GeneralTilesFor(w);
   pool->ParallelFor(
       w.row_groups, 1,
@@ -793,7 +693,7 @@ void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8W
           PackedRange<true, 1>(w, aq, da, acorr, m, g0, g1, y);
         }
       },
-      MinItemsPerThread(16 * m * k));
+      MinItemsPerThread(16 * m * w.cols));
 }
 
 }  // namespace specd::avx512

@@ -138,7 +138,8 @@ void AddLowRank(const KernelContext& ctx, std::initializer_list<LowRankJob> jobs
   }
   ctx.pool->RunOnAll([&](int thread) {
     LowRankScratch::PerThread& own = scratch->threads[thread];
-    const KernelContext solo{own.solo.get(), ctx.cpu, ctx.int8_backend, ctx.amx_min_rows};
+    KernelContext solo = ctx;
+    solo.pool = own.solo.get();
     for (const LowRankJob& job : jobs) {
       for (const LowRankTerm& term : *job.terms) {
         // Every thread forms A x (small), then adds B t to its share of the output blocks.

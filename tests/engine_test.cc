@@ -272,6 +272,39 @@ TEST(Engine, TheDraftReadsANewPromptWhenItsSequenceFirstDrafts) {
   }
 }
 
+// Completions of one prompt (BASS's batches): the draft reads the shared prompt once, and only
+// when they first draft; while plain steps win it is not read at all. Output is plain decoding's.
+TEST(Engine, CompletionsOfOnePromptShareTheDraftsReadingOfItWhenTheyFirstDraft) {
+  ModelPair p(DType::kQ8_0, /*draft_seed=*/7);
+  for (int plain_steps : {0, 5, 1000}) {
+    auto owned =
+        std::make_unique<PlannedDraftLength>([&](int step) { return step >= plain_steps ? 2 : 0; });
+    PlannedDraftLength* policy = owned.get();
+    SpecEngine e(p, std::move(owned));
+    const SequenceRequest r = Request(Prompt(14, 43), 24, 0.8f, 5);
+    const std::vector<int> ids = e.engine.AddCompletions(r, 4);
+    e.engine.Step();  // the target reads the prompt; the completions fork
+    for (int slot = 0; slot < 4 && plain_steps > 0; ++slot) {
+      EXPECT_EQ(e.draft_kv->Length(slot), 0) << "the draft read the prompt before drafting";
+    }
+    while (e.engine.HasWork()) e.engine.Step();
+    for (int i = 0; i < 4; ++i) {
+      SequenceRequest alone = r;
+      alone.rng_sequence = i;
+      EXPECT_EQ(e.engine.sequence(ids[i]).tokens, Alone(p, alone)) << plain_steps << " " << i;
+    }
+    int draft_rows = 0, first_drafting = -1;
+    for (size_t i = 0; i < policy->observed.size(); ++i) {
+      const StepObservation& o = policy->observed[i];
+      draft_rows += o.prefill_draft_rows;
+      if (o.k > 0 && first_drafting < 0) first_drafting = static_cast<int>(i);
+      if (o.prefill_draft_rows > 0) EXPECT_EQ(static_cast<int>(i), first_drafting) << plain_steps;
+    }
+    // 13 rows (all but the prompt's last token), once for the four; none without drafting.
+    EXPECT_EQ(draft_rows, plain_steps < 24 ? 13 : 0) << plain_steps;
+  }
+}
+
 TEST(Engine, RepeatPenaltyAndMinPKeepSpeculationEqualToPlainDecoding) {
   // The target as its own (unpenalized) draft: long runs get drafted, and its drafts repeat
   // what the penalty forbids.

@@ -55,8 +55,8 @@ class DraftModelProposer : public Proposer {
   void ForkSequence(int src, int dst) override;
   void RemoveSequence(int seq) override;
   // Prompts are read by the first Propose that drafts for their sequence, not when the target
-  // reads them: a sequence that joins a batch where plain steps win never needs them (Prefill
-  // stays the base class's no-op).
+  // reads them or a sequence is forked: a sequence that joins a batch where plain steps win never
+  // needs them (Prefill stays the base class's no-op).
   void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;
@@ -68,6 +68,9 @@ class DraftModelProposer : public Proposer {
   struct State {
     int slot = -1;
     std::vector<int32_t> prefill;  // prompt tokens not read yet (all but the last)
+    // Sequences forked from one prompt share its group: whichever of them draft first read it
+    // once, the others of the group drafting with them take a copy of that KV.
+    int prompt_group = -1;
     std::vector<int32_t> pending;  // inputs not yet in the KV cache; the last is the next input
     std::vector<int32_t> drafted;  // this step's drafts (a chain, or a tree's nodes)
     std::vector<int32_t> parents;  // a tree's node parents
@@ -75,7 +78,7 @@ class DraftModelProposer : public Proposer {
     int pending_before = 0;        // pending inputs fed by this step's drafting
   };
   // Reads the queued prompts of the sequences `wanted` accepts in one forward, adding its time
-  // to `timings` (may be null).
+  // to `timings` (may be null). A prompt group's copies are read once.
   void RunPrefill(ProposerTimings* timings, const std::function<bool(int)>& wanted);
   // Sets up each drafting sequence's step (catch-up, KV marks); returns the largest k.
   int BeginStep(std::span<const DraftInput> inputs, ProposerTimings* timings);
@@ -90,7 +93,6 @@ class DraftModelProposer : public Proposer {
 
   Model& model_;
   KvCache& kv_;
-  ProposerTimings fork_timings_;  // prompts read for ForkSequence, reported with the next step
   const KernelContext& ctx_;
   AttentionMode attention_;
   std::map<int, State> seqs_;

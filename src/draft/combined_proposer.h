@@ -18,6 +18,9 @@ class CombinedProposer : public Proposer, public TargetFeatureReader {
   void ForkSequence(int src, int dst) override;
   void RemoveSequence(int seq) override;
   void Prefill(ProposerTimings* timings) override { second_.Prefill(timings); }
+  int RowsBeforeFirstDraft(std::span<const int> seqs) const override {
+    return first_.RowsBeforeFirstDraft(seqs) + second_.RowsBeforeFirstDraft(seqs);
+  }
   void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                ProposerTimings* timings) override;
   void Accept(int seq, int n_accepted, int32_t next) override;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -49,6 +50,25 @@ void DraftModelProposer::ForkSequence(int src, int dst) {
   s.slot = kv_.Acquire();
   kv_.Fork(from.slot, s.slot, kv_.Length(from.slot));
   seqs_.emplace(dst, std::move(s));
+}
+
+int DraftModelProposer::RowsBeforeFirstDraft(std::span<const int> seqs) const {
+  int rows = 0;
+  std::set<int> groups;  // prompts counted
+  for (int seq : seqs) {
+    const auto it = seqs_.find(seq);
+    if (it == seqs_.end()) continue;
+    const State& s = it->second;
+    if (s.prefill.empty()) return 0;  // this one has drafted (or given its prompt up)
+    const int pending = static_cast<int>(s.pending.size());
+    if (pending > options_.catch_up_limit) {  // restarts from its last tokens (RunPrefill)
+      rows += options_.catch_up_limit;
+      continue;
+    }
+    if (groups.insert(s.prompt_group).second) rows += static_cast<int>(s.prefill.size());
+    rows += pending;
+  }
+  return rows;
 }
 
 void DraftModelProposer::RemoveSequence(int seq) {

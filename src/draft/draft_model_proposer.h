@@ -54,6 +54,7 @@ class DraftModelProposer : public Proposer {
   void AddSequence(int seq, std::span<const int32_t> prompt) override;
   void ForkSequence(int src, int dst) override;
   void RemoveSequence(int seq) override;
+  int RowsBeforeFirstDraft(std::span<const int> seqs) const override;
   // Prompts are read by the first Propose that drafts for their sequence, not when the target
   // reads them or a sequence is forked: a sequence that joins a batch where plain steps win never
   // needs them (Prefill stays the base class's no-op).

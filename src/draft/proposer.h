@@ -128,6 +128,13 @@ class Proposer {
   // Reads the prompts of new sequences now, when the target reads them (otherwise the next
   // Propose does).
   virtual void Prefill(ProposerTimings* timings) { (void)timings; }
+  // Rows a first drafting step for `seqs` would read before drafting (their unread prompts, a
+  // shared prompt once, and what they wrote since), when it has drafted for none of them yet: a
+  // fresh batch's start cost, which the draft-length policy weighs. 0 once any of them drafted.
+  virtual int RowsBeforeFirstDraft(std::span<const int> seqs) const {
+    (void)seqs;
+    return 0;
+  }
   // Drafts for each input (out[i] for inputs[i]).
   virtual void Propose(std::span<const DraftInput> inputs, std::vector<Proposal>* out,
                        ProposerTimings* timings) = 0;

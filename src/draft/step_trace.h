@@ -21,6 +21,7 @@ class TracedDraftLength : public DraftLengthPolicy {
                     std::string label);
 
   int Next(int n_sequences, int remaining_tokens) override;
+  void SetStartRows(int rows) override { inner_->SetStartRows(rows); }
   void Observe(const StepObservation& step) override;
   int max_length() const override { return inner_->max_length(); }
   const char* name() const override { return inner_->name(); }

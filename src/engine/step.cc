@@ -66,6 +66,7 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, TokenSource source, std::sp
                     std::find(stops.begin(), stops.end(), token) != stops.end();
   if ((s.request.stop_at_eos && stop) || grammar_done) {
     s.finish_reason = "stop";
+    lengths_.Finished(static_cast<int>(s.tokens.size()));
     return true;
   }
   s.tokens.push_back(token);
@@ -77,6 +78,7 @@ bool StepDecoder::Commit(Sequence& s, int32_t token, TokenSource source, std::sp
   report->sources.push_back(source);
   if (static_cast<int>(s.tokens.size()) >= s.request.n_predict) {
     s.finish_reason = "length";
+    lengths_.Finished(static_cast<int>(s.tokens.size()));
     return true;
   }
   return false;
@@ -254,10 +256,16 @@ void StepDecoder::Propose(Plan* plan) {
   const auto& decode = plan->decode;
   plan->proposals.assign(decode.size(), {});
   if (policy_ == nullptr || decode.empty()) return;
+  // The longest expected remainder (max_tokens is an upper bound only: completions usually end
+  // on a stop), and what a first drafting step would read first.
   int remaining = 0;
+  std::vector<int> ids;
   for (Sequence* s : decode) {
-    remaining = std::max(remaining, s->request.n_predict - static_cast<int>(s->tokens.size()));
+    const int n = static_cast<int>(s->tokens.size());
+    remaining = std::max(remaining, lengths_.ExpectedRemaining(n, s->request.n_predict));
+    ids.push_back(s->id);
   }
+  policy_->SetStartRows(proposer_->RowsBeforeFirstDraft(ids));
   plan->k = policy_->Next(static_cast<int>(decode.size()), remaining);
   if (plan->k <= 0) return;
   Timer draft_timer;

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "policy/completion_lengths.h"
 #include "policy/draft_length.h"
 #include "sampling/sampler.h"
 #include "sampling/token_constraint.h"
@@ -191,6 +192,7 @@ class StepDecoder {
   std::vector<float> hidden_;  // [rows, n_embd] the target's features, for proposers that read them
   std::vector<std::vector<float>> target_probs_;
   std::vector<int32_t> history_;  // scratch of PenalizeRow
+  CompletionLengths lengths_;     // of the finished sequences, for the draft-length policy
 };
 
 }  // namespace specd

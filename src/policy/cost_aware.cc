@@ -122,14 +122,15 @@ double CostAwareDraftLength::ExpectedTokensPerMs(int k, int n_sequences) const {
   return ExpectedTokensPerMs(k, DecidingBatch(n_sequences), acceptance());
 }
 
-double CostAwareDraftLength::ExpectedTokensPerMs(int k, int batch, double acceptance) const {
+double CostAwareDraftLength::ExpectedTokensPerMs(int k, int batch, double acceptance,
+                                                 bool with_overhead) const {
   const StepTime* t = Time(batch, k);
   const double step_ms = t != nullptr ? CurrentMs(*t, batch, k) : 0.0;
   if (step_ms <= 0.0) return 0.0;
   const double a = std::min(acceptance, 0.999);
   const double drafts = t->drafted >= 0.0 ? t->drafted : k;
   const double tokens = (1.0 - std::pow(a, drafts + 1)) / (1.0 - a);  // per sequence
-  const double overhead_ms = k > 0 ? draft_overhead_ms_ * tokens * batch : 0.0;
+  const double overhead_ms = k > 0 && with_overhead ? draft_overhead_ms_ * tokens * batch : 0.0;
   return tokens / (step_ms + overhead_ms);
 }
 
@@ -155,12 +156,26 @@ int CostAwareDraftLength::Next(int n_sequences, int remaining_tokens) {
   double best_rate = 0.0;
   const int best = BestMeasured(batch, &best_rate);
   if (best < 0) return StartingK(n_sequences);
+  if (!StartRepaid(batch, remaining_tokens)) return 0;
   // The best K measured only once is measured again at once (one slow step could be what
   // made the others look worse, or this one better).
   if (Time(batch, best)->count < kTrusted) return best;
   if (const int k = ClimbingK(batch, best, remaining_tokens); k >= 0) return k;
   if (best > 0) return WhileDrafting(batch, best, best_rate, n_sequences, remaining_tokens);
   return WhilePlain(batch, best_rate, remaining_tokens);
+}
+
+bool CostAwareDraftLength::StartRepaid(int batch, int remaining_tokens) const {
+  if (start_cost_ms_ <= 0.0) return true;
+  // The start cost replaces the per-token share of prompt reads here (it is that cost, whole).
+  const double plain = ExpectedTokensPerMs(0, batch, acceptance(), /*with_overhead=*/false);
+  if (plain <= 0.0) return true;  // plain steps unmeasured here: nothing to weigh it against
+  double drafting = 0.0;
+  for (int k = 1; k <= k_max_; ++k) {
+    drafting = std::max(drafting, ExpectedTokensPerMs(k, batch, acceptance(), false));
+  }
+  if (drafting <= plain) return false;  // not even a probe is worth reading the prompts for
+  return remaining_tokens * (1.0 / plain - 1.0 / drafting) > start_cost_ms_;
 }
 
 int CostAwareDraftLength::StartingK(int n_sequences) const {

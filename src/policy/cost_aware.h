@@ -73,6 +73,11 @@ class CostAwareDraftLength {
   // engine without speculation does not read them; plain steps leave them unread). Charged to
   // every drafting K: at high load, with prompts arriving all the time, it decides.
   void SetDraftOverheadPerToken(double ms) { draft_overhead_ms_ = ms; }
+  // What the next step would spend before it can draft: a fresh batch's unread prompts (and what
+  // it wrote since), read by the draft (ms; 0 when none). Drafting starts only where its expected
+  // saving over the remaining tokens repays it: a request of short completions at a batch size
+  // where drafting barely wins (or loses, and would only probe) is decoded plain, unread.
+  void SetStartCostMs(double ms) { start_cost_ms_ = ms; }
 
   double acceptance() const;
   // Expected tokens per ms per sequence of a step with draft length k over n_sequences, from
@@ -113,8 +118,12 @@ class CostAwareDraftLength {
   const StepTime* Time(int batch, int k) const;
   // K's step time `t` at `batch`, moved by the drift of plain steps' time since it was measured.
   double CurrentMs(const StepTime& t, int batch, int k) const;
-  // ExpectedTokensPerMs at a given acceptance, `batch` being the deciding one.
-  double ExpectedTokensPerMs(int k, int batch, double acceptance) const;
+  // ExpectedTokensPerMs at a given acceptance, `batch` being the deciding one; with_overhead:
+  // drafting charged its per-token share of prompt reads.
+  double ExpectedTokensPerMs(int k, int batch, double acceptance, bool with_overhead = true) const;
+  // Whether drafting's saving over the remaining tokens, at the best measured rates, exceeds the
+  // start cost (true when there is none or plain steps are unmeasured at this batch size).
+  bool StartRepaid(int batch, int remaining_tokens) const;
   // The acceptance estimate plus kOptimism standard errors (of a rate over the decayed count of
   // drafts seen): what the drafts seen so far cannot rule out.
   double OptimisticAcceptance() const;
@@ -143,6 +152,7 @@ class CostAwareDraftLength {
   int refresh_turn_ = 2;  // what was refreshed last: 0 the longer neighbour, 1 the shorter, 2 K = 0
   int second_looks_ = 0;  // drafting Ks measured again after losing to plain steps once
   double draft_overhead_ms_ = 0.0;  // per token committed while drafting
+  double start_cost_ms_ = 0.0;      // before the next step could draft
   // A plain step right after drafting is not timed (it runs with the target's weights pushed out
   // of the caches): a refresh of K = 0 takes two plain steps and times the second.
   bool plain_refresh_pending_ = false;

@@ -6,8 +6,8 @@
 
 namespace specd {
 
-int BassDraftLength::NextLength(int current, int max_accepted, int l_incre, int l_mod,
-                                    int l_limit, int* decreasing) {
+int BassDraftLength::NextLength(int current, int max_accepted, int l_incre, int l_mod, int l_limit,
+                                int* decreasing) {
   if (max_accepted >= current) {
     *decreasing = 0;
     return std::min(current + l_incre, l_limit);
@@ -31,6 +31,7 @@ void CostAwarePolicy::Observe(const StepObservation& step) {
   // few tokens).
   constexpr double kDecay = 0.995, kPriorTokens = 256.0;
   draft_prompt_ms_ = kDecay * draft_prompt_ms_ + step.prefill_draft_ms;
+  draft_prompt_rows_ = kDecay * draft_prompt_rows_ + step.prefill_draft_rows;
   drafted_tokens_ = kDecay * drafted_tokens_ + (step.k > 0 ? step.tokens : 0);
   model_.SetDraftOverheadPerToken(draft_prompt_ms_ / (drafted_tokens_ + kPriorTokens));
   // Steps that read prompts are not typical decode steps.

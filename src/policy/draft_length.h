@@ -37,6 +37,9 @@ class DraftLengthPolicy {
   // Draft length for the next step of n_sequences sequences, the longest of which has at most
   // remaining_tokens left to generate.
   virtual int Next(int n_sequences, int remaining_tokens) = 0;
+  // Rows the draft would read before the next step could draft (a fresh batch's unread prompts:
+  // Proposer::RowsBeforeFirstDraft); set before each Next.
+  virtual void SetStartRows(int rows) { (void)rows; }
   virtual void Observe(const StepObservation& step) { (void)step; }
   // The longest draft it can ask for (KV room, statistics arrays).
   virtual int max_length() const = 0;
@@ -94,6 +97,10 @@ class CostAwarePolicy : public DraftLengthPolicy {
     const int k = model_.Next(n_sequences, remaining_tokens);
     return k > 0 && k < k_min_ ? k_min_ : k;
   }
+  void SetStartRows(int rows) override {
+    model_.SetStartCostMs(draft_prompt_rows_ > 0.0 ? rows * draft_prompt_ms_ / draft_prompt_rows_
+                                                   : 0.0);
+  }
   void Observe(const StepObservation& step) override;
   int max_length() const override { return k_max_; }
   const char* name() const override { return "cost"; }
@@ -103,9 +110,10 @@ class CostAwarePolicy : public DraftLengthPolicy {
   int k_max_;
   int k_min_;
   CostAwareDraftLength model_;
-  int previous_k_ = 0;            // the last decode step's draft length
-  double draft_prompt_ms_ = 0.0;  // decayed sums: the draft reading prompts,
-  double drafted_tokens_ = 0.0;   // and the tokens drafting steps committed
+  int previous_k_ = 0;              // the last decode step's draft length
+  double draft_prompt_ms_ = 0.0;    // decayed sums: the draft reading prompts,
+  double draft_prompt_rows_ = 0.0;  // the rows it read,
+  double drafted_tokens_ = 0.0;     // and the tokens drafting steps committed
 };
 
 class ScheduledDraftLength : public DraftLengthPolicy {

@@ -201,16 +201,29 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
 
 }  // namespace
 
+namespace {
+
+// The AMX tile kernels, where they run for these weights and rows; false: another path does.
+bool MatmulOnAmx(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
+                 MatmulScratch* scratch) {
+  if (w.packed == nullptr) return false;
+  if (w.packed->row_scales) {  // i8: applies SmoothQuant's scales itself
+    if (w.type != DType::kI8 || !RunsOnAmx(ctx, m)) return false;
+    amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
+  } else {
+    if (!PackedRunsOnAmx(ctx, m)) return false;
+    amx::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
+  }
+  return true;
+}
+
+}  // namespace
+
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
             MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
+  if (MatmulOnAmx(ctx, x, m, w, y, scratch)) return;
   const bool packed_i8 = w.type == DType::kI8 && w.packed != nullptr && w.packed->row_scales;
-  if (packed_i8 && RunsOnAmx(ctx, m)) {  // applies SmoothQuant's scales itself
-    return amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
-  }
-  if (w.packed != nullptr && !w.packed->row_scales && PackedRunsOnAmx(ctx, m)) {
-    return amx::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
-  }
   if (w.type == DType::kI8 && w.col_scales != nullptr) {
     // SmoothQuant: scale the activations here, once, for every path below.
     scratch->smoothed.ResizeForOverwrite(m * w.cols);  // [m, cols]

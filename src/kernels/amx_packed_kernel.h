@@ -129,24 +129,23 @@ void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* bl
   if constexpr (!L::kGeneral) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < task.rows; ++r) {
-      const int64_t at = (task.m0 + r) * a.nb + b;
+      const avx512::RowBlockTerms& terms = a.Terms(task.m0 + r, b);
       const __m512i isum =
-          _mm512_add_epi32(_mm512_set1_epi32(a.corr[at]), _mm512_load_si512(sums[0][r]));
-      _mm512_store_ps(acc[r], avx512::AddSimpleBlock(isum, dw, a.d[at], _mm512_load_ps(acc[r])));
+          _mm512_add_epi32(_mm512_set1_epi32(terms.seeds[0]), _mm512_load_si512(sums[0][r]));
+      _mm512_store_ps(acc[r], avx512::AddSimpleBlock(isum, dw, terms.d, _mm512_load_ps(acc[r])));
     }
   } else {
     __m512 scale[L::kSub], min[L::kSub];
     avx512::BlockScales<L::kSub, L::kMins, L::kScales>(blk, super, scale, min);
     for (int r = 0; r < task.rows; ++r) {
-      const int64_t at = (task.m0 + r) * a.nb + b;
-      const int32_t* s16 = a.sum16 + at * 2;
+      const avx512::RowBlockTerms& terms = a.Terms(task.m0 + r, b);
       __m512i isum[L::kSub][1];
       for (int s = 0; s < L::kSub; ++s) {
-        const int32_t seed = -task.w->offset * (L::kSub16 ? s16[s] : s16[0] + s16[1]);
-        isum[s][0] = _mm512_add_epi32(_mm512_set1_epi32(seed), _mm512_load_si512(sums[s][r]));
+        isum[s][0] =
+            _mm512_add_epi32(_mm512_set1_epi32(terms.seeds[s]), _mm512_load_si512(sums[s][r]));
       }
-      const __m512 t = avx512::BlockValue<L::kSub, L::kMins, 1>(isum, s16, scale, min);
-      _mm512_store_ps(acc[r], _mm512_fmadd_ps(t, _mm512_set1_ps(a.d[at]), _mm512_load_ps(acc[r])));
+      const __m512 t = avx512::BlockValue<L::kSub, L::kMins, 1>(isum, terms.min_sums, scale, min);
+      _mm512_store_ps(acc[r], _mm512_fmadd_ps(t, _mm512_set1_ps(terms.d), _mm512_load_ps(acc[r])));
     }
   }
 }

@@ -264,6 +264,13 @@ void RunRange(const WeightView& w, const Prepared& p, int64_t m, int64_t n0, int
   }
 }
 
+// sum += w (unsigned bytes) x the 4 signed bytes at a, broadcast, with the broadcast folded into
+// vpdpbusd's memory operand ({1to16}). GCC 12 never folds it and issues a separate vpbroadcastd
+// per product.
+inline void DpbusdBroadcast(__m512i& sum, __m512i w, const UnalignedInt32* a) {
+  __asm__("vpdpbusd %[a]%{1to16%}, %[w], %[sum]" : [sum] "+v"(sum) : [w] "v"(w), [a] "m"(*a));
+}
+
 // Adds block b's products over lanes {g0, g0 + 1, g0 + 4, g0 + 5} (w) to each activation row's
 // integer sums: lanes 0..3 (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1, and
 // spread over kChains independent sums so that few rows are not bound by vpdpbusd's latency.
@@ -275,49 +282,50 @@ inline void DotLanes(const __m512i w[4], int g0, const int8_t* aq, int64_t k, in
     const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
     for (int j = 0; j < 4; ++j) {
       __m512i& sum = isum[r][j >= 2 ? kSub - 1 : 0][j % kChains];
-      sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(a[lanes[j]]));
+      DpbusdBroadcast(sum, w[j], a + lanes[j]);
     }
   }
 }
 
-// Packed int8 kernel: 16 output rows (one row group) x MT activation rows, all blocks.
-// isum = sum over the block of w_u * a, where w_u = w + offset (offset 128 for q8_0, 8 for q4_0
-// nibbles); the offset's contribution, offset * sum(a), is precomputed per activation block and
-// seeds the accumulator. Integer sums are exact, and the float accumulation order per output is
+// Packed int8 kernel: 16 output rows (one row group) x MT activation rows [m0, m0 + MT), all
+// blocks. isum = sum over the block of w_u * a, where w_u = w + offset (offset 128 for q8_0, 8
+// for q4_0 nibbles); the offset's contribution, offset * sum(a), is the activation block's seed
+// and starts the sum. Integer sums are exact, and the float accumulation order per output is
 // fixed, so the result does not depend on MT, m or the thread split.
 template <int MT, bool kNibbles, int kPlanes, bool kLut>
-void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int8_t* aq,
-                const float* da, const int32_t* acorr, int64_t k, int64_t m0, float* y,
-                int64_t y_stride, int64_t n0, int64_t rows_valid) {
+void PackedTile(const uint8_t* group, int64_t block_bytes, const BlockActivations& a, int64_t m0,
+                float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
   // The block's 8 weight registers are used in two halves of 4, so that MT integer sums, MT
   // float accumulators and 4 weights fit the 32 registers without spills up to MT = 8. Integer
   // sums are exact in any order, so the halves do not change results.
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const uint8_t* values = blk + 32;
+    const RowBlockTerms* terms = &a.Terms(m0, b);
     PrefetchAhead(blk, block_bytes);
     // Few activation rows leave one chain of dependent vpdpbusd per row, bound by its latency:
     // split it into kChains independent sums (integer sums are exact in any order).
     constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
     __m512i isum[MT][1][kChains];
     for (int r = 0; r < MT; ++r) {
-      isum[r][0][0] = _mm512_set1_epi32(acorr[(m0 + r) * nb + b]);
+      isum[r][0][0] = _mm512_set1_epi32(terms[r].seeds[0]);
       for (int c = 1; c < kChains; ++c) isum[r][0][c] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
       __m512i w[4];
       LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
-      DotLanes<MT, 1, kChains>(w, 2 * half, aq, k, m0, b, isum);
+      DotLanes<MT, 1, kChains>(w, 2 * half, a.q, a.k, m0, b, isum);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < MT; ++r) {
       for (int c = 1; c < kChains; ++c) {
         isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
       }
-      acc[r] = AddSimpleBlock(isum[r][0][0], dw, da[(m0 + r) * nb + b], acc[r]);
+      acc[r] = AddSimpleBlock(isum[r][0][0], dw, terms[r].d, acc[r]);
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
@@ -328,8 +336,8 @@ void PackedTile(const uint8_t* group, int64_t nb, int64_t block_bytes, const int
 // fit the 32 zmm registers), so a verification of up to 7 drafted tokens reads the weights once.
 constexpr int kPackedTileRows = 8;
 
-using PackedTileFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const float*,
-                              const int32_t*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+using PackedTileFn = void (*)(const uint8_t*, int64_t, const BlockActivations&, int64_t, float*,
+                              int64_t, int64_t, int64_t);
 
 template <bool kNibbles, int kPlanes, bool kLut>
 constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
@@ -340,23 +348,25 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
 
 // Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1 and the
 // K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
-// isum_s is seeded with -offset * sum_s(a) as in PackedTile; the float steps run in one fixed
-// order, so results do not depend on MT, m or the thread split.
+// isum_s starts from the seed -offset * sum_s(a) as in PackedTile (the layouts with mins have
+// offset 0: their sums start from zero); the float steps run in one fixed order, so results do
+// not depend on MT, m or the thread split.
 template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
-void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, int64_t header_bytes,
-                       int32_t offset, const int8_t* aq, const float* da, const int32_t* asum16,
-                       int64_t k, int64_t m0, float* y, int64_t y_stride, int64_t n0,
-                       int64_t rows_valid) {
+void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header_bytes,
+                       const BlockActivations& a, int64_t m0, float* y, int64_t y_stride,
+                       int64_t n0, int64_t rows_valid) {
   constexpr int kSub = kSub16 ? 2 : 1;
   // Independent integer sums per row: per sub-block, and for few rows split further so that
   // dependent vpdpbusd chains do not bound the time (exact in any order).
   constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
   constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
+  const int64_t nb = a.nb;
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   SuperScales super;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
+    const RowBlockTerms* terms = &a.Terms(m0, b);
     PrefetchAhead(blk, block_bytes);
     if constexpr (kScales == kScalesK) {
       if (b % 8 == 0) {
@@ -364,33 +374,31 @@ void PackedTileGeneral(const uint8_t* group, int64_t nb, int64_t block_bytes, in
       }
     }
     __m512i isum[MT][kSub][kChains];
-    for (int r = 0; r < MT; ++r) {  // seeded with -offset * sum(a) per sub-block
-      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
+    for (int r = 0; r < MT; ++r) {
       for (int s = 0; s < kSub; ++s) {
         for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
-        isum[r][s][0] = _mm512_set1_epi32(-offset * (kSub16 ? s16[s] : s16[0] + s16[1]));
+        if constexpr (!kMins) isum[r][s][0] = _mm512_set1_epi32(terms[r].seeds[s]);
       }
     }
+#pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       __m512i w[4];
       LoadLanes<kNibbles, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
-      DotLanes<MT, kSub, kChains>(w, 2 * half, aq, k, m0, b, isum);
+      DotLanes<MT, kSub, kChains>(w, 2 * half, a.q, a.k, m0, b, isum);
     }
     __m512 scale[kSub], min[kSub];
     BlockScales<kSub, kMins, kScales>(blk, super, scale, min);
     for (int r = 0; r < MT; ++r) {
-      const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-      const __m512 t = BlockValue<kSub, kMins, kChains>(isum[r], s16, scale, min);
-      acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(da[(m0 + r) * nb + b]), acc[r]);
+      const __m512 t = BlockValue<kSub, kMins, kChains>(isum[r], terms[r].min_sums, scale, min);
+      acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(terms[r].d), acc[r]);
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
   for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
 }
 
-using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int32_t, const int8_t*,
-                               const float*, const int32_t*, int64_t, int64_t, float*, int64_t,
-                               int64_t, int64_t);
+using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, const BlockActivations&, int64_t,
+                               float*, int64_t, int64_t, int64_t);
 
 template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut = false>
 constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
@@ -442,26 +450,24 @@ void ForEachTile(int64_t g0, int64_t g1, int64_t m, int64_t tile_rows, TileFn ti
   }
 }
 
-void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const int8_t* aq,
-                  const float* da, const int32_t* asum16, int64_t m, int64_t g0, int64_t g1,
-                  float* y) {
-  const int64_t nb = w.cols / 32;
-  ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
+void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const BlockActivations& a,
+                  int64_t g0, int64_t g1, float* y) {
+  SPECD_CHECK(!w.has_mins || w.offset == 0, "packed layouts with mins have no offset");
+  ForEachTile(g0, g1, a.m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
-    tiles[mt - 1](w.data.data() + g * w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(), w.offset,
-                  aq, da, asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+    tiles[mt - 1](w.data.data() + g * w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(), a, m0, y,
+                  w.rows, n0, std::min<int64_t>(16, w.rows - n0));
   });
 }
 
 template <bool kNibbles, int kPlanes, bool kLut = false>
-void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
-                 const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
-  const int64_t nb = w.cols / 32;
-  ForEachTile(g0, g1, m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
+void PackedRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
+                 float* y) {
+  ForEachTile(g0, g1, a.m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
-    kPackedTiles<kNibbles, kPlanes, kLut>[mt - 1](w.data.data() + g * w.GroupBytes(), nb,
-                                                  w.BlockBytes(), aq, da, acorr, w.cols, m0, y,
-                                                  w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+    kPackedTiles<kNibbles, kPlanes, kLut>[mt - 1](w.data.data() + g * w.GroupBytes(),
+                                                  w.BlockBytes(), a, m0, y, w.rows, n0,
+                                                  std::min<int64_t>(16, w.rows - n0));
   });
 }
 
@@ -638,13 +644,12 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
                                           MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
-  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
-  // each 16 activations.
-  scratch->bytes.ResizeForOverwrite(m * k + m * nb * 16);
+  // [m, K] int8 activations, then the terms [nb, m] (64-byte aligned: K is a multiple of 32).
+  const int64_t q_bytes = (m * k + 63) / 64 * 64;
+  scratch->bytes.ResizeForOverwrite(q_bytes + m * nb * sizeof(RowBlockTerms));
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
-  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
-  auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);
-  int32_t* asum16 = acorr + m * nb;
+  auto* terms = reinterpret_cast<RowBlockTerms*>(scratch->bytes.data() + q_bytes);
+  const bool per_16 = w.sub_blocks == 2;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + i * k + b * 32;
@@ -659,38 +664,43 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
       _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32), _mm512_cvtsepi32_epi8(i0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32 + 16),
                        _mm512_cvtsepi32_epi8(i1));
-      da[i * nb + b] = d;
       const int32_t s0 = _mm512_reduce_add_epi32(i0), s1 = _mm512_reduce_add_epi32(i1);
-      acorr[i * nb + b] = -w.offset * (s0 + s1);
-      asum16[(i * nb + b) * 2] = s0;
-      asum16[(i * nb + b) * 2 + 1] = s1;
+      RowBlockTerms& t = terms[b * m + i];
+      t.d = d;
+      if (per_16) {
+        t.min_sums[0] = static_cast<float>(s0);
+        t.min_sums[1] = static_cast<float>(s1);
+        t.seeds[0] = -w.offset * s0;
+        t.seeds[1] = -w.offset * s1;
+      } else {
+        t.min_sums[0] = static_cast<float>(s0 + s1);
+        t.min_sums[1] = 0.0f;
+        t.seeds[0] = -w.offset * (s0 + s1);
+        t.seeds[1] = 0;
+      }
     }
   }
-  return BlockActivations{aq, da, acorr, asum16, k, nb};
+  return BlockActivations{aq, terms, k, nb, m};
 }
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
   const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
-  const int8_t* aq = a.q;
-  const float* da = a.d;
-  const int32_t* acorr = a.corr;
-  const int32_t* asum16 = a.sum16;
   const GeneralTileFn* general = GeneralTilesFor(w);
   pool->ParallelFor(
       w.row_groups, 1,
       [&](int64_t g0, int64_t g1) {
         if (general != nullptr) {
-          GeneralRange(w, general, aq, da, asum16, m, g0, g1, y);
+          GeneralRange(w, general, a, g0, g1, y);
         } else if (w.level_lut) {
-          PackedRange<true, 0, true>(w, aq, da, acorr, m, g0, g1, y);
+          PackedRange<true, 0, true>(w, a, g0, g1, y);
         } else if (!w.nibbles) {
-          PackedRange<false, 0>(w, aq, da, acorr, m, g0, g1, y);
+          PackedRange<false, 0>(w, a, g0, g1, y);
         } else if (w.high_planes == 0) {
-          PackedRange<true, 0>(w, aq, da, acorr, m, g0, g1, y);
+          PackedRange<true, 0>(w, a, g0, g1, y);
         } else {
-          PackedRange<true, 1>(w, aq, da, acorr, m, g0, g1, y);
+          PackedRange<true, 1>(w, a, g0, g1, y);
         }
       },
       MinItemsPerThread(16 * m * w.cols));

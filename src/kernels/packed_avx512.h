@@ -13,16 +13,26 @@
 
 namespace specd::avx512 {
 
-// Activations quantized per 32-block for the packed GGUF layouts (not i8), as both kernels read
-// them: q [m, k] int8, d [m, nb] block scales, corr [m, nb] -offset * the block's sum of q,
-// sum16 [m, nb, 2] the sums of each 16 values (sub-blocks and mins).
+// One activation row's terms of one 32-block for the packed GGUF layouts (not i8): its scale,
+// the sums its weights' mins multiply, and the seeds -offset * the same sums that make the
+// integer sums of unsigned levels the sums of the levels. Per 16 values where the layout has
+// two sub-blocks, else [0] holds the 32 values' sums. The float sums are the integers' exact
+// conversions, stored so that the kernels read them as broadcast memory operands.
+struct RowBlockTerms {
+  float d = 0.0f;
+  float min_sums[2] = {};
+  int32_t seeds[2] = {};
+};
+
+// Activations quantized per 32-block as both kernels read them: q [m, k] int8 and the terms
+// [nb, m] (block-major: a tile's rows of one block lie together).
 struct BlockActivations {
   const int8_t* q = nullptr;
-  const float* d = nullptr;
-  const int32_t* corr = nullptr;
-  const int32_t* sum16 = nullptr;
+  const RowBlockTerms* terms = nullptr;
   int64_t k = 0;
   int64_t nb = 0;  // k / 32
+  int64_t m = 0;
+  const RowBlockTerms& Terms(int64_t row, int64_t block) const { return terms[block * m + row]; }
 };
 // Quantizes x [m, w.cols] for w's layout into scratch (reference::Int8Activations' bits).
 BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,
@@ -116,9 +126,9 @@ inline void BlockScales(const uint8_t* blk, const SuperScales& super, __m512 (&s
 }
 
 // One row's value of a block: its chained integer sums per sub-block, scaled, plus the mins
-// times the sums s16 of its activations: t = sum_s scale_s * isum_s [+ min_s * sum_s(a)].
+// times the sums of its activations: t = sum_s scale_s * isum_s [+ min_s * min_sums_s].
 template <int kSub, bool kMins, int kChains>
-inline __m512 BlockValue(const __m512i (&isum)[kSub][kChains], const int32_t* s16,
+inline __m512 BlockValue(const __m512i (&isum)[kSub][kChains], const float* min_sums,
                          const __m512 (&scale)[kSub], const __m512 (&min)[kSub]) {
   __m512i whole[kSub];
   for (int s = 0; s < kSub; ++s) {
@@ -128,12 +138,7 @@ inline __m512 BlockValue(const __m512i (&isum)[kSub][kChains], const int32_t* s1
   __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(whole[0]), scale[0]);
   if constexpr (kSub == 2) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole[1]), scale[1], t);
   if constexpr (kMins) {
-    if constexpr (kSub == 2) {
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0])), min[0], t);
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[1])), min[1], t);
-    } else {
-      t = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
-    }
+    for (int s = 0; s < kSub; ++s) t = _mm512_fmadd_ps(_mm512_set1_ps(min_sums[s]), min[s], t);
   }
   return t;
 }

@@ -108,7 +108,7 @@ void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
     for (int s = 0; s < L::kSub; ++s) {
       const int c = j * L::kSub + s, slot = c % 2;
       tiles.Zero(c);
-      tiles.LoadA(slot, a.q + task.m0 * a.k + (b0 + j) * 32 + s * L::kSubBytes, a.k);
+      tiles.LoadA(slot, a.Rows(task.m0, b0 + j) + s * L::kSubBytes, 32);
       tiles.LoadB(slot, levels + s * L::kSubBytes * 16, kTileLineBytes);
       tiles.Multiply(c, slot);
     }

@@ -271,15 +271,16 @@ inline void DpbusdBroadcast(__m512i& sum, __m512i w, const UnalignedInt32* a) {
   __asm__("vpdpbusd %[a]%{1to16%}, %[w], %[sum]" : [sum] "+v"(sum) : [w] "v"(w), [a] "m"(*a));
 }
 
-// Adds block b's products over lanes {g0, g0 + 1, g0 + 4, g0 + 5} (w) to each activation row's
-// integer sums: lanes 0..3 (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1, and
-// spread over kChains independent sums so that few rows are not bound by vpdpbusd's latency.
+// Adds one block's products over lanes {g0, g0 + 1, g0 + 4, g0 + 5} (w) to each activation
+// row's integer sums: lanes 0..3 (elements 0..15) to sub-block 0, lanes 4..7 to sub-block
+// kSub - 1, and spread over kChains independent sums so that few rows are not bound by
+// vpdpbusd's latency. rows: the block's 32 bytes of the first row, the next rows row_stride apart.
 template <int MT, int kSub, int kChains>
-inline void DotLanes(const __m512i w[4], int g0, const int8_t* aq, int64_t k, int64_t m0, int64_t b,
+inline void DotLanes(const __m512i w[4], int g0, const int8_t* rows, int64_t row_stride,
                      __m512i (&isum)[MT][kSub][kChains]) {
   const int lanes[4] = {g0, g0 + 1, g0 + 4, g0 + 5};
   for (int r = 0; r < MT; ++r) {
-    const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
+    const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
     for (int j = 0; j < 4; ++j) {
       __m512i& sum = isum[r][j >= 2 ? kSub - 1 : 0][j % kChains];
       DpbusdBroadcast(sum, w[j], a + lanes[j]);
@@ -297,8 +298,10 @@ void PackedTile(const uint8_t* group, int64_t block_bytes, const BlockActivation
                 float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
   // The block's 8 weight registers are used in two halves of 4, so that MT integer sums, MT
   // float accumulators and 4 weights fit the 32 registers without spills up to MT = 8. Integer
-  // sums are exact in any order, so the halves do not change results.
+  // sums are exact in any order, so the halves do not change results. The loops over rows that
+  // touch acc are unrolled by pragma: left to GCC 12, it stores acc to the stack every block.
   __m512 acc[MT];
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
@@ -309,6 +312,7 @@ void PackedTile(const uint8_t* group, int64_t block_bytes, const BlockActivation
     // split it into kChains independent sums (integer sums are exact in any order).
     constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
     __m512i isum[MT][1][kChains];
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       isum[r][0][0] = _mm512_set1_epi32(terms[r].seeds[0]);
       for (int c = 1; c < kChains; ++c) isum[r][0][c] = _mm512_setzero_si512();
@@ -318,9 +322,10 @@ void PackedTile(const uint8_t* group, int64_t block_bytes, const BlockActivation
       // Lanes g of this half: {2h, 2h+1, 2h+4, 2h+5} (nibbles keep lanes g and g+4 in one load).
       __m512i w[4];
       LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
-      DotLanes<MT, 1, kChains>(w, 2 * half, a.q, a.k, m0, b, isum);
+      DotLanes<MT, 1, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       for (int c = 1; c < kChains; ++c) {
         isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
@@ -329,6 +334,7 @@ void PackedTile(const uint8_t* group, int64_t block_bytes, const BlockActivation
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
 }
 
@@ -362,6 +368,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
   constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
   const int64_t nb = a.nb;
   __m512 acc[MT];
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   SuperScales super;
   for (int64_t b = 0; b < nb; ++b) {
@@ -374,6 +381,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
       }
     }
     __m512i isum[MT][kSub][kChains];
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       for (int s = 0; s < kSub; ++s) {
         for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
@@ -384,16 +392,18 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
     for (int half = 0; half < 2; ++half) {
       __m512i w[4];
       LoadLanes<kNibbles, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
-      DotLanes<MT, kSub, kChains>(w, 2 * half, a.q, a.k, m0, b, isum);
+      DotLanes<MT, kSub, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
     }
     __m512 scale[kSub], min[kSub];
     BlockScales<kSub, kMins, kScales>(blk, super, scale, min);
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       const __m512 t = BlockValue<kSub, kMins, kChains>(isum[r], terms[r].min_sums, scale, min);
       acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(terms[r].d), acc[r]);
     }
   }
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
 }
 
@@ -481,6 +491,7 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
                   int64_t n0, int64_t rows_valid) {
   constexpr int kChains = MT == 1 ? 4 : (MT == 2 ? 2 : 1);
   __m512i isum[MT][1][kChains];
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) {
     isum[r][0][0] = _mm512_set1_epi32(acorr[m0 + r]);
     for (int c = 1; c < kChains; ++c) isum[r][0][c] = _mm512_setzero_si512();
@@ -488,14 +499,16 @@ void PackedTileI8(const uint8_t* group, int64_t nb, const int8_t* aq, const floa
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* values = group + b * 512;
     PrefetchAhead(values, 512);
+#pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       __m512i w[4];
       LoadLanes<false, 0>(values, 2 * half, w);
-      DotLanes<MT, 1, kChains>(w, 2 * half, aq, k, m0, b, isum);
+      DotLanes<MT, 1, kChains>(w, 2 * half, aq + m0 * k + b * 32, k, isum);
     }
   }
   const __m512 scale = _mm512_loadu_ps(reinterpret_cast<const float*>(group + nb * 512));
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+#pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) {
     for (int c = 1; c < kChains; ++c)
       isum[r][0][0] = _mm512_add_epi32(isum[r][0][0], isum[r][0][c]);
@@ -644,7 +657,7 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
                                           MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
-  // [m, K] int8 activations, then the terms [nb, m] (64-byte aligned: K is a multiple of 32).
+  // [nb, m, 32] int8 activations, then the terms [nb, m] (64-byte aligned).
   const int64_t q_bytes = (m * k + 63) / 64 * 64;
   scratch->bytes.ResizeForOverwrite(q_bytes + m * nb * sizeof(RowBlockTerms));
   auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
@@ -661,9 +674,9 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
       // multiplies (they differ only for non-finite activations, which would overflow them).
       const __m512i i0 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
       const __m512i i1 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32), _mm512_cvtsepi32_epi8(i0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(aq + i * k + b * 32 + 16),
-                       _mm512_cvtsepi32_epi8(i1));
+      int8_t* q = aq + (b * m + i) * 32;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
       const int32_t s0 = _mm512_reduce_add_epi32(i0), s1 = _mm512_reduce_add_epi32(i1);
       RowBlockTerms& t = terms[b * m + i];
       t.d = d;

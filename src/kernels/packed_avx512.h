@@ -24,8 +24,9 @@ struct RowBlockTerms {
   int32_t seeds[2] = {};
 };
 
-// Activations quantized per 32-block as both kernels read them: q [m, k] int8 and the terms
-// [nb, m] (block-major: a tile's rows of one block lie together).
+// Activations quantized per 32-block as both kernels read them, block-major so that a tile's
+// rows of one block lie together (one pointer, constant offsets): q [nb, m, 32] int8 and the
+// terms [nb, m].
 struct BlockActivations {
   const int8_t* q = nullptr;
   const RowBlockTerms* terms = nullptr;
@@ -33,6 +34,8 @@ struct BlockActivations {
   int64_t nb = 0;  // k / 32
   int64_t m = 0;
   const RowBlockTerms& Terms(int64_t row, int64_t block) const { return terms[block * m + row]; }
+  // The block's 32 values of `row`; the next rows follow 32 bytes apart.
+  const int8_t* Rows(int64_t row, int64_t block) const { return q + (block * m + row) * 32; }
 };
 // Quantizes x [m, w.cols] for w's layout into scratch (reference::Int8Activations' bits).
 BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,

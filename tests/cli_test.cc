@@ -482,6 +482,8 @@ TEST(Cli, EasySpecFlagsKeepGreedyOutputAndRejectMisuse) {
       {spec + " --draft-tree 2,x", "WIDTH[,DEPTH]"},
       {"generate" + common + " --spec-type ngram --draft-lp 2", "need a draft model"},
       {"generate" + common + " --strategy ar --draft-lp 2", "only speculative decoding reads"},
+      {"generate" + common + " --spec-type ngram --draft-prompt-tokens 8", "need a draft model"},
+      {spec + " --draft-prompt-tokens 0", "--draft-prompt-tokens"},
       {spec + " --spec-type draft+ngram --draft-tree 2", "--spec-type draft only"},
   };
   for (const auto& c : cases) {

@@ -732,6 +732,33 @@ TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
   EXPECT_GT(stats.n_plain_steps, 100);
 }
 
+// --draft-prompt-tokens: the draft reads only the last N prompt tokens (from its position 0)
+// before it first drafts; it proposes from less context, and the output must not notice.
+TEST(Bass, DraftReadingOnlyThePromptsLastTokensKeepsGreedyOutput) {
+  Pair p(DType::kQ8_0, /*draft_seed=*/7);  // the target's own weights: acceptance stays high
+  const int n = 3;
+  auto target_kv = p.target->NewKvCache({n, 256});
+  auto draft_kv = p.draft->NewKvCache({n, 256});
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(9 + 5 * b, b));
+  const auto expected = PlainGreedy(p, *target_kv, prompts, 40);
+  GenerateRequest r = Greedy({}, 40);
+  r.prompts = prompts;
+  DraftModelOptions window;
+  window.prompt_limit = 4;
+  {  // what a first drafting step reads: 3 prompt rows and the last prompt token, per prompt
+    DraftModelProposer proposer(*p.draft, *draft_kv, p.ctx, AttentionMode::kSplit, window);
+    for (int b = 0; b < n; ++b) proposer.AddSequence(b, prompts[b]);
+    const std::vector<int> seqs = {0, 1, 2};
+    EXPECT_EQ(proposer.RowsBeforeFirstDraft(seqs), n * window.prompt_limit);
+  }
+  SpeculativeStats stats;
+  const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r,
+                                       FixedDrafts(3), &stats, VerifySampled, window);
+  for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
+  EXPECT_GT(stats.n_accepted, 0);
+}
+
 TEST(Bass, SampledBatchReproducesAndSequencesDiffer) {
   Pair p(DType::kQ8_0, /*draft_seed=*/99);
   auto target_kv = p.target->NewKvCache({4, 256});

@@ -54,6 +54,7 @@ DraftModelOptions DraftModelOptionsFor(const DraftModelConfig& config, const Mod
   o.calibrate = config.calibrate;
   o.tree_width = config.tree_width;
   o.tree_depth = config.tree_depth;
+  o.prompt_limit = config.prompt_tokens;
   return o;
 }
 
@@ -68,9 +69,9 @@ void CheckNothingAskedOfSpeculation(const SpeculationConfig& c) {
               "reads these, and this run decodes without a draft (give {draft_model}, "
               "{spec_type} ngram or {spec_type} sdsat)");
   SPECD_CHECK(!c.draft.Customized(),
-              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab} and "
-              "{draft_vocab_file}: only speculative decoding reads these, and this run decodes "
-              "without a draft (give {draft_model})");
+              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab}, "
+              "{draft_vocab_file} and {draft_prompt_tokens}: only speculative decoding reads "
+              "these, and this run decodes without a draft (give {draft_model})");
   SPECD_CHECK(c.trace_steps_path.empty(),
               "{trace_steps} traces speculative steps: this run decodes without a draft (give "
               "{draft_model}, {spec_type} ngram or {spec_type} sdsat)");
@@ -83,8 +84,9 @@ void CheckProposerOptions(const SpeculationConfig& c) {
   SPECD_CHECK(!UsesDraftModel(c.proposer) || !c.draft.path.empty(), "{spec_type} ",
               ProposerKindName(c.proposer), " needs a draft model ({draft_model} DRAFT.gguf)");
   SPECD_CHECK(UsesDraftModel(c.proposer) || !c.draft.Customized(),
-              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab} and "
-              "{draft_vocab_file} need a draft model ({spec_type} draft)");
+              "{draft_lp}, {draft_lp_groups}, {no_calibration}, {draft_tree}, {draft_vocab}, "
+              "{draft_vocab_file} and {draft_prompt_tokens} need a draft model ({spec_type} "
+              "draft)");
   SPECD_CHECK(c.draft.tree_width == 0 || c.proposer == ProposerKind::kDraftModel,
               "{draft_tree} works with {spec_type} draft only");
   SPECD_CHECK(c.draft.fuzzy_group_size >= 1 && c.draft.fuzzy_group_size <= 64,

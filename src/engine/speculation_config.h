@@ -49,6 +49,8 @@ struct DraftModelConfig {
   bool calibrate = true;                // EasySpec's bonus calibration of fuzzy drafting
   int tree_width = 0;                   // > 1: token trees of this width
   int tree_depth = 0;                   // 0: as deep as the step's nodes allow
+  // Most prompt tokens the draft reads, the last ones (--draft-prompt-tokens).
+  int prompt_tokens = DraftModelOptions::kDefaultPromptLimit;
   // FR-Spec: the draft's output layer over the `vocab` most frequent tokens of `vocab_ranking`
   // (-1: kDefaultDraftVocab when a ranking is named, 0: the whole vocabulary).
   int vocab = -1;
@@ -57,7 +59,8 @@ struct DraftModelConfig {
   // Anything beyond plain exact drafting over the whole vocabulary was asked for.
   bool Customized() const {
     return fuzzy_group_size > 1 || fuzzy_groups != "packed" || !calibrate || tree_width > 0 ||
-           vocab > 0 || !vocab_ranking.empty();
+           vocab > 0 || !vocab_ranking.empty() ||
+           prompt_tokens != DraftModelOptions::kDefaultPromptLimit;
   }
 };
 

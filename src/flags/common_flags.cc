@@ -164,6 +164,7 @@ std::string FlagForField(std::string_view field) {
       {"draft_max", "--draft-max"},
       {"draft_min", "--draft-min"},
       {"draft_model", "-md"},
+      {"draft_prompt_tokens", "--draft-prompt-tokens"},
       {"draft_tree", "--draft-tree"},
       {"draft_vocab", "--draft-vocab"},
       {"draft_vocab_file", "--draft-vocab-file"},

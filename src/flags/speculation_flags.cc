@@ -104,6 +104,10 @@ void AddDraftModelFlags(CLI::App* app, SpeculationFlags* f) {
   app->add_flag_callback(
       "--no-calibration", [d] { d->calibrate = false; },
       "fuzzy drafting without bonus calibration (fuzzy keys / values stay)");
+  app->add_option("--draft-prompt-tokens", d->prompt_tokens,
+                  "most prompt tokens the draft reads before it first drafts (the last ones; "
+                  "fewer start drafting sooner and may be accepted less; the output is the same)")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--draft-tree", f->draft_tree,
                   "draft a token tree WIDTH[,DEPTH]: each level keeps the WIDTH likeliest nodes; "
                   "at most --draft-max nodes");

@@ -155,7 +155,8 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="of every request (0: greedy; otherwise OpenAI's defaults: top-p 1, no top-k)")
     ap.add_argument("--pairs", default="smollm2,16m",
-                    help="smollm2 (SmolLM2 + its draft), 16m (the shipped 16.5M pair)")
+                    help="smollm2 (SmolLM2 + its draft), 16m (the shipped 16.5M pair), qwen "
+                         "(specd's default pair, Qwen2.5-Coder-1.5B + 0.5B)")
     ap.add_argument("--reps", type=int, default=1, help="runs per level and mode (median kept)")
     ap.add_argument("--restarts", type=int, default=1,
                     help="fresh server pairs, each running every level --reps times (median over all)")
@@ -168,7 +169,9 @@ def main():
     pairs = {"smollm2": ["-m", f"{root}/pretrained/SmolLM2-135M-Instruct.Q4_1.gguf",
                          "-md", f"{root}/models/specd-smollm2-draft.gguf"],
              "16m": ["-m", f"{root}/models/specd-target-q8_0.gguf",
-                     "-md", f"{root}/models/specd-draft-q8_0.gguf"]}
+                     "-md", f"{root}/models/specd-draft-q8_0.gguf"],
+             # specd's default pair: Qwen2.5-Coder-1.5B-Instruct drafted by the 0.5B (FR-Spec).
+             "qwen": []}
     prompts = code_prompts(128)
     os.makedirs(a.out, exist_ok=True)
     results = {}

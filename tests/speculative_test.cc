@@ -709,25 +709,36 @@ TEST(Bass, GreedyWithF16KvCachesEqualsPlainGreedy) {
 
 // Long runs of plain steps make the draft restart from a window of recent tokens instead of
 // reading everything it skipped; the output must not notice.
-TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
-  Pair p(DType::kQ8_0, /*draft_seed=*/7);  // the target's own weights: acceptance stays high
-  const int n = 3;
-  auto target_kv = p.target->NewKvCache({n, 256});
-  auto draft_kv = p.draft->NewKvCache({n, 256});
+// Three prompts of growing length on the pair whose draft has the target's own weights
+// (acceptance stays high), and their plain greedy continuations.
+struct ThreePrompts {
+  static constexpr int kN = 3;
+  ThreePrompts(int first_length, int length_step, int n_predict) {
+    for (int b = 0; b < kN; ++b) prompts.push_back(Prompt(first_length + length_step * b, b));
+    expected = PlainGreedy(p, *target_kv, prompts, n_predict);
+    request = Greedy({}, n_predict);
+    request.prompts = prompts;
+  }
+  Pair p{DType::kQ8_0, /*draft_seed=*/7};
+  std::unique_ptr<KvCache> target_kv = p.target->NewKvCache({kN, 256});
+  std::unique_ptr<KvCache> draft_kv = p.draft->NewKvCache({kN, 256});
   std::vector<std::vector<int32_t>> prompts;
-  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(4 + 3 * b, b));
-  const auto expected = PlainGreedy(p, *target_kv, prompts, 180);
-  GenerateRequest r = Greedy({}, 180);
-  r.prompts = prompts;
+  std::vector<std::vector<int32_t>> expected;
+  GenerateRequest request;
+};
+
+TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
+  ThreePrompts t(/*first_length=*/4, /*length_step=*/3, /*n_predict=*/180);
+  Pair& p = t.p;
   SpeculationConfig o = FixedDrafts();
   o.schedule.assign(80, 0);  // 80 plain steps, then drafting, then 70 plain steps and drafting
   for (int k : {3, 2, 4}) o.schedule.push_back(k);
   o.schedule.insert(o.schedule.end(), 70, 0);
   for (int i = 0; i < 10; ++i) o.schedule.push_back(3);
   SpeculativeStats stats;
-  const auto out =
-      GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r, o, &stats);
-  for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
+  const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *t.target_kv, *t.draft_kv,
+                                       t.request, o, &stats);
+  for (int b = 0; b < t.kN; ++b) EXPECT_EQ(out.sequences[b].tokens, t.expected[b]) << b;
   EXPECT_GT(stats.n_accepted, 0);
   EXPECT_GT(stats.n_plain_steps, 100);
 }
@@ -735,27 +746,20 @@ TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
 // --draft-prompt-tokens: the draft reads only the last N prompt tokens (from its position 0)
 // before it first drafts; it proposes from less context, and the output must not notice.
 TEST(Bass, DraftReadingOnlyThePromptsLastTokensKeepsGreedyOutput) {
-  Pair p(DType::kQ8_0, /*draft_seed=*/7);  // the target's own weights: acceptance stays high
-  const int n = 3;
-  auto target_kv = p.target->NewKvCache({n, 256});
-  auto draft_kv = p.draft->NewKvCache({n, 256});
-  std::vector<std::vector<int32_t>> prompts;
-  for (int b = 0; b < n; ++b) prompts.push_back(Prompt(9 + 5 * b, b));
-  const auto expected = PlainGreedy(p, *target_kv, prompts, 40);
-  GenerateRequest r = Greedy({}, 40);
-  r.prompts = prompts;
+  ThreePrompts t(/*first_length=*/9, /*length_step=*/5, /*n_predict=*/40);
+  Pair& p = t.p;
   DraftModelOptions window;
   window.prompt_limit = 4;
   {  // what a first drafting step reads: 3 prompt rows and the last prompt token, per prompt
-    DraftModelProposer proposer(*p.draft, *draft_kv, p.ctx, AttentionMode::kSplit, window);
-    for (int b = 0; b < n; ++b) proposer.AddSequence(b, prompts[b]);
+    DraftModelProposer proposer(*p.draft, *t.draft_kv, p.ctx, AttentionMode::kSplit, window);
+    for (int b = 0; b < t.kN; ++b) proposer.AddSequence(b, t.prompts[b]);
     const std::vector<int> seqs = {0, 1, 2};
-    EXPECT_EQ(proposer.RowsBeforeFirstDraft(seqs), n * window.prompt_limit);
+    EXPECT_EQ(proposer.RowsBeforeFirstDraft(seqs), t.kN * window.prompt_limit);
   }
   SpeculativeStats stats;
-  const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *target_kv, *draft_kv, r,
-                                       FixedDrafts(3), &stats, VerifySampled, window);
-  for (int b = 0; b < n; ++b) EXPECT_EQ(out.sequences[b].tokens, expected[b]) << b;
+  const auto out = GenerateSpeculative(*p.target, *p.draft, p.ctx, *t.target_kv, *t.draft_kv,
+                                       t.request, FixedDrafts(3), &stats, VerifySampled, window);
+  for (int b = 0; b < t.kN; ++b) EXPECT_EQ(out.sequences[b].tokens, t.expected[b]) << b;
   EXPECT_GT(stats.n_accepted, 0);
 }
 

@@ -707,8 +707,6 @@ TEST(Bass, GreedyWithF16KvCachesEqualsPlainGreedy) {
   }
 }
 
-// Long runs of plain steps make the draft restart from a window of recent tokens instead of
-// reading everything it skipped; the output must not notice.
 // Three prompts of growing length on the pair whose draft has the target's own weights
 // (acceptance stays high), and their plain greedy continuations.
 struct ThreePrompts {
@@ -727,6 +725,8 @@ struct ThreePrompts {
   GenerateRequest request;
 };
 
+// Long runs of plain steps make the draft restart from a window of recent tokens instead of
+// reading everything it skipped; the output must not notice.
 TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
   ThreePrompts t(/*first_length=*/4, /*length_step=*/3, /*n_predict=*/180);
   Pair& p = t.p;
@@ -748,8 +748,9 @@ TEST(Bass, DraftRestartAfterLongPlainRunsKeepsGreedyOutput) {
 TEST(Bass, DraftReadingOnlyThePromptsLastTokensKeepsGreedyOutput) {
   ThreePrompts t(/*first_length=*/9, /*length_step=*/5, /*n_predict=*/40);
   Pair& p = t.p;
-  DraftModelOptions window;
-  window.prompt_limit = 4;
+  DraftModelConfig config;  // as --draft-prompt-tokens 4 sets it
+  config.prompt_tokens = 4;
+  const DraftModelOptions window = DraftModelOptionsFor(config, *p.draft);
   {  // what a first drafting step reads: 3 prompt rows and the last prompt token, per prompt
     DraftModelProposer proposer(*p.draft, *t.draft_kv, p.ctx, AttentionMode::kSplit, window);
     for (int b = 0; b < t.kN; ++b) proposer.AddSequence(b, t.prompts[b]);

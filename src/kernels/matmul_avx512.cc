@@ -462,7 +462,6 @@ void ForEachTile(int64_t g0, int64_t g1, int64_t m, int64_t tile_rows, TileFn ti
 
 void GeneralRange(const PackedInt8Weights& w, const GeneralTileFn* tiles, const BlockActivations& a,
                   int64_t g0, int64_t g1, float* y) {
-  SPECD_CHECK(!w.has_mins || w.offset == 0, "packed layouts with mins have no offset");
   ForEachTile(g0, g1, a.m, kPackedTileRows, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     tiles[mt - 1](w.data.data() + g * w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(), a, m0, y,
@@ -693,7 +692,7 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
       }
     }
   }
-  return BlockActivations{aq, terms, k, nb, m};
+  return BlockActivations{aq, terms, nb, m};
 }
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,

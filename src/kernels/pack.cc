@@ -105,6 +105,8 @@ PackedInt8Weights FormatFor(DType t) {
     default:
       Fail("PackInt8: type ", DTypeName(t), " is not quantized");
   }
+  // The packed kernels start the sums of layouts with mins from zero (no offset seed).
+  SPECD_CHECK(!p.has_mins || p.offset == 0, "PackInt8: a layout with mins has no offset");
   return p;
 }
 

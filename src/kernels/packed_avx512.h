@@ -30,8 +30,7 @@ struct RowBlockTerms {
 struct BlockActivations {
   const int8_t* q = nullptr;
   const RowBlockTerms* terms = nullptr;
-  int64_t k = 0;
-  int64_t nb = 0;  // k / 32
+  int64_t nb = 0;  // the row length / 32
   int64_t m = 0;
   const RowBlockTerms& Terms(int64_t row, int64_t block) const { return terms[block * m + row]; }
   // The block's 32 values of `row`; the next rows follow 32 bytes apart.

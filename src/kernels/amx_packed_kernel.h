@@ -86,7 +86,7 @@ const uint8_t* BlockLevels(const uint8_t* values, uint8_t* buffer) {
 
 // One row group times an M-block of activation rows.
 struct GroupTask {
-  const avx512::BlockActivations* a = nullptr;
+  const BlockActivations* a = nullptr;
   const PackedInt8Weights* w = nullptr;
   const uint8_t* group = nullptr;  // the row group's packed bytes
   int64_t m0 = 0;                  // first activation row
@@ -97,7 +97,7 @@ struct GroupTask {
 template <class L, class Tiles>
 void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
                     uint8_t (*buffers)[512]) {
-  const avx512::BlockActivations& a = *task.a;
+  const BlockActivations& a = *task.a;
   const int64_t block_bytes = task.w->BlockBytes();
   for (int j = 0; j < n; ++j) {
     const uint8_t* blk = task.group + (b0 + j) * block_bytes;
@@ -125,11 +125,11 @@ using BlockSums = int32_t[L::kSub][kMaxTileRows][16];
 template <class L>
 void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* blk,
               const avx512::SuperScales& super, int64_t b, float (*acc)[16]) {
-  const avx512::BlockActivations& a = *task.a;
+  const BlockActivations& a = *task.a;
   if constexpr (!L::kGeneral) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int r = 0; r < task.rows; ++r) {
-      const avx512::RowBlockTerms& terms = a.Terms(task.m0 + r, b);
+      const RowBlockTerms& terms = a.Terms(task.m0 + r, b);
       const __m512i isum =
           _mm512_add_epi32(_mm512_set1_epi32(terms.seeds[0]), _mm512_load_si512(sums[0][r]));
       _mm512_store_ps(acc[r], avx512::AddSimpleBlock(isum, dw, terms.d, _mm512_load_ps(acc[r])));
@@ -138,7 +138,7 @@ void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* bl
     __m512 scale[L::kSub], min[L::kSub];
     avx512::BlockScales<L::kSub, L::kMins, L::kScales>(blk, super, scale, min);
     for (int r = 0; r < task.rows; ++r) {
-      const avx512::RowBlockTerms& terms = a.Terms(task.m0 + r, b);
+      const RowBlockTerms& terms = a.Terms(task.m0 + r, b);
       __m512i isum[L::kSub][1];
       for (int s = 0; s < L::kSub; ++s) {
         isum[s][0] =
@@ -186,8 +186,8 @@ void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
 // than 16 rows the groups are taken a chunk at a time, whose weights come from memory once and
 // from L2 for the later M-blocks.
 template <class L, class Tiles>
-void MultiplyRange(Tiles& tiles, const avx512::BlockActivations& a, const PackedInt8Weights& w,
-                   int64_t m, int64_t g0, int64_t g1, float* y) {
+void MultiplyRange(Tiles& tiles, const BlockActivations& a, const PackedInt8Weights& w, int64_t m,
+                   int64_t g0, int64_t g1, float* y) {
   constexpr int64_t kGroupsPerChunk = 16;
   const int64_t chunk = m <= kMaxTileRows ? g1 - g0 : kGroupsPerChunk;
   int configured_rows = -1;
@@ -211,8 +211,8 @@ void MultiplyRange(Tiles& tiles, const avx512::BlockActivations& a, const Packed
 
 // MultiplyRange for w's layout.
 template <class Tiles>
-void MultiplyPackedRange(Tiles& tiles, const avx512::BlockActivations& a,
-                         const PackedInt8Weights& w, int64_t m, int64_t g0, int64_t g1, float* y) {
+void MultiplyPackedRange(Tiles& tiles, const BlockActivations& a, const PackedInt8Weights& w,
+                         int64_t m, int64_t g0, int64_t g1, float* y) {
   using avx512::kScalesF16, avx512::kScalesF32, avx512::kScalesK;
   auto run = [&](auto layout) { MultiplyRange<decltype(layout)>(tiles, a, w, m, g0, g1, y); };
   switch (LayoutOf(w)) {
@@ -248,7 +248,7 @@ template <class Tiles>
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   SPECD_CHECK(!w.row_scales && w.cols % 32 == 0, "AMX matmul: needs packed GGUF-type weights");
-  const avx512::BlockActivations a = avx512::QuantizeBlockActivations(x, m, w, scratch);
+  const BlockActivations a = avx512::QuantizeBlockActivations(x, m, w, scratch);
   pool->ParallelFor(
       w.row_groups, 1,
       [&](int64_t g0, int64_t g1) {

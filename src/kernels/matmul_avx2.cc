@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "kernels/block_activations.h"
 #include "kernels/kernels.h"
 
 namespace specd::avx2 {
@@ -100,20 +101,6 @@ inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m25
   }
 }
 
-// sum += per 32-bit lane, the 4 byte products of w (unsigned levels, or with kSigned bytes
-// u = q + 128) and the broadcast activations a.
-template <bool kSigned>
-inline __m256i DotBytes(__m256i sum, __m256i w, __m256i a) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (kSigned) {
-    const __m256i q = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
-  } else {
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones));
-  }
-}
-
 // Byte-pair sums (vpmaddubsw's int16) of how many lanes one int16 can add up before vpmaddwd
 // widens them: each lane adds at most 2 * max_level * 128, so 8 lanes for 4-bit levels, 4 for
 // 5-bit, 2 for 6-bit; 1 for the signed 8-bit products (2 * 128 * 127 already fills an int16).
@@ -124,46 +111,63 @@ constexpr int kLanesPerInt16 = kSigned        ? 1
                                : kPlanes == 1 ? 4
                                               : 2;
 
-// Adds half h of block b to each activation row's integer sums: lanes 0..3 (elements 0..15) to
-// sub-block 0, lanes 4..7 to sub-block kSub - 1. Byte-pair products are summed in int16 over as
-// many lanes as stay exact, then widened once.
+// An opaque use of v: GCC 12 reassociates a chain of integer adds into a tree, which needs every
+// row's products live at once and spilled most of them to the stack; after this it cannot.
+inline void Opaque(__m256i& v) { __asm__("" : "+x"(v)); }
+
+// Adds half h of a block to each activation row's integer sums: lanes 0..3 (elements 0..15) to
+// sub-block 0, lanes 4..7 to sub-block kSub - 1. rows: the block's 32 activation bytes of the
+// tile's first row, the next rows row_stride apart. Unsigned byte-pair products are summed in
+// int16 over as many lanes as stay exact, then widened once; signed levels (bytes u = q + 128)
+// multiply as |q| times a with q's sign. The loops are unrolled by pragma, as in the AVX-512
+// kernel, and the sums made opaque after each add (Opaque).
 template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned, bool kLut = false>
-inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* aq, int64_t k, int64_t m0,
-                         int64_t b, __m256i (&isum)[MT][kSub]) {
+inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* rows, int64_t row_stride,
+                         __m256i (&isum)[MT][kSub]) {
   constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
   constexpr int kLanesPerLoad = kSub == 1 ? 2 : 1;  // lanes a pair adds to each sub-block
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc16[MT][kSub];
-  int in_run = 0;
+#pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
     __m256i lo, hi;
     LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h, &lo, &hi);
-    for (int r = 0; r < MT; ++r) {
-      const auto* a = reinterpret_cast<const UnalignedInt32*>(aq + (m0 + r) * k + b * 32);
-      if constexpr (kSigned) {
-        isum[r][0] = DotBytes<true>(isum[r][0], lo, _mm256_set1_epi32(a[g]));
-        isum[r][kSub - 1] = DotBytes<true>(isum[r][kSub - 1], hi, _mm256_set1_epi32(a[g + 4]));
-      } else {
-        const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a[g]));
-        const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a[g + 4]));
-        if constexpr (kSub == 1) {
-          const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
-          acc16[r][0] = in_run == 0 ? pair : _mm256_add_epi16(acc16[r][0], pair);
-        } else {
-          acc16[r][0] = in_run == 0 ? p_lo : _mm256_add_epi16(acc16[r][0], p_lo);
-          acc16[r][1] = in_run == 0 ? p_hi : _mm256_add_epi16(acc16[r][1], p_hi);
-        }
+    if constexpr (kSigned) {
+      const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
+      const __m256i q_lo = _mm256_xor_si256(lo, sign_bit), q_hi = _mm256_xor_si256(hi, sign_bit);
+      const __m256i abs_lo = _mm256_abs_epi8(q_lo), abs_hi = _mm256_abs_epi8(q_hi);
+#pragma GCC unroll 16
+      for (int r = 0; r < MT; ++r) {
+        const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
+        const __m256i p_lo =
+            _mm256_maddubs_epi16(abs_lo, _mm256_sign_epi8(_mm256_set1_epi32(a[g]), q_lo));
+        const __m256i p_hi =
+            _mm256_maddubs_epi16(abs_hi, _mm256_sign_epi8(_mm256_set1_epi32(a[g + 4]), q_hi));
+        isum[r][0] = _mm256_add_epi32(isum[r][0], _mm256_madd_epi16(p_lo, ones));
+        isum[r][kSub - 1] = _mm256_add_epi32(isum[r][kSub - 1], _mm256_madd_epi16(p_hi, ones));
+        for (int s = 0; s < kSub; ++s) Opaque(isum[r][s]);
       }
+      continue;
     }
-    if constexpr (!kSigned) {
-      in_run += kLanesPerLoad;
-      if (in_run + kLanesPerLoad > kRun || g == 3) {
-        for (int r = 0; r < MT; ++r) {
-          for (int s = 0; s < kSub; ++s) {
-            isum[r][s] = _mm256_add_epi32(isum[r][s], _mm256_madd_epi16(acc16[r][s], ones));
-          }
+    const bool run_starts = (g * kLanesPerLoad) % kRun == 0;
+    const bool run_ends = ((g + 1) * kLanesPerLoad) % kRun == 0 || g == 3;
+#pragma GCC unroll 16
+    for (int r = 0; r < MT; ++r) {
+      const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
+      const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a[g]));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a[g + 4]));
+      if constexpr (kSub == 1) {
+        const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
+        acc16[r][0] = run_starts ? pair : _mm256_add_epi16(acc16[r][0], pair);
+      } else {
+        acc16[r][0] = run_starts ? p_lo : _mm256_add_epi16(acc16[r][0], p_lo);
+        acc16[r][1] = run_starts ? p_hi : _mm256_add_epi16(acc16[r][1], p_hi);
+      }
+      for (int s = 0; s < kSub; ++s) Opaque(acc16[r][s]);
+      if (run_ends) {
+        for (int s = 0; s < kSub; ++s) {
+          isum[r][s] = _mm256_add_epi32(isum[r][s], _mm256_madd_epi16(acc16[r][s], ones));
         }
-        in_run = 0;
       }
     }
   }
@@ -181,29 +185,35 @@ inline void StoreRows(float* y, __m256 acc, int64_t valid) {
 }
 
 // AVX-512's PackedTile (f16 block scales, no mins, one scale per 32): for 8 output rows of a
-// half, acc += float(isum) * (dw * da) per block.
+// half, acc += float(isum) * (dw * da) per block; isum starts from the block's seed (signed
+// levels: from 0, the same integer).
 template <int MT, bool kNibbles, int kPlanes, bool kSigned, bool kLut>
-void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
-                const int8_t* aq, const float* da, const int32_t* acorr, int64_t k, int64_t m0,
-                float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
-  const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
+void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
+                const BlockActivations& a, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                int64_t rows_valid) {
+  const GroupPrefetcher prefetch(group, group_bytes, 2 * a.nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
     __m256 acc[MT];
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      prefetch.Step(h * nb + b);
+      const RowBlockTerms* terms = &a.Terms(m0, b);
+      prefetch.Step(h * a.nb + b);
       __m256i isum[MT][1];
+#pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        isum[r][0] = _mm256_set1_epi32(kSigned ? 0 : acorr[(m0 + r) * nb + b]);
+        isum[r][0] = kSigned ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[0]);
       }
-      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h, aq, k, m0, b, isum);
+      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h, a.Rows(m0, b), 32, isum);
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + h));
+#pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][0]),
-                                 _mm256_mul_ps(dw, _mm256_set1_ps(da[(m0 + r) * nb + b])), acc[r]);
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(terms[r].d)), acc[r]);
       }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
     }
@@ -212,84 +222,88 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t b
 
 enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 
+// This half's 8 rows' scales (and mins) of block `blk` per sub-block, as AVX-512's BlockScales
+// makes them: the header's f16 / f32 floats, or K-quant bytes times the super-block's d from
+// the row group's trailer (mins negated: -(dmin * m) to the bit).
+template <int kSub, bool kMins, int kScales>
+inline void HalfScales(const uint8_t* blk, const uint8_t* trailer, int h, __m256 (&scale)[kSub],
+                       __m256 (&min)[kSub]) {
+  if constexpr (kScales == kScalesK) {
+    auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32, q6_K's scales
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    };
+    auto halves8 = [&](int at) {
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
+    };
+    for (int sub = 0; sub < kSub; ++sub) scale[sub] = _mm256_mul_ps(halves8(0), bytes8(16 * sub));
+    if constexpr (kMins) {
+      const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16 * kSub));
+      min[0] = _mm256_castsi256_ps(
+          _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
+    }
+  } else {
+    auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
+      if constexpr (kScales == kScalesF32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
+      } else {
+        return _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * index + h));
+      }
+    };
+    for (int s = 0; s < kSub; ++s) {
+      scale[s] = load8(s);
+      if constexpr (kMins) min[s] = load8(kSub + s);
+    }
+  }
+}
+
 // AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
 // same float steps in the same order. Grid levels (kLut) are bytes with offset 128, multiplied
-// signed as in PackedTile (the sums start at 0, not -128 * sum(a): the same integer).
+// signed as in PackedTile; the layouts with mins have offset 0: their sums start from zero.
 template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
-void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t nb, int64_t block_bytes,
-                       int64_t header_bytes, int32_t offset, const int8_t* aq, const float* da,
-                       const int32_t* asum16, int64_t k, int64_t m0, float* y, int64_t y_stride,
-                       int64_t n0, int64_t rows_valid) {
+void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
+                       int64_t header_bytes, const BlockActivations& a, int64_t m0, float* y,
+                       int64_t y_stride, int64_t n0, int64_t rows_valid) {
   constexpr int kSub = kSub16 ? 2 : 1;
-  const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
+  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
+  const GroupPrefetcher prefetch(group, group_bytes, 2 * a.nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
     __m256 acc[MT];
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
-      prefetch.Step(h * nb + b);
+      const RowBlockTerms* terms = &a.Terms(m0, b);
+      prefetch.Step(h * a.nb + b);
       __m256i isum[MT][kSub];
+#pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
-        if constexpr (kLut) {
-          for (int s = 0; s < kSub; ++s) isum[r][s] = _mm256_setzero_si256();
-        } else if constexpr (kSub16) {
-          isum[r][0] = _mm256_set1_epi32(-offset * s16[0]);
-          isum[r][kSub - 1] = _mm256_set1_epi32(-offset * s16[1]);
-        } else {
-          isum[r][0] = _mm256_set1_epi32(-offset * (s16[0] + s16[1]));
-        }
-      }
-      DotBlockHalf<MT, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(blk + header_bytes, h, aq,
-                                                                        k, m0, b, isum);
-      auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
-        if constexpr (kScales == kScalesF32) {
-          return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
-        } else {
-          return _mm256_cvtph_ps(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * index + h));
-        }
-      };
-      __m256 scale[kSub], min[kSub];
-      if constexpr (kScales == kScalesK) {
-        constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
-        const uint8_t* trailer = group + nb * block_bytes + b / 8 * kTrailerBytes;
-        auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32, q6_K's scales
-          const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
-          return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-        };
-        auto halves8 = [&](int at) {
-          return _mm256_cvtph_ps(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
-        };
-        for (int sub = 0; sub < kSub; ++sub)
-          scale[sub] = _mm256_mul_ps(halves8(0), bytes8(16 * sub));
-        if constexpr (kMins) {
-          const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16 * kSub));
-          min[0] = _mm256_castsi256_ps(
-              _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
-        }
-      } else {
         for (int s = 0; s < kSub; ++s) {
-          scale[s] = load8(s);
-          if constexpr (kMins) min[s] = load8(kSub + s);
+          isum[r][s] =
+              kLut || kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[s]);
         }
       }
+      DotBlockHalf<MT, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(blk + header_bytes, h,
+                                                                        a.Rows(m0, b), 32, isum);
+      __m256 scale[kSub], min[kSub];
+      const uint8_t* trailer =
+          kScales == kScalesK ? group + a.nb * block_bytes + b / 8 * kTrailerBytes : nullptr;
+      HalfScales<kSub, kMins, kScales>(blk, trailer, h, scale, min);
+#pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        const int32_t* s16 = asum16 + ((m0 + r) * nb + b) * 2;
         __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0]), scale[0]);
         if constexpr (kSub16) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][1]), scale[1], t);
         if constexpr (kMins) {
-          if constexpr (kSub16) {
-            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[0])), min[0], t);
-            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[1])), min[1], t);
-          } else {
-            t = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(s16[0] + s16[1])), min[0], t);
+          for (int s = 0; s < kSub; ++s) {
+            t = _mm256_fmadd_ps(_mm256_set1_ps(terms[r].min_sums[s]), min[s], t);
           }
         }
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(da[(m0 + r) * nb + b]), acc[r]);
+        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(terms[r].d), acc[r]);
       }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
     }
@@ -309,7 +323,7 @@ void PackedTileI8(const uint8_t* group, int64_t group_bytes, int64_t nb, const i
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* values = group + b * 512;
       prefetch.Step(h * nb + b);
-      DotBlockHalf<MT, 1, false, 0, true>(values, h, aq, k, m0, b, isum);
+      DotBlockHalf<MT, 1, false, 0, true>(values, h, aq + m0 * k + b * 32, k, isum);
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);
     for (int r = 0; r < MT; ++r) {
@@ -356,29 +370,27 @@ void WithRows(int64_t mt, Fn&& fn) {
 }
 
 template <bool kNibbles, int kPlanes, bool kSigned, bool kLut>
-void PackedRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
-                 const int32_t* acorr, int64_t m, int64_t g0, int64_t g1, float* y) {
-  const int64_t nb = w.cols / 32;
-  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+void PackedRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
+                 float* y) {
+  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
       PackedTile<MT, kNibbles, kPlanes, kSigned, kLut>(
-          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, w.BlockBytes(), aq, da, acorr,
-          w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), a, m0, y, w.rows, n0,
+          std::min<int64_t>(16, w.rows - n0));
     });
   });
 }
 
 template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
-void GeneralRange(const PackedInt8Weights& w, const int8_t* aq, const float* da,
-                  const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
-  const int64_t nb = w.cols / 32;
-  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+void GeneralRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
+                  float* y) {
+  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
     const int64_t n0 = g * 16;
     WithRows(mt, [&]<int MT>() {
       PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(
-          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, w.BlockBytes(), w.HeaderBytes(),
-          w.offset, aq, da, asum16, w.cols, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(), a,
+          m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
     });
   });
 }
@@ -396,49 +408,36 @@ void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int6
 }
 
 // The packed formats (see GeneralTilesFor in matmul_avx512.cc), as one range function each.
-using RangeFn = void (*)(const PackedInt8Weights&, const int8_t*, const float*, const int32_t*,
-                         const int32_t*, int64_t, int64_t, int64_t, float*);
-
-template <bool kNibbles, int kPlanes, bool kSigned, bool kLut = false>
-void PackedRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da,
-                   const int32_t* acorr, const int32_t*, int64_t m, int64_t g0, int64_t g1,
-                   float* y) {
-  PackedRange<kNibbles, kPlanes, kSigned, kLut>(w, aq, da, acorr, m, g0, g1, y);
-}
-
-template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut = false>
-void GeneralRangeFn(const PackedInt8Weights& w, const int8_t* aq, const float* da, const int32_t*,
-                    const int32_t* asum16, int64_t m, int64_t g0, int64_t g1, float* y) {
-  GeneralRange<kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(w, aq, da, asum16, m, g0, g1, y);
-}
+using RangeFn = void (*)(const PackedInt8Weights&, const BlockActivations&, int64_t, int64_t,
+                         float*);
 
 RangeFn RangeFor(const PackedInt8Weights& w) {
   switch (LayoutOf(w)) {
     case PackedLayout::kBlockBytes:
       SPECD_CHECK(w.offset == 128, "avx2 packed matmul: bytes with offset ", w.offset);
-      return PackedRangeFn<false, 0, true>;
+      return PackedRange<false, 0, true, false>;
     case PackedLayout::kBlockNibbles:
-      return PackedRangeFn<true, 0, false>;
+      return PackedRange<true, 0, false, false>;
     case PackedLayout::kBlockNibbles5:
-      return PackedRangeFn<true, 1, false>;
+      return PackedRange<true, 1, false, false>;
     case PackedLayout::kIq4NL:  // grid levels + 128: the signed products of the byte layout
-      return PackedRangeFn<true, 0, /*kSigned=*/true, /*kLut=*/true>;
+      return PackedRange<true, 0, /*kSigned=*/true, /*kLut=*/true>;
     case PackedLayout::kIq4XS:
-      return GeneralRangeFn<true, 0, false, false, kScalesK, /*kLut=*/true>;
+      return GeneralRange<true, 0, false, false, kScalesK, /*kLut=*/true>;
     case PackedLayout::kQ4_1:
-      return GeneralRangeFn<true, 0, false, true, kScalesF16>;
+      return GeneralRange<true, 0, false, true, kScalesF16, false>;
     case PackedLayout::kQ5_1:
-      return GeneralRangeFn<true, 1, false, true, kScalesF16>;
+      return GeneralRange<true, 1, false, true, kScalesF16, false>;
     case PackedLayout::kQ4_K:
-      return GeneralRangeFn<true, 0, false, true, kScalesK>;
+      return GeneralRange<true, 0, false, true, kScalesK, false>;
     case PackedLayout::kQ5_K:
-      return GeneralRangeFn<true, 1, false, true, kScalesK>;
+      return GeneralRange<true, 1, false, true, kScalesK, false>;
     case PackedLayout::kQ6_K:
-      return GeneralRangeFn<true, 2, true, false, kScalesK>;
+      return GeneralRange<true, 2, true, false, kScalesK, false>;
     case PackedLayout::kQ3_K:
-      return GeneralRangeFn<true, 0, true, false, kScalesF32>;
+      return GeneralRange<true, 0, true, false, kScalesF32, false>;
     case PackedLayout::kQ2_K:
-      return GeneralRangeFn<true, 0, true, true, kScalesF32>;
+      return GeneralRange<true, 0, true, true, kScalesF32, false>;
   }
   Fail("avx2 packed matmul: no kernel for the layout of ", DTypeName(w.source_type));
 }
@@ -501,33 +500,34 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
       MinItemsPerThread(16 * m * k));
 }
 
+// Activations for the packed GGUF layouts: reference::Int8Activations' bits, as AVX-512's
+// QuantizeBlockActivations writes them.
+BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,
+                                          MatmulScratch* scratch) {
+  const int64_t k = w.cols;
+  const int64_t nb = k / 32;
+  const BlockActivationsBuffer out = AllocateBlockActivations(m, nb, scratch);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      float d;
+      int32_t sum0, sum1;
+      QuantizeBlock(x + i * k + b * 32, out.q + (b * m + i) * 32, &d, &sum0, &sum1);
+      out.terms[b * m + i] = MakeRowBlockTerms(d, sum0, sum1, w);
+    }
+  }
+  return BlockActivations{out.q, out.terms, nb, m};
+}
+
 }  // namespace
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
-  const int64_t k = w.cols;
-  const int64_t nb = k / 32;
-  // [m, K] int8 activations, [m, nb] block scales, [m, nb] offset corrections, [m, nb, 2] sums of
-  // each 16 activations.
-  scratch->bytes.ResizeForOverwrite(m * k + m * nb * 16);
-  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
-  auto* da = reinterpret_cast<float*>(scratch->bytes.data() + m * k);
-  auto* acorr = reinterpret_cast<int32_t*>(da + m * nb);
-  int32_t* asum16 = acorr + m * nb;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t at = i * nb + b;
-      QuantizeBlock(x + i * k + b * 32, aq + i * k + b * 32, da + at, asum16 + 2 * at,
-                    asum16 + 2 * at + 1);
-      acorr[at] = -w.offset * (asum16[2 * at] + asum16[2 * at + 1]);
-    }
-  }
+  const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
   const RangeFn range = RangeFor(w);
   pool->ParallelFor(
-      w.row_groups, 1,
-      [&](int64_t g0, int64_t g1) { range(w, aq, da, acorr, asum16, m, g0, g1, y); },
-      MinItemsPerThread(16 * m * k));
+      w.row_groups, 1, [&](int64_t g0, int64_t g1) { range(w, a, g0, g1, y); },
+      MinItemsPerThread(16 * m * w.cols));
 }
 
 }  // namespace specd::avx2

@@ -656,12 +656,7 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
                                           MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
-  // [nb, m, 32] int8 activations, then the terms [nb, m] (64-byte aligned).
-  const int64_t q_bytes = (m * k + 63) / 64 * 64;
-  scratch->bytes.ResizeForOverwrite(q_bytes + m * nb * sizeof(RowBlockTerms));
-  auto* aq = reinterpret_cast<int8_t*>(scratch->bytes.data());
-  auto* terms = reinterpret_cast<RowBlockTerms*>(scratch->bytes.data() + q_bytes);
-  const bool per_16 = w.sub_blocks == 2;
+  const BlockActivationsBuffer out = AllocateBlockActivations(m, nb, scratch);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + i * k + b * 32;
@@ -673,26 +668,14 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
       // multiplies (they differ only for non-finite activations, which would overflow them).
       const __m512i i0 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
       const __m512i i1 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
-      int8_t* q = aq + (b * m + i) * 32;
+      int8_t* q = out.q + (b * m + i) * 32;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
-      const int32_t s0 = _mm512_reduce_add_epi32(i0), s1 = _mm512_reduce_add_epi32(i1);
-      RowBlockTerms& t = terms[b * m + i];
-      t.d = d;
-      if (per_16) {
-        t.min_sums[0] = static_cast<float>(s0);
-        t.min_sums[1] = static_cast<float>(s1);
-        t.seeds[0] = -w.offset * s0;
-        t.seeds[1] = -w.offset * s1;
-      } else {
-        t.min_sums[0] = static_cast<float>(s0 + s1);
-        t.min_sums[1] = 0.0f;
-        t.seeds[0] = -w.offset * (s0 + s1);
-        t.seeds[1] = 0;
-      }
+      out.terms[b * m + i] =
+          MakeRowBlockTerms(d, _mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1), w);
     }
   }
-  return BlockActivations{aq, terms, nb, m};
+  return BlockActivations{out.q, out.terms, nb, m};
 }
 
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,

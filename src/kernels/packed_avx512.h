@@ -9,33 +9,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/block_activations.h"
 #include "kernels/kernels.h"
 
 namespace specd::avx512 {
 
-// One activation row's terms of one 32-block for the packed GGUF layouts (not i8): its scale,
-// the sums its weights' mins multiply, and the seeds -offset * the same sums that make the
-// integer sums of unsigned levels the sums of the levels. Per 16 values where the layout has
-// two sub-blocks, else [0] holds the 32 values' sums. The float sums are the integers' exact
-// conversions, stored so that the kernels read them as broadcast memory operands.
-struct RowBlockTerms {
-  float d = 0.0f;
-  float min_sums[2] = {};
-  int32_t seeds[2] = {};
-};
-
-// Activations quantized per 32-block as both kernels read them, block-major so that a tile's
-// rows of one block lie together (one pointer, constant offsets): q [nb, m, 32] int8 and the
-// terms [nb, m].
-struct BlockActivations {
-  const int8_t* q = nullptr;
-  const RowBlockTerms* terms = nullptr;
-  int64_t nb = 0;  // the row length / 32
-  int64_t m = 0;
-  const RowBlockTerms& Terms(int64_t row, int64_t block) const { return terms[block * m + row]; }
-  // The block's 32 values of `row`; the next rows follow 32 bytes apart.
-  const int8_t* Rows(int64_t row, int64_t block) const { return q + (block * m + row) * 32; }
-};
 // Quantizes x [m, w.cols] for w's layout into scratch (reference::Int8Activations' bits).
 BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,
                                           MatmulScratch* scratch);

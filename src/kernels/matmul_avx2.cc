@@ -259,6 +259,18 @@ inline void HalfScales(const uint8_t* blk, const uint8_t* trailer, int h, __m256
   }
 }
 
+// AVX-512's BlockValue for 8 output rows: t = sum_s scale_s * isum_s [+ min_s * min_sums_s].
+template <int kSub, bool kMins>
+inline __m256 HalfBlockValue(const __m256i (&isum)[kSub], const float* min_sums,
+                             const __m256 (&scale)[kSub], const __m256 (&min)[kSub]) {
+  __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[0]), scale[0]);
+  if constexpr (kSub == 2) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[1]), scale[1], t);
+  if constexpr (kMins) {
+    for (int s = 0; s < kSub; ++s) t = _mm256_fmadd_ps(_mm256_set1_ps(min_sums[s]), min[s], t);
+  }
+  return t;
+}
+
 // AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
 // same float steps in the same order. Grid levels (kLut) are bytes with offset 128, multiplied
 // signed as in PackedTile; the layouts with mins have offset 0: their sums start from zero.
@@ -293,13 +305,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
       HalfScales<kSub, kMins, kScales>(blk, trailer, h, scale, min);
 #pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0]), scale[0]);
-        if constexpr (kSub16) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][1]), scale[1], t);
-        if constexpr (kMins) {
-          for (int s = 0; s < kSub; ++s) {
-            t = _mm256_fmadd_ps(_mm256_set1_ps(terms[r].min_sums[s]), min[s], t);
-          }
-        }
+        const __m256 t = HalfBlockValue<kSub, kMins>(isum[r], terms[r].min_sums, scale, min);
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(terms[r].d), acc[r]);
       }
     }

@@ -115,37 +115,51 @@ constexpr int kLanesPerInt16 = kSigned        ? 1
 // row's products live at once and spilled most of them to the stack; after this it cannot.
 inline void Opaque(__m256i& v) { __asm__("" : "+x"(v)); }
 
-// Adds half h of a block to each activation row's integer sums: lanes 0..3 (elements 0..15) to
-// sub-block 0, lanes 4..7 to sub-block kSub - 1. rows: the block's 32 activation bytes of the
-// tile's first row, the next rows row_stride apart. Unsigned byte-pair products are summed in
-// int16 over as many lanes as stay exact, then widened once; signed levels (bytes u = q + 128)
-// multiply as |q| times a with q's sign. The loops are unrolled by pragma, as in the AVX-512
-// kernel, and the sums made opaque after each add (Opaque).
-template <int MT, int kSub, bool kNibbles, int kPlanes, bool kSigned, bool kLut = false>
-inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* rows, int64_t row_stride,
-                         __m256i (&isum)[MT][kSub]) {
+// Adds halves h0..h0 + kHalves - 1 of a block to each activation row's integer sums: lanes 0..3
+// (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1. rows: the block's 32
+// activation bytes of the tile's first row, the next rows row_stride apart; a row's broadcast
+// activations serve every half. Unsigned byte-pair products are summed in int16 over as many
+// lanes as stay exact, then widened once; signed levels (bytes u = q + 128) multiply as |q| times
+// a with q's sign. The loops are unrolled by pragma, as in the AVX-512 kernel, and the sums made
+// opaque after each add (Opaque).
+template <int MT, int kHalves, int kSub, bool kNibbles, int kPlanes, bool kSigned,
+          bool kLut = false>
+inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, int64_t row_stride,
+                           __m256i (&isum)[MT][kHalves][kSub]) {
   constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
   constexpr int kLanesPerLoad = kSub == 1 ? 2 : 1;  // lanes a pair adds to each sub-block
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc16[MT][kSub];
+  __m256i acc16[MT][kHalves][kSub];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
-    __m256i lo, hi;
-    LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h, &lo, &hi);
+    __m256i lo[kHalves], hi[kHalves];
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) {
+      LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h0 + h, &lo[h], &hi[h]);
+    }
     if constexpr (kSigned) {
       const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
-      const __m256i q_lo = _mm256_xor_si256(lo, sign_bit), q_hi = _mm256_xor_si256(hi, sign_bit);
-      const __m256i abs_lo = _mm256_abs_epi8(q_lo), abs_hi = _mm256_abs_epi8(q_hi);
+      __m256i q_lo[kHalves], q_hi[kHalves];
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        q_lo[h] = _mm256_xor_si256(lo[h], sign_bit);
+        q_hi[h] = _mm256_xor_si256(hi[h], sign_bit);
+        lo[h] = _mm256_abs_epi8(q_lo[h]);
+        hi[h] = _mm256_abs_epi8(q_hi[h]);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
         const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
-        const __m256i p_lo =
-            _mm256_maddubs_epi16(abs_lo, _mm256_sign_epi8(_mm256_set1_epi32(a[g]), q_lo));
-        const __m256i p_hi =
-            _mm256_maddubs_epi16(abs_hi, _mm256_sign_epi8(_mm256_set1_epi32(a[g + 4]), q_hi));
-        isum[r][0] = _mm256_add_epi32(isum[r][0], _mm256_madd_epi16(p_lo, ones));
-        isum[r][kSub - 1] = _mm256_add_epi32(isum[r][kSub - 1], _mm256_madd_epi16(p_hi, ones));
-        for (int s = 0; s < kSub; ++s) Opaque(isum[r][s]);
+        const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
+#pragma GCC unroll 2
+        for (int h = 0; h < kHalves; ++h) {
+          const __m256i p_lo = _mm256_maddubs_epi16(lo[h], _mm256_sign_epi8(a_lo, q_lo[h]));
+          const __m256i p_hi = _mm256_maddubs_epi16(hi[h], _mm256_sign_epi8(a_hi, q_hi[h]));
+          __m256i(&sum)[kSub] = isum[r][h];
+          sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(p_lo, ones));
+          sum[kSub - 1] = _mm256_add_epi32(sum[kSub - 1], _mm256_madd_epi16(p_hi, ones));
+          for (int s = 0; s < kSub; ++s) Opaque(sum[s]);
+        }
       }
       continue;
     }
@@ -154,27 +168,39 @@ inline void DotBlockHalf(const uint8_t* values, int h, const int8_t* rows, int64
 #pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
-      const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a[g]));
-      const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a[g + 4]));
-      if constexpr (kSub == 1) {
-        const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
-        acc16[r][0] = run_starts ? pair : _mm256_add_epi16(acc16[r][0], pair);
-      } else {
-        acc16[r][0] = run_starts ? p_lo : _mm256_add_epi16(acc16[r][0], p_lo);
-        acc16[r][1] = run_starts ? p_hi : _mm256_add_epi16(acc16[r][1], p_hi);
-      }
-      for (int s = 0; s < kSub; ++s) Opaque(acc16[r][s]);
-      if (run_ends) {
-        for (int s = 0; s < kSub; ++s) {
-          isum[r][s] = _mm256_add_epi32(isum[r][s], _mm256_madd_epi16(acc16[r][s], ones));
+      const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        const __m256i p_lo = _mm256_maddubs_epi16(lo[h], a_lo);
+        const __m256i p_hi = _mm256_maddubs_epi16(hi[h], a_hi);
+        __m256i(&acc)[kSub] = acc16[r][h];
+        if constexpr (kSub == 1) {
+          const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
+          acc[0] = run_starts ? pair : _mm256_add_epi16(acc[0], pair);
+        } else {
+          acc[0] = run_starts ? p_lo : _mm256_add_epi16(acc[0], p_lo);
+          acc[1] = run_starts ? p_hi : _mm256_add_epi16(acc[1], p_hi);
+        }
+        for (int s = 0; s < kSub; ++s) Opaque(acc[s]);
+        if (run_ends) {
+          for (int s = 0; s < kSub; ++s) {
+            isum[r][h][s] = _mm256_add_epi32(isum[r][h][s], _mm256_madd_epi16(acc[s], ones));
+          }
         }
       }
     }
   }
 }
 
-// Stores acc's first `valid` (0..8) floats at y.
+// Halves of a row group a tile computes in one pass over its blocks: both for one activation row
+// (the weights are read once and each broadcast activation serves 16 outputs), one at a time for
+// more (their sums and accumulators fill the 16 registers).
+template <int MT>
+constexpr int kHalvesPerPass = MT == 1 ? 2 : 1;
+
+// Stores acc's first `valid` floats at y (none if valid <= 0, all 8 if valid >= 8).
 inline void StoreRows(float* y, __m256 acc, int64_t valid) {
+  if (valid <= 0) return;
   if (valid >= 8) {
     _mm256_storeu_ps(y, acc);
     return;
@@ -191,31 +217,44 @@ template <int MT, bool kNibbles, int kPlanes, bool kSigned, bool kLut>
 void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
                 const BlockActivations& a, int64_t m0, float* y, int64_t y_stride, int64_t n0,
                 int64_t rows_valid) {
-  const GroupPrefetcher prefetch(group, group_bytes, 2 * a.nb, m0 == 0);
-  for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
-    __m256 acc[MT];
+  constexpr int kHalves = kHalvesPerPass<MT>;
+  const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
+  for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
+    __m256 acc[MT][kHalves];
 #pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < MT; ++r) {
+      for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
       const RowBlockTerms* terms = &a.Terms(m0, b);
-      prefetch.Step(h * a.nb + b);
-      __m256i isum[MT][1];
+      prefetch.Step(h0 / kHalves * a.nb + b);
+      __m256i isum[MT][kHalves][1];
 #pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        isum[r][0] = kSigned ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[0]);
+        for (int h = 0; h < kHalves; ++h) {
+          isum[r][h][0] = kSigned ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[0]);
+        }
       }
-      DotBlockHalf<MT, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h, a.Rows(m0, b), 32, isum);
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + h));
+      DotBlockHalves<MT, kHalves, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h0, a.Rows(m0, b),
+                                                                       32, isum);
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        const __m256 dw =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + h0 + h));
 #pragma GCC unroll 16
-      for (int r = 0; r < MT; ++r) {
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][0]),
-                                 _mm256_mul_ps(dw, _mm256_set1_ps(terms[r].d)), acc[r]);
+        for (int r = 0; r < MT; ++r) {
+          acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h][0]),
+                                      _mm256_mul_ps(dw, _mm256_set1_ps(terms[r].d)), acc[r][h]);
+        }
       }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
-      StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
+      for (int h = 0; h < kHalves; ++h) {
+        StoreRows(y + (m0 + r) * y_stride + n0 + 8 * (h0 + h), acc[r][h],
+                  rows_valid - 8 * (h0 + h));
+      }
     }
   }
 }
@@ -279,39 +318,50 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
                        int64_t header_bytes, const BlockActivations& a, int64_t m0, float* y,
                        int64_t y_stride, int64_t n0, int64_t rows_valid) {
   constexpr int kSub = kSub16 ? 2 : 1;
+  constexpr int kHalves = kHalvesPerPass<MT>;
   constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
-  const GroupPrefetcher prefetch(group, group_bytes, 2 * a.nb, m0 == 0);
-  for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
-    __m256 acc[MT];
+  const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
+  for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
+    __m256 acc[MT][kHalves];
 #pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < MT; ++r) {
+      for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
       const RowBlockTerms* terms = &a.Terms(m0, b);
-      prefetch.Step(h * a.nb + b);
-      __m256i isum[MT][kSub];
+      prefetch.Step(h0 / kHalves * a.nb + b);
+      __m256i isum[MT][kHalves][kSub];
 #pragma GCC unroll 16
       for (int r = 0; r < MT; ++r) {
-        for (int s = 0; s < kSub; ++s) {
-          isum[r][s] =
-              kLut || kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[s]);
+        for (int h = 0; h < kHalves; ++h) {
+          for (int s = 0; s < kSub; ++s) {
+            isum[r][h][s] =
+                kLut || kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[s]);
+          }
         }
       }
-      DotBlockHalf<MT, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(blk + header_bytes, h,
-                                                                        a.Rows(m0, b), 32, isum);
-      __m256 scale[kSub], min[kSub];
+      DotBlockHalves<MT, kHalves, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(
+          blk + header_bytes, h0, a.Rows(m0, b), 32, isum);
       const uint8_t* trailer =
           kScales == kScalesK ? group + a.nb * block_bytes + b / 8 * kTrailerBytes : nullptr;
-      HalfScales<kSub, kMins, kScales>(blk, trailer, h, scale, min);
+#pragma GCC unroll 2
+      for (int h = 0; h < kHalves; ++h) {
+        __m256 scale[kSub], min[kSub];
+        HalfScales<kSub, kMins, kScales>(blk, trailer, h0 + h, scale, min);
 #pragma GCC unroll 16
-      for (int r = 0; r < MT; ++r) {
-        const __m256 t = HalfBlockValue<kSub, kMins>(isum[r], terms[r].min_sums, scale, min);
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(terms[r].d), acc[r]);
+        for (int r = 0; r < MT; ++r) {
+          const __m256 t = HalfBlockValue<kSub, kMins>(isum[r][h], terms[r].min_sums, scale, min);
+          acc[r][h] = _mm256_fmadd_ps(t, _mm256_set1_ps(terms[r].d), acc[r][h]);
+        }
       }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
-      StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, acc[r], rows_valid - 8 * h);
+      for (int h = 0; h < kHalves; ++h) {
+        StoreRows(y + (m0 + r) * y_stride + n0 + 8 * (h0 + h), acc[r][h],
+                  rows_valid - 8 * (h0 + h));
+      }
     }
   }
 }
@@ -324,16 +374,16 @@ void PackedTileI8(const uint8_t* group, int64_t group_bytes, int64_t nb, const i
                   int64_t rows_valid) {
   const GroupPrefetcher prefetch(group, group_bytes, 2 * nb, m0 == 0);
   for (int h = 0; h < 2 && 8 * h < rows_valid; ++h) {
-    __m256i isum[MT][1];
-    for (int r = 0; r < MT; ++r) isum[r][0] = _mm256_setzero_si256();
+    __m256i isum[MT][1][1];
+    for (int r = 0; r < MT; ++r) isum[r][0][0] = _mm256_setzero_si256();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* values = group + b * 512;
       prefetch.Step(h * nb + b);
-      DotBlockHalf<MT, 1, false, 0, true>(values, h, aq + m0 * k + b * 32, k, isum);
+      DotBlockHalves<MT, 1, 1, false, 0, true>(values, h, aq + m0 * k + b * 32, k, isum);
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);
     for (int r = 0; r < MT; ++r) {
-      const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0]), scale);
+      const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][0][0]), scale);
       StoreRows(y + (m0 + r) * y_stride + n0 + 8 * h, _mm256_mul_ps(t, _mm256_set1_ps(da[m0 + r])),
                 rows_valid - 8 * h);
     }

@@ -115,20 +115,84 @@ constexpr int kLanesPerInt16 = kSigned        ? 1
 // row's products live at once and spilled most of them to the stack; after this it cannot.
 inline void Opaque(__m256i& v) { __asm__("" : "+x"(v)); }
 
+// Signed levels (bytes u = q + 128, as lo / hi): each row's products |q| x (a with q's sign) of
+// lanes g and g + 4, widened and added to its sums at once (2 * 128 * 127 fills an int16).
+template <int MT, int kHalves, int kSub>
+inline void AddSignedProducts(__m256i (&lo)[kHalves], __m256i (&hi)[kHalves], int g,
+                              const int8_t* rows, int64_t row_stride,
+                              __m256i (&isum)[MT][kHalves][kSub]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i q_lo[kHalves], q_hi[kHalves];
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
+    q_lo[h] = _mm256_xor_si256(lo[h], sign_bit);
+    q_hi[h] = _mm256_xor_si256(hi[h], sign_bit);
+    lo[h] = _mm256_abs_epi8(q_lo[h]);
+    hi[h] = _mm256_abs_epi8(q_hi[h]);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MT; ++r) {
+    const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
+    const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) {
+      const __m256i p_lo = _mm256_maddubs_epi16(lo[h], _mm256_sign_epi8(a_lo, q_lo[h]));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi[h], _mm256_sign_epi8(a_hi, q_hi[h]));
+      __m256i(&sum)[kSub] = isum[r][h];
+      sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(p_lo, ones));
+      sum[kSub - 1] = _mm256_add_epi32(sum[kSub - 1], _mm256_madd_epi16(p_hi, ones));
+      for (int s = 0; s < kSub; ++s) Opaque(sum[s]);
+    }
+  }
+}
+
+// Unsigned levels: each row's byte-pair products of lanes g and g + 4 added to its int16 sums
+// (acc16, restarted where a run starts), which are widened into its sums where the run ends.
+template <int MT, int kHalves, int kSub>
+inline void AddUnsignedProducts(const __m256i (&lo)[kHalves], const __m256i (&hi)[kHalves], int g,
+                                bool run_starts, bool run_ends, const int8_t* rows,
+                                int64_t row_stride, __m256i (&acc16)[MT][kHalves][kSub],
+                                __m256i (&isum)[MT][kHalves][kSub]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+  for (int r = 0; r < MT; ++r) {
+    const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
+    const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
+#pragma GCC unroll 2
+    for (int h = 0; h < kHalves; ++h) {
+      const __m256i p_lo = _mm256_maddubs_epi16(lo[h], a_lo);
+      const __m256i p_hi = _mm256_maddubs_epi16(hi[h], a_hi);
+      __m256i(&acc)[kSub] = acc16[r][h];
+      if constexpr (kSub == 1) {
+        const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
+        acc[0] = run_starts ? pair : _mm256_add_epi16(acc[0], pair);
+      } else {
+        acc[0] = run_starts ? p_lo : _mm256_add_epi16(acc[0], p_lo);
+        acc[1] = run_starts ? p_hi : _mm256_add_epi16(acc[1], p_hi);
+      }
+      for (int s = 0; s < kSub; ++s) Opaque(acc[s]);
+      if (run_ends) {
+        for (int s = 0; s < kSub; ++s) {
+          isum[r][h][s] = _mm256_add_epi32(isum[r][h][s], _mm256_madd_epi16(acc[s], ones));
+        }
+      }
+    }
+  }
+}
+
 // Adds halves h0..h0 + kHalves - 1 of a block to each activation row's integer sums: lanes 0..3
 // (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1. rows: the block's 32
 // activation bytes of the tile's first row, the next rows row_stride apart; a row's broadcast
 // activations serve every half. Unsigned byte-pair products are summed in int16 over as many
-// lanes as stay exact, then widened once; signed levels (bytes u = q + 128) multiply as |q| times
-// a with q's sign. The loops are unrolled by pragma, as in the AVX-512 kernel, and the sums made
-// opaque after each add (Opaque).
+// lanes as stay exact, then widened once. The loops are unrolled by pragma, as in the AVX-512
+// kernel, and the sums made opaque after each add (Opaque).
 template <int MT, int kHalves, int kSub, bool kNibbles, int kPlanes, bool kSigned,
           bool kLut = false>
 inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, int64_t row_stride,
                            __m256i (&isum)[MT][kHalves][kSub]) {
   constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
   constexpr int kLanesPerLoad = kSub == 1 ? 2 : 1;  // lanes a pair adds to each sub-block
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc16[MT][kHalves][kSub];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
@@ -138,56 +202,12 @@ inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, in
       LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h0 + h, &lo[h], &hi[h]);
     }
     if constexpr (kSigned) {
-      const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
-      __m256i q_lo[kHalves], q_hi[kHalves];
-#pragma GCC unroll 2
-      for (int h = 0; h < kHalves; ++h) {
-        q_lo[h] = _mm256_xor_si256(lo[h], sign_bit);
-        q_hi[h] = _mm256_xor_si256(hi[h], sign_bit);
-        lo[h] = _mm256_abs_epi8(q_lo[h]);
-        hi[h] = _mm256_abs_epi8(q_hi[h]);
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < MT; ++r) {
-        const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
-        const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
-#pragma GCC unroll 2
-        for (int h = 0; h < kHalves; ++h) {
-          const __m256i p_lo = _mm256_maddubs_epi16(lo[h], _mm256_sign_epi8(a_lo, q_lo[h]));
-          const __m256i p_hi = _mm256_maddubs_epi16(hi[h], _mm256_sign_epi8(a_hi, q_hi[h]));
-          __m256i(&sum)[kSub] = isum[r][h];
-          sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(p_lo, ones));
-          sum[kSub - 1] = _mm256_add_epi32(sum[kSub - 1], _mm256_madd_epi16(p_hi, ones));
-          for (int s = 0; s < kSub; ++s) Opaque(sum[s]);
-        }
-      }
-      continue;
-    }
-    const bool run_starts = (g * kLanesPerLoad) % kRun == 0;
-    const bool run_ends = ((g + 1) * kLanesPerLoad) % kRun == 0 || g == 3;
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
-      const __m256i a_lo = _mm256_set1_epi32(a[g]), a_hi = _mm256_set1_epi32(a[g + 4]);
-#pragma GCC unroll 2
-      for (int h = 0; h < kHalves; ++h) {
-        const __m256i p_lo = _mm256_maddubs_epi16(lo[h], a_lo);
-        const __m256i p_hi = _mm256_maddubs_epi16(hi[h], a_hi);
-        __m256i(&acc)[kSub] = acc16[r][h];
-        if constexpr (kSub == 1) {
-          const __m256i pair = _mm256_add_epi16(p_lo, p_hi);
-          acc[0] = run_starts ? pair : _mm256_add_epi16(acc[0], pair);
-        } else {
-          acc[0] = run_starts ? p_lo : _mm256_add_epi16(acc[0], p_lo);
-          acc[1] = run_starts ? p_hi : _mm256_add_epi16(acc[1], p_hi);
-        }
-        for (int s = 0; s < kSub; ++s) Opaque(acc[s]);
-        if (run_ends) {
-          for (int s = 0; s < kSub; ++s) {
-            isum[r][h][s] = _mm256_add_epi32(isum[r][h][s], _mm256_madd_epi16(acc[s], ones));
-          }
-        }
-      }
+      AddSignedProducts<MT, kHalves, kSub>(lo, hi, g, rows, row_stride, isum);
+    } else {
+      const bool run_starts = (g * kLanesPerLoad) % kRun == 0;
+      const bool run_ends = ((g + 1) * kLanesPerLoad) % kRun == 0 || g == 3;
+      AddUnsignedProducts<MT, kHalves, kSub>(lo, hi, g, run_starts, run_ends, rows, row_stride,
+                                             acc16, isum);
     }
   }
 }

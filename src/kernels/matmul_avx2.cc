@@ -214,7 +214,8 @@ inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, in
 
 // Halves of a row group a tile computes in one pass over its blocks: both for one activation row
 // (the weights are read once and each broadcast activation serves 16 outputs), one at a time for
-// more (their sums and accumulators fill the 16 registers).
+// more (their sums and accumulators fill the 16 registers). In a group of 8 or fewer valid rows
+// the second half is then computed from the group's padding and not stored.
 template <int MT>
 constexpr int kHalvesPerPass = MT == 1 ? 2 : 1;
 
@@ -230,6 +231,28 @@ inline void StoreRows(float* y, __m256 acc, int64_t valid) {
   std::copy(out, out + valid, y);
 }
 
+// A pass's float accumulators [rows][halves], zeroed.
+template <int MT, int kHalves>
+inline void ZeroAccumulators(__m256 (&acc)[MT][kHalves]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < MT; ++r) {
+    for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+  }
+}
+
+// Stores a pass's accumulators (halves h0.. of rows 0..MT-1) at y [MT, y_stride], the first
+// rows_valid outputs of the group.
+template <int MT, int kHalves>
+inline void StoreAccumulators(const __m256 (&acc)[MT][kHalves], int h0, float* y, int64_t y_stride,
+                              int64_t rows_valid) {
+#pragma GCC unroll 16
+  for (int r = 0; r < MT; ++r) {
+    for (int h = 0; h < kHalves; ++h) {
+      StoreRows(y + r * y_stride + 8 * (h0 + h), acc[r][h], rows_valid - 8 * (h0 + h));
+    }
+  }
+}
+
 // AVX-512's PackedTile (f16 block scales, no mins, one scale per 32): for 8 output rows of a
 // half, acc += float(isum) * (dw * da) per block; isum starts from the block's seed (signed
 // levels: from 0, the same integer).
@@ -241,10 +264,7 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
   const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
   for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
     __m256 acc[MT][kHalves];
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
-    }
+    ZeroAccumulators(acc);
     for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
       const RowBlockTerms* terms = &a.Terms(m0, b);
@@ -269,13 +289,7 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
         }
       }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      for (int h = 0; h < kHalves; ++h) {
-        StoreRows(y + (m0 + r) * y_stride + n0 + 8 * (h0 + h), acc[r][h],
-                  rows_valid - 8 * (h0 + h));
-      }
-    }
+    StoreAccumulators(acc, h0, y + m0 * y_stride + n0, y_stride, rows_valid);
   }
 }
 
@@ -343,10 +357,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
   const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
   for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
     __m256 acc[MT][kHalves];
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
-    }
+    ZeroAccumulators(acc);
     for (int64_t b = 0; b < a.nb; ++b) {
       const uint8_t* blk = group + b * block_bytes;
       const RowBlockTerms* terms = &a.Terms(m0, b);
@@ -376,13 +387,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
         }
       }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      for (int h = 0; h < kHalves; ++h) {
-        StoreRows(y + (m0 + r) * y_stride + n0 + 8 * (h0 + h), acc[r][h],
-                  rows_valid - 8 * (h0 + h));
-      }
-    }
+    StoreAccumulators(acc, h0, y + m0 * y_stride + n0, y_stride, rows_valid);
   }
 }
 

@@ -80,18 +80,28 @@ double Tolerance(DType t) {
   }
 }
 
-// The int8 kernels against a reference that quantizes activations the same way: integer sums
-// are exact, so only float rounding of the scales and the accumulation remains (~1e-7). A
-// reference quantizing with amax / 128 instead (a plausible bug) is far outside that.
+// The int8 kernels against a reference that quantizes activations the same way (a scale per 32
+// values, or per 256 for the K-quants): integer sums are exact, so only float rounding of the
+// scales and the accumulation remains (~1e-7). A reference quantizing with amax / 128 instead,
+// or over the other span (plausible bugs), is far outside that.
 void ExpectInt8ActivationsExact(const std::vector<float>& x, int64_t m, const WeightView& w,
                                 const std::vector<float>& got) {
   constexpr double kTolerance = 2e-6;
   std::vector<float> want(m * w.rows), off_by_one(m * w.rows);
-  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols).data(), m, w, want.data());
+  const int64_t span = Int8ActivationSpan(w.type);
+  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols, 127.0f, span).data(), m, w,
+                    want.data());
   EXPECT_LT(RelativeError(got, want), kTolerance) << DTypeName(w.type) << " cols=" << w.cols;
-  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols, 128.0f).data(), m, w,
+  reference::Matmul(reference::Int8Activations(x.data(), m, w.cols, 128.0f, span).data(), m, w,
                     off_by_one.data());
   EXPECT_GT(RelativeError(got, off_by_one), 10 * kTolerance) << DTypeName(w.type);
+  // A scale per 32 values where the kernels take one per 256 (or the reverse) is far outside too.
+  const int64_t other_span = span == 256 ? 32 : 256;
+  if (w.cols % other_span == 0) {
+    reference::Matmul(reference::Int8Activations(x.data(), m, w.cols, 127.0f, other_span).data(), m,
+                      w, off_by_one.data());
+    EXPECT_GT(RelativeError(got, off_by_one), 10 * kTolerance) << DTypeName(w.type) << " span";
+  }
 }
 
 // The matmul kernels a type can run on: AVX-512 on the source layout (f32 / f16 / bf16 / q8_0 /

@@ -368,7 +368,11 @@ TEST(Pretrained, GemmaSlidingWindowOverALongPrompt) {
     num += (batched[i] - scalar[i]) * (batched[i] - scalar[i]);
     den += scalar[i] * scalar[i];
   }
-  EXPECT_LT(std::sqrt(num / den), 0.02);
+  // Without AVX-512 the matmuls give the same bits (AVX2) but attention and GeGLU round
+  // differently, and an int8 activation that then rounds the other way moves by one step. The
+  // K-quant matrices take a scale per 256 values (as llama.cpp's q8_K), larger steps than per
+  // 32: 0.029 here on 2026-12-02, under 0.02 per 32 (perplexity on the GPL moved by 0.2%).
+  EXPECT_LT(std::sqrt(num / den), 0.035);
   EXPECT_EQ(Argmax(batched), Argmax(scalar));
 }
 

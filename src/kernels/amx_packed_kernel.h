@@ -7,8 +7,9 @@
 // rows' elements 4g..4g+3. Bytes (q8_0) are multiplied where they lie; nibbles (and their high
 // bit planes, or the IQ4 grid) are unpacked into a 512-byte buffer first. Per block (or per
 // 16-value sub-block) one tdpbsud forms the exact integer sums of up to 16 activation rows x the
-// group's 16 rows, and the VNNI kernel's float steps (packed_avx512.h) apply the scales in its
-// order: the results are the VNNI kernel's bits for any row count, tiling or thread split.
+// group's 16 rows, and the VNNI kernel's steps (packed_avx512.h) apply the scales in its order
+// (for the K-quants: the byte scales in int32 per block, the floats per super-block): the
+// results are the VNNI kernel's bits for any row count, tiling or thread split.
 //
 // Include only from files compiled with SPECD_AVX512_FLAGS.
 #pragma once
@@ -123,8 +124,8 @@ using BlockSums = int32_t[L::kSub][kMaxTileRows][16];
 // kernel's float steps: the offset's seed added to the exact sums, then PackedTile's or
 // PackedTileGeneral's arithmetic in its order.
 template <class L>
-void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* blk,
-              const avx512::SuperScales& super, int64_t b, float (*acc)[16]) {
+void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* blk, int64_t b,
+              float (*acc)[16]) {
   const BlockActivations& a = *task.a;
   if constexpr (!L::kGeneral) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
@@ -136,7 +137,7 @@ void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* bl
     }
   } else {
     __m512 scale[L::kSub], min[L::kSub];
-    avx512::BlockScales<L::kSub, L::kMins, L::kScales>(blk, super, scale, min);
+    avx512::BlockScales<L::kSub, L::kMins, L::kScales>(blk, scale, min);
     for (int r = 0; r < task.rows; ++r) {
       const RowBlockTerms& terms = a.Terms(task.m0 + r, b);
       __m512i isum[L::kSub][1];
@@ -150,28 +151,69 @@ void AddBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* bl
   }
 }
 
+// The K-quant layouts: adds block b's seeded sums times its byte scales to the rows' super-block
+// sums super_sums [rows][16], as PackedTileSuper does.
+template <class L>
+void AddScaledBlock(const BlockSums<L>& sums, const GroupTask& task, const uint8_t* blk, int64_t b,
+                    int32_t (*super_sums)[16]) {
+  __m512i sc[L::kSub];
+  avx512::BlockScaleInts<L::kSub>(blk, sc);
+  for (int r = 0; r < task.rows; ++r) {
+    const RowBlockTerms& terms = task.a->Terms(task.m0 + r, b);
+    __m512i sum = _mm512_load_si512(super_sums[r]);
+    for (int s = 0; s < L::kSub; ++s) {
+      const __m512i seed = L::kMins ? _mm512_setzero_si512() : _mm512_set1_epi32(terms.seeds[s]);
+      const __m512i isum = _mm512_add_epi32(seed, _mm512_load_si512(sums[s][r]));
+      sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(isum, sc[s]));
+    }
+    _mm512_store_si512(super_sums[r], sum);
+  }
+}
+
+// The K-quant layouts: the super-block starting at block b0 into acc (AddSuperBlock per row),
+// and its sums restarted.
+template <class L>
+void AddSuper(const GroupTask& task, int64_t b0, int32_t (*super_sums)[16], float (*acc)[16]) {
+  const PackedInt8Weights& w = *task.w;
+  avx512::SuperScales super;
+  avx512::LoadSuperScales<L::kMins>(
+      task.group + w.TrailerOffset() + b0 / 8 * w.TrailerBytesPerSuper(), &super);
+  __m512i min_pairs[4];
+  if constexpr (L::kMins) {
+    avx512::LoadMinPairs(task.group + b0 * w.BlockBytes(), w.BlockBytes(), min_pairs);
+  }
+  for (int r = 0; r < task.rows; ++r) {
+    const __m512 sum = avx512::AddSuperBlock<L::kMins>(_mm512_load_si512(super_sums[r]),
+                                                       &task.a->Terms(task.m0 + r, b0), task.a->m,
+                                                       super, min_pairs, _mm512_load_ps(acc[r]));
+    _mm512_store_ps(acc[r], sum);
+    _mm512_store_si512(super_sums[r], _mm512_setzero_si512());
+  }
+}
+
 // y [m, w.rows] for row group g and the task's activation rows.
 template <class L, class Tiles>
 void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
+  constexpr bool kSuper = L::kScales == avx512::kScalesK;
   const PackedInt8Weights& w = *task.w;
   const int64_t nb = task.a->nb;
   alignas(64) float acc[kMaxTileRows][16] = {};
+  alignas(64) int32_t super_sums[kMaxTileRows][16] = {};  // K-quant layouts only
   alignas(64) uint8_t buffers[L::kBlocksInFlight][512];
   alignas(64) BlockSums<L> sums;
-  avx512::SuperScales super;
   for (int64_t b0 = 0; b0 < nb; b0 += L::kBlocksInFlight) {
     const int n = static_cast<int>(std::min<int64_t>(L::kBlocksInFlight, nb - b0));
     MultiplyBlocks<L>(tiles, task, b0, n, buffers);
     for (int j = 0; j < n; ++j) {
       const int64_t b = b0 + j;
-      if constexpr (L::kScales == avx512::kScalesK) {
-        if (b % 8 == 0) {
-          avx512::LoadSuperScales<L::kMins>(
-              task.group + w.TrailerOffset() + b / 8 * w.TrailerBytesPerSuper(), &super);
-        }
-      }
       for (int s = 0; s < L::kSub; ++s) tiles.Store(j * L::kSub + s, sums[s][0]);
-      AddBlock<L>(sums, task, task.group + b * w.BlockBytes(), super, b, acc);
+      const uint8_t* blk = task.group + b * w.BlockBytes();
+      if constexpr (kSuper) {
+        AddScaledBlock<L>(sums, task, blk, b, super_sums);
+        if (b % 8 == 7) AddSuper<L>(task, b - 7, super_sums, acc);
+      } else {
+        AddBlock<L>(sums, task, blk, b, acc);
+      }
     }
   }
   const int64_t n0 = g * 16;

@@ -112,6 +112,9 @@ enum class PackedLayout {
 };
 // The layout of w (not i8); an Error for a combination no kernel has.
 PackedLayout LayoutOf(const PackedInt8Weights& w);
+// How many values of an activation row share one int8 scale in the packed kernels for weights of
+// a packable type: 256 for q4_K, q5_K, q6_K and iq4_xs (k_scales), else 32.
+int64_t Int8ActivationSpan(DType type);
 
 // A weight matrix [rows, cols] in storage type `type`, rows contiguous: y = x W^T.
 struct WeightView {
@@ -161,9 +164,11 @@ struct KernelContext {
   // 16.5M target; at 16 rows 25% faster on both. Measured 2026-11-25, Xeon, 2 threads.
   int amx_min_rows = 8;
   // kAuto: rows from which packed GGUF-type weights run on the AMX kernel. Not measured yet (no
-  // AMX CPU in the sessions since the kernel was written): its float steps per 32-block are the
-  // VNNI kernel's, so it can only win where the tile unit takes enough multiply-accumulates off
-  // them; 16 rows is one full A tile. Tune with `bench forward --int8-kernel amx|specd`.
+  // AMX CPU in the sessions since the kernel was written): its vector steps after the tile
+  // products are the VNNI kernel's (per 32-block, or for the K-quants an integer multiply per
+  // block and the floats per 256), so it can only win where the tile unit takes enough
+  // multiply-accumulates off them; 16 rows is one full A tile. Tune with `bench forward
+  // --int8-kernel amx|specd`.
   int amx_packed_min_rows = 16;
 };
 
@@ -273,9 +278,11 @@ void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type,
 namespace reference {
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y);
 // The activations as the int8 kernels see them (every quantized weight type on AVX-512): per
-// block of 32, d = amax / divisor (127), q = x * (1 / d) rounded half to even and saturated to
-// int8; returns d * q exactly (in double). [m, k]
-std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor = 127.0f);
+// span of values (Int8ActivationSpan: 32, or 256 for the K-quants), d = amax / divisor (127),
+// q = x * (1 / d) rounded half to even and saturated to int8; returns d * q exactly (in double).
+// [m, k]
+std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor = 127.0f,
+                                    int64_t span = 32);
 // Matmul on such activations, in double: the int8 kernels' result up to float rounding.
 void Matmul(const double* x, int64_t m, const WeightView& w, float* y);
 // Per-token (per-row) symmetric int8 activations, as every i8 matmul path quantizes them:

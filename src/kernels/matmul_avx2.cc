@@ -120,8 +120,8 @@ inline void Opaque(__m256i& v) { __asm__("" : "+x"(v)); }
 template <int MT, int kHalves, int kSub>
 inline void AddSignedProducts(__m256i (&lo)[kHalves], __m256i (&hi)[kHalves], int g,
                               const int8_t* rows, int64_t row_stride,
+                              const __m256i (&widen)[kHalves][kSub],
                               __m256i (&isum)[MT][kHalves][kSub]) {
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256i q_lo[kHalves], q_hi[kHalves];
 #pragma GCC unroll 2
@@ -140,8 +140,8 @@ inline void AddSignedProducts(__m256i (&lo)[kHalves], __m256i (&hi)[kHalves], in
       const __m256i p_lo = _mm256_maddubs_epi16(lo[h], _mm256_sign_epi8(a_lo, q_lo[h]));
       const __m256i p_hi = _mm256_maddubs_epi16(hi[h], _mm256_sign_epi8(a_hi, q_hi[h]));
       __m256i(&sum)[kSub] = isum[r][h];
-      sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(p_lo, ones));
-      sum[kSub - 1] = _mm256_add_epi32(sum[kSub - 1], _mm256_madd_epi16(p_hi, ones));
+      sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(p_lo, widen[h][0]));
+      sum[kSub - 1] = _mm256_add_epi32(sum[kSub - 1], _mm256_madd_epi16(p_hi, widen[h][kSub - 1]));
       for (int s = 0; s < kSub; ++s) Opaque(sum[s]);
     }
   }
@@ -152,9 +152,9 @@ inline void AddSignedProducts(__m256i (&lo)[kHalves], __m256i (&hi)[kHalves], in
 template <int MT, int kHalves, int kSub>
 inline void AddUnsignedProducts(const __m256i (&lo)[kHalves], const __m256i (&hi)[kHalves], int g,
                                 bool run_starts, bool run_ends, const int8_t* rows,
-                                int64_t row_stride, __m256i (&acc16)[MT][kHalves][kSub],
+                                int64_t row_stride, const __m256i (&widen)[kHalves][kSub],
+                                __m256i (&acc16)[MT][kHalves][kSub],
                                 __m256i (&isum)[MT][kHalves][kSub]) {
-  const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) {
     const auto* a = reinterpret_cast<const UnalignedInt32*>(rows + r * row_stride);
@@ -174,7 +174,7 @@ inline void AddUnsignedProducts(const __m256i (&lo)[kHalves], const __m256i (&hi
       for (int s = 0; s < kSub; ++s) Opaque(acc[s]);
       if (run_ends) {
         for (int s = 0; s < kSub; ++s) {
-          isum[r][h][s] = _mm256_add_epi32(isum[r][h][s], _mm256_madd_epi16(acc[s], ones));
+          isum[r][h][s] = _mm256_add_epi32(isum[r][h][s], _mm256_madd_epi16(acc[s], widen[h][s]));
         }
       }
     }
@@ -185,11 +185,13 @@ inline void AddUnsignedProducts(const __m256i (&lo)[kHalves], const __m256i (&hi
 // (elements 0..15) to sub-block 0, lanes 4..7 to sub-block kSub - 1. rows: the block's 32
 // activation bytes of the tile's first row, the next rows row_stride apart; a row's broadcast
 // activations serve every half. Unsigned byte-pair products are summed in int16 over as many
-// lanes as stay exact, then widened once. The loops are unrolled by pragma, as in the AVX-512
-// kernel, and the sums made opaque after each add (Opaque).
+// lanes as stay exact, then widened once by vpmaddwd with `widen` (int16 pairs per output row and
+// sub-block: ones, or the K-quants' byte scales). The loops are unrolled by pragma, as in the
+// AVX-512 kernel, and the sums made opaque after each add (Opaque).
 template <int MT, int kHalves, int kSub, bool kNibbles, int kPlanes, bool kSigned,
           bool kLut = false>
 inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, int64_t row_stride,
+                           const __m256i (&widen)[kHalves][kSub],
                            __m256i (&isum)[MT][kHalves][kSub]) {
   constexpr int kRun = kLanesPerInt16<kNibbles, kPlanes, kSigned>;
   constexpr int kLanesPerLoad = kSub == 1 ? 2 : 1;  // lanes a pair adds to each sub-block
@@ -202,15 +204,26 @@ inline void DotBlockHalves(const uint8_t* values, int h0, const int8_t* rows, in
       LoadLanePair<kNibbles, kPlanes, kLut>(values, g, h0 + h, &lo[h], &hi[h]);
     }
     if constexpr (kSigned) {
-      AddSignedProducts<MT, kHalves, kSub>(lo, hi, g, rows, row_stride, isum);
+      AddSignedProducts<MT, kHalves, kSub>(lo, hi, g, rows, row_stride, widen, isum);
     } else {
       const bool run_starts = (g * kLanesPerLoad) % kRun == 0;
       const bool run_ends = ((g + 1) * kLanesPerLoad) % kRun == 0 || g == 3;
       AddUnsignedProducts<MT, kHalves, kSub>(lo, hi, g, run_starts, run_ends, rows, row_stride,
-                                             acc16, isum);
+                                             widen, acc16, isum);
     }
   }
 }
+
+// vpmaddwd multipliers that only widen: int16 ones for every half and sub-block.
+template <int kHalves, int kSub>
+struct Ones {
+  __m256i v[kHalves][kSub];
+  Ones() {
+    for (auto& half : v) {
+      for (__m256i& sub : half) sub = _mm256_set1_epi16(1);
+    }
+  }
+};
 
 // Halves of a row group a tile computes in one pass over its blocks: both for one activation row
 // (the weights are read once and each broadcast activation serves 16 outputs), one at a time for
@@ -276,8 +289,8 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
           isum[r][h][0] = kSigned ? _mm256_setzero_si256() : _mm256_set1_epi32(terms[r].seeds[0]);
         }
       }
-      DotBlockHalves<MT, kHalves, 1, kNibbles, kPlanes, kSigned, kLut>(blk + 32, h0, a.Rows(m0, b),
-                                                                       32, isum);
+      DotBlockHalves<MT, kHalves, 1, kNibbles, kPlanes, kSigned, kLut>(
+          blk + 32, h0, a.Rows(m0, b), 32, Ones<kHalves, 1>().v, isum);
 #pragma GCC unroll 2
       for (int h = 0; h < kHalves; ++h) {
         const __m256 dw =
@@ -293,42 +306,23 @@ void PackedTile(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
   }
 }
 
-enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
+enum ScaleKind { kScalesF16, kScalesF32 };
 
 // This half's 8 rows' scales (and mins) of block `blk` per sub-block, as AVX-512's BlockScales
-// makes them: the header's f16 / f32 floats, or K-quant bytes times the super-block's d from
-// the row group's trailer (mins negated: -(dmin * m) to the bit).
+// makes them: the header's f16 / f32 floats.
 template <int kSub, bool kMins, int kScales>
-inline void HalfScales(const uint8_t* blk, const uint8_t* trailer, int h, __m256 (&scale)[kSub],
-                       __m256 (&min)[kSub]) {
-  if constexpr (kScales == kScalesK) {
-    auto bytes8 = [&](int at) {  // signed: iq4_xs's ls - 32, q6_K's scales
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + at + 8 * h));
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    };
-    auto halves8 = [&](int at) {
+inline void HalfScales(const uint8_t* blk, int h, __m256 (&scale)[kSub], __m256 (&min)[kSub]) {
+  auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
+    if constexpr (kScales == kScalesF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
+    } else {
       return _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * h)));
-    };
-    for (int sub = 0; sub < kSub; ++sub) scale[sub] = _mm256_mul_ps(halves8(0), bytes8(16 * sub));
-    if constexpr (kMins) {
-      const __m256 dmin_m = _mm256_mul_ps(halves8(32), bytes8(16 * kSub));
-      min[0] = _mm256_castsi256_ps(
-          _mm256_xor_si256(_mm256_castps_si256(dmin_m), _mm256_set1_epi32(INT32_MIN)));
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * index + h));
     }
-  } else {
-    auto load8 = [&](int index) {  // this half's 8 of the header's 16 floats number `index`
-      if constexpr (kScales == kScalesF32) {
-        return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index + 8 * h);
-      } else {
-        return _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * index + h));
-      }
-    };
-    for (int s = 0; s < kSub; ++s) {
-      scale[s] = load8(s);
-      if constexpr (kMins) min[s] = load8(kSub + s);
-    }
+  };
+  for (int s = 0; s < kSub; ++s) {
+    scale[s] = load8(s);
+    if constexpr (kMins) min[s] = load8(kSub + s);
   }
 }
 
@@ -344,8 +338,8 @@ inline __m256 HalfBlockValue(const __m256i (&isum)[kSub], const float* min_sums,
   return t;
 }
 
-// AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks, K-quant byte scales), the
-// same float steps in the same order. Grid levels (kLut) are bytes with offset 128, multiplied
+// AVX-512's PackedTileGeneral (mins, f32 scales, 16-value sub-blocks: q4_1, q5_1, q2_K, q3_K),
+// the same float steps in the same order. Grid levels (kLut) are bytes with offset 128, multiplied
 // signed as in PackedTile; the layouts with mins have offset 0: their sums start from zero.
 template <int MT, bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
@@ -353,7 +347,6 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
                        int64_t y_stride, int64_t n0, int64_t rows_valid) {
   constexpr int kSub = kSub16 ? 2 : 1;
   constexpr int kHalves = kHalvesPerPass<MT>;
-  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
   const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
   for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
     __m256 acc[MT][kHalves];
@@ -373,19 +366,140 @@ void PackedTileGeneral(const uint8_t* group, int64_t group_bytes, int64_t block_
         }
       }
       DotBlockHalves<MT, kHalves, kSub, kNibbles, kPlanes, /*kSigned=*/kLut, kLut>(
-          blk + header_bytes, h0, a.Rows(m0, b), 32, isum);
-      const uint8_t* trailer =
-          kScales == kScalesK ? group + a.nb * block_bytes + b / 8 * kTrailerBytes : nullptr;
+          blk + header_bytes, h0, a.Rows(m0, b), 32, Ones<kHalves, kSub>().v, isum);
 #pragma GCC unroll 2
       for (int h = 0; h < kHalves; ++h) {
         __m256 scale[kSub], min[kSub];
-        HalfScales<kSub, kMins, kScales>(blk, trailer, h0 + h, scale, min);
+        HalfScales<kSub, kMins, kScales>(blk, h0 + h, scale, min);
 #pragma GCC unroll 16
         for (int r = 0; r < MT; ++r) {
           const __m256 t = HalfBlockValue<kSub, kMins>(isum[r][h], terms[r].min_sums, scale, min);
           acc[r][h] = _mm256_fmadd_ps(t, _mm256_set1_ps(terms[r].d), acc[r][h]);
         }
       }
+    }
+    StoreAccumulators(acc, h0, y + m0 * y_stride + n0, y_stride, rows_valid);
+  }
+}
+
+// Lane j = (first[j], second[j]) as int16, for 8 bytes each (signed, or zero-extended).
+template <bool kSignedBytes>
+inline __m256i BytePairs(const uint8_t* first, const uint8_t* second) {
+  const __m128i bytes =
+      _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(first)),
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(second)));
+  return kSignedBytes ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes);
+}
+
+// AVX-512's AddSuperBlock for 8 output rows of half h: the super-block's d (and -dmin, and the
+// mins of its blocks, the first at `first`) against one activation row's terms of its first
+// block (the next blocks' `stride` apart).
+template <bool kMins>
+inline __m256 AddHalfSuperBlock(__m256i super_sum, const RowBlockTerms* terms, int64_t stride,
+                                __m256 d, __m256 neg_dmin, const __m256i (&min_pairs)[4],
+                                __m256 acc) {
+  const __m256 da = _mm256_set1_ps(terms->d);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(super_sum), _mm256_mul_ps(d, da), acc);
+  if constexpr (kMins) {
+    __m256i min_sum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i sums = _mm256_set1_epi32(terms[2 * j * stride].sum_pair);
+      min_sum = _mm256_add_epi32(min_sum, _mm256_madd_epi16(min_pairs[j], sums));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sum), _mm256_mul_ps(neg_dmin, da), acc);
+  }
+  return acc;
+}
+
+// Adds the super-block that starts at block b0 (trailer: its d, then dmin) to a pass's
+// accumulators, from the rows' exact sums over its blocks [MT][kHalves][kSub].
+template <int MT, int kHalves, int kSub, bool kMins>
+inline void AddSuperBlocks(const uint8_t* first, int64_t block_bytes, const uint8_t* trailer,
+                           const BlockActivations& a, int64_t m0, int64_t b0, int h0,
+                           const __m256i (&isum)[MT][kHalves][kSub], __m256 (&acc)[MT][kHalves]) {
+#pragma GCC unroll 2
+  for (int h = 0; h < kHalves; ++h) {
+    const int half = h0 + h;
+    auto halves8 = [&](int at) {
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(trailer + at + 16 * half)));
+    };
+    const __m256 d = halves8(0);
+    __m256 neg_dmin = d;
+    __m256i min_pairs[4];
+    if constexpr (kMins) {
+      neg_dmin = _mm256_castsi256_ps(
+          _mm256_xor_si256(_mm256_castps_si256(halves8(32)), _mm256_set1_epi32(INT32_MIN)));
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t* even = first + 2 * j * block_bytes + 16 + 8 * half;
+        min_pairs[j] = BytePairs<false>(even, even + block_bytes);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MT; ++r) {
+      __m256i super_sum = isum[r][h][0];
+      if constexpr (kSub == 2) super_sum = _mm256_add_epi32(super_sum, isum[r][h][1]);
+      acc[r][h] = AddHalfSuperBlock<kMins>(super_sum, &a.Terms(m0 + r, b0), a.m, d, neg_dmin,
+                                           min_pairs, acc[r][h]);
+    }
+  }
+}
+
+// AVX-512's PackedTileSuper (the K-quants, activations scaled per 256) for 8 output rows of a
+// half: vpmaddwd widens the products with the block's byte scales in place of ones, so a
+// super-block's exact sum S costs nothing beyond the products. The offset of unsigned levels
+// without mins (q6_K's 32) is taken off as -offset * sc times the activations' sub-block sums
+// (AVX-512 seeds its sums with it: the same integer); grid levels (kLut) multiply signed.
+template <int MT, int kPlanes, bool kSub16, bool kMins, bool kLut>
+void PackedTileSuper(const uint8_t* group, int64_t group_bytes, int64_t block_bytes,
+                     int64_t header_bytes, int32_t offset, const BlockActivations& a, int64_t m0,
+                     float* y, int64_t y_stride, int64_t n0, int64_t rows_valid) {
+  constexpr int kSub = kSub16 ? 2 : 1;
+  constexpr int kHalves = kHalvesPerPass<MT>;
+  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
+  constexpr bool kOffset = !kMins && !kLut;
+  static_assert(!kOffset || kSub16, "the offset's pairs are a block's two sub-block sums");
+  const GroupPrefetcher prefetch(group, group_bytes, 2 / kHalves * a.nb, m0 == 0);
+  for (int h0 = 0; h0 < 2 && 8 * h0 < rows_valid; h0 += kHalves) {
+    __m256 acc[MT][kHalves];
+    ZeroAccumulators(acc);
+    for (int64_t b0 = 0; b0 < a.nb; b0 += 8) {
+      __m256i isum[MT][kHalves][kSub];
+#pragma GCC unroll 16
+      for (int r = 0; r < MT; ++r) {
+        for (int h = 0; h < kHalves; ++h) {
+          for (int s = 0; s < kSub; ++s) isum[r][h][s] = _mm256_setzero_si256();
+        }
+      }
+      for (int64_t b = b0; b < b0 + 8; ++b) {
+        const uint8_t* blk = group + b * block_bytes;
+        prefetch.Step(h0 / kHalves * a.nb + b);
+        __m256i widen[kHalves][kSub];
+        for (int h = 0; h < kHalves; ++h) {
+          for (int s = 0; s < kSub; ++s) {
+            const uint8_t* sc = blk + 16 * s + 8 * (h0 + h);
+            widen[h][s] = BytePairs<true>(sc, sc);
+          }
+        }
+        DotBlockHalves<MT, kHalves, kSub, true, kPlanes, /*kSigned=*/kLut, kLut>(
+            blk + header_bytes, h0, a.Rows(m0, b), 32, widen, isum);
+        if constexpr (kOffset) {
+          const RowBlockTerms* terms = &a.Terms(m0, b);
+          for (int h = 0; h < kHalves; ++h) {
+            const uint8_t* sc = blk + 8 * (h0 + h);
+            const __m256i neg = _mm256_mullo_epi16(
+                BytePairs<true>(sc, sc + 16), _mm256_set1_epi16(static_cast<int16_t>(-offset)));
+#pragma GCC unroll 16
+            for (int r = 0; r < MT; ++r) {
+              const __m256i sums = _mm256_set1_epi32(terms[r].sum_pair);
+              isum[r][h][0] = _mm256_add_epi32(isum[r][h][0], _mm256_madd_epi16(neg, sums));
+            }
+          }
+        }
+      }
+      AddSuperBlocks<MT, kHalves, kSub, kMins>(group + b0 * block_bytes, block_bytes,
+                                               group + a.nb * block_bytes + b0 / 8 * kTrailerBytes,
+                                               a, m0, b0, h0, isum, acc);
     }
     StoreAccumulators(acc, h0, y + m0 * y_stride + n0, y_stride, rows_valid);
   }
@@ -404,7 +518,8 @@ void PackedTileI8(const uint8_t* group, int64_t group_bytes, int64_t nb, const i
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* values = group + b * 512;
       prefetch.Step(h * nb + b);
-      DotBlockHalves<MT, 1, 1, false, 0, true>(values, h, aq + m0 * k + b * 32, k, isum);
+      DotBlockHalves<MT, 1, 1, false, 0, true>(values, h, aq + m0 * k + b * 32, k, Ones<1, 1>().v,
+                                               isum);
     }
     const __m256 scale = _mm256_loadu_ps(reinterpret_cast<const float*>(group + nb * 512) + 8 * h);
     for (int r = 0; r < MT; ++r) {
@@ -476,6 +591,19 @@ void GeneralRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t
   });
 }
 
+template <int kPlanes, bool kSub16, bool kMins, bool kLut>
+void SuperRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
+                float* y) {
+  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    WithRows(mt, [&]<int MT>() {
+      PackedTileSuper<MT, kPlanes, kSub16, kMins, kLut>(
+          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(),
+          w.offset, a, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
+    });
+  });
+}
+
 void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int64_t m, int64_t g0,
              int64_t g1, float* y) {
   const int64_t nb = w.cols / 32;
@@ -504,17 +632,17 @@ RangeFn RangeFor(const PackedInt8Weights& w) {
     case PackedLayout::kIq4NL:  // grid levels + 128: the signed products of the byte layout
       return PackedRange<true, 0, /*kSigned=*/true, /*kLut=*/true>;
     case PackedLayout::kIq4XS:
-      return GeneralRange<true, 0, false, false, kScalesK, /*kLut=*/true>;
+      return SuperRange<0, false, false, /*kLut=*/true>;
     case PackedLayout::kQ4_1:
       return GeneralRange<true, 0, false, true, kScalesF16, false>;
     case PackedLayout::kQ5_1:
       return GeneralRange<true, 1, false, true, kScalesF16, false>;
     case PackedLayout::kQ4_K:
-      return GeneralRange<true, 0, false, true, kScalesK, false>;
+      return SuperRange<0, false, true, false>;
     case PackedLayout::kQ5_K:
-      return GeneralRange<true, 1, false, true, kScalesK, false>;
+      return SuperRange<1, false, true, false>;
     case PackedLayout::kQ6_K:
-      return GeneralRange<true, 2, true, false, kScalesK, false>;
+      return SuperRange<2, true, false, false>;
     case PackedLayout::kQ3_K:
       return GeneralRange<true, 0, true, false, kScalesF32, false>;
     case PackedLayout::kQ2_K:
@@ -554,15 +682,6 @@ int32_t QuantizeSpan(const float* x, int64_t n, float id, int8_t* q) {
   return sum;
 }
 
-// reference::Int8Activations's bits for one block of 32: d = amax / 127, q = x / d rounded half
-// to even and saturated; the sums of its two halves of 16.
-void QuantizeBlock(const float* x, int8_t* q, float* d, int32_t* sum0, int32_t* sum1) {
-  *d = AbsMax(x, 32) / 127.0f;
-  const float id = *d != 0.0f ? 1.0f / *d : 0.0f;
-  *sum0 = QuantizeSpan(x, 16, id, q);
-  *sum1 = QuantizeSpan(x + 16, 16, id, q + 16);
-}
-
 // reference::QuantizeActivationsPerRow's bits for one row (k a multiple of 8).
 void QuantizeRow(const float* x, int64_t k, int8_t* q, float* d) {
   *d = AbsMax(x, k) / 127.0f;
@@ -581,20 +700,28 @@ void MatmulPackedI8(ThreadPool* pool, const float* x, int64_t m, const PackedInt
       MinItemsPerThread(16 * m * k));
 }
 
-// Activations for the packed GGUF layouts: reference::Int8Activations' bits, as AVX-512's
-// QuantizeBlockActivations writes them.
+// Activations for the packed GGUF layouts: reference::Int8Activations' bits (a scale per
+// ActivationSpan values: d = amax / 127, q = x / d rounded half to even and saturated), as
+// AVX-512's QuantizeBlockActivations writes them.
 BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const PackedInt8Weights& w,
                                           MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
+  const int64_t span = ActivationSpan(w);
   const BlockActivationsBuffer out = AllocateBlockActivations(m, nb, scratch);
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      float d;
-      int32_t sum0, sum1;
-      QuantizeBlock(x + i * k + b * 32, out.q + (b * m + i) * 32, &d, &sum0, &sum1);
-      out.terms[b * m + i] = MakeRowBlockTerms(d, sum0, sum1, w);
+    for (int64_t s0 = 0; s0 < k; s0 += span) {
+      const float d = AbsMax(x + i * k + s0, span) / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int64_t b = s0 / 32; b < (s0 + span) / 32; ++b) {
+        const float* xb = x + i * k + b * 32;
+        int8_t* q = out.q + (b * m + i) * 32;
+        const int32_t sum0 = QuantizeSpan(xb, 16, id, q);
+        const int32_t sum1 = QuantizeSpan(xb + 16, 16, id, q + 16);
+        out.terms[b * m + i] = MakeRowBlockTerms(d, sum0, sum1, w);
+      }
     }
+    PairBlockSums(w, out.terms + i, nb, m);
   }
   return BlockActivations{out.q, out.terms, nb, m};
 }

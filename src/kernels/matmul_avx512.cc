@@ -7,6 +7,8 @@
 //   f32, f16 weights: activations stay f32 (f16 weights widen to f32, FMA).
 //   bf16 weights: activations rounded to bf16, vdpbf16ps.
 //   q8_0 / q4_0 weights: activations quantized to int8 per 32-block (like ggml's q8_0), vpdpbusd.
+//   packed weights (every quantized type): int8 per 32-block, or per 256 values for the K-quants
+//   (like ggml's q8_K), block-major (block_activations.h), vpdpbusd.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -352,8 +354,8 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
     PackedTile<5, kNibbles, kPlanes, kLut>, PackedTile<6, kNibbles, kPlanes, kLut>,
     PackedTile<7, kNibbles, kPlanes, kLut>, PackedTile<8, kNibbles, kPlanes, kLut>};
 
-// Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1 and the
-// K-quants): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
+// Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1, q2_K,
+// q3_K): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
 // isum_s starts from the seed -offset * sum_s(a) as in PackedTile (the layouts with mins have
 // offset 0: their sums start from zero); the float steps run in one fixed order, so results do
 // not depend on MT, m or the thread split.
@@ -365,21 +367,14 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
   // Independent integer sums per row: per sub-block, and for few rows split further so that
   // dependent vpdpbusd chains do not bound the time (exact in any order).
   constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
-  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;  // per super-block, K-quant scales only
   const int64_t nb = a.nb;
   __m512 acc[MT];
 #pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
-  SuperScales super;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const RowBlockTerms* terms = &a.Terms(m0, b);
     PrefetchAhead(blk, block_bytes);
-    if constexpr (kScales == kScalesK) {
-      if (b % 8 == 0) {
-        LoadSuperScales<kMins>(group + nb * block_bytes + b / 8 * kTrailerBytes, &super);
-      }
-    }
     __m512i isum[MT][kSub][kChains];
 #pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
@@ -395,7 +390,7 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
       DotLanes<MT, kSub, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
     }
     __m512 scale[kSub], min[kSub];
-    BlockScales<kSub, kMins, kScales>(blk, super, scale, min);
+    BlockScales<kSub, kMins, kScales>(blk, scale, min);
 #pragma GCC unroll 16
     for (int r = 0; r < MT; ++r) {
       const __m512 t = BlockValue<kSub, kMins, kChains>(isum[r], terms[r].min_sums, scale, min);
@@ -405,6 +400,70 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
   const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
 #pragma GCC unroll 16
   for (int r = 0; r < MT; ++r) _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, acc[r]);
+}
+
+// Packed tile for the K-quant layouts (q4_K, q5_K, q6_K, iq4_xs), whose activations share a
+// scale per 256 values: a super-block's sum S = sum over its 8 blocks and their sub-blocks of
+// sc * isum (isum seeded as in PackedTile) is exact in int32 (|S| < 2^28), so after its products
+// a block costs one vpmulld per sub-block and row, and the float steps (AddSuperBlock) run once
+// per super-block in one fixed order: results do not depend on MT, m or the thread split.
+template <int MT, int kPlanes, bool kSub16, bool kMins, bool kLut>
+void PackedTileSuper(const uint8_t* group, int64_t block_bytes, int64_t header_bytes,
+                     const BlockActivations& a, int64_t m0, float* y, int64_t y_stride, int64_t n0,
+                     int64_t rows_valid) {
+  constexpr int kSub = kSub16 ? 2 : 1;
+  constexpr int kChains = MT == 1 ? (kSub16 ? 2 : 4) : (MT == 2 && !kSub16 ? 2 : 1);
+  constexpr int64_t kTrailerBytes = kMins ? 64 : 32;
+  // The float sums change once per super-block: in memory, leaving the registers to the
+  // integer sums and the weights.
+  alignas(64) float acc[MT][16] = {};
+  for (int64_t b0 = 0; b0 < a.nb; b0 += 8) {
+    __m512i super_sum[MT];
+#pragma GCC unroll 16
+    for (int r = 0; r < MT; ++r) super_sum[r] = _mm512_setzero_si512();
+    for (int64_t b = b0; b < b0 + 8; ++b) {
+      const uint8_t* blk = group + b * block_bytes;
+      const RowBlockTerms* terms = &a.Terms(m0, b);
+      PrefetchAhead(blk, block_bytes);
+      __m512i isum[MT][kSub][kChains];
+#pragma GCC unroll 16
+      for (int r = 0; r < MT; ++r) {
+        for (int s = 0; s < kSub; ++s) {
+          for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
+          if constexpr (!kMins) isum[r][s][0] = _mm512_set1_epi32(terms[r].seeds[s]);
+        }
+      }
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        __m512i w[4];
+        LoadLanes<true, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
+        DotLanes<MT, kSub, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
+      }
+      __m512i sc[kSub];
+      BlockScaleInts<kSub>(blk, sc);
+#pragma GCC unroll 16
+      for (int r = 0; r < MT; ++r) {
+        for (int s = 0; s < kSub; ++s) {
+          __m512i whole = isum[r][s][0];
+          for (int c = 1; c < kChains; ++c) whole = _mm512_add_epi32(whole, isum[r][s][c]);
+          super_sum[r] = _mm512_add_epi32(super_sum[r], _mm512_mullo_epi32(whole, sc[s]));
+        }
+      }
+    }
+    SuperScales super;
+    LoadSuperScales<kMins>(group + a.nb * block_bytes + b0 / 8 * kTrailerBytes, &super);
+    __m512i min_pairs[4];
+    if constexpr (kMins) LoadMinPairs(group + b0 * block_bytes, block_bytes, min_pairs);
+#pragma GCC unroll 16
+    for (int r = 0; r < MT; ++r) {
+      _mm512_store_ps(acc[r], AddSuperBlock<kMins>(super_sum[r], &a.Terms(m0 + r, b0), a.m, super,
+                                                   min_pairs, _mm512_load_ps(acc[r])));
+    }
+  }
+  const __mmask16 mask = rows_valid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows_valid) - 1);
+  for (int r = 0; r < MT; ++r) {
+    _mm512_mask_storeu_ps(y + (m0 + r) * y_stride + n0, mask, _mm512_load_ps(acc[r]));
+  }
 }
 
 using GeneralTileFn = void (*)(const uint8_t*, int64_t, int64_t, const BlockActivations&, int64_t,
@@ -421,6 +480,17 @@ constexpr GeneralTileFn kGeneralTiles[kPackedTileRows] = {
     PackedTileGeneral<7, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>,
     PackedTileGeneral<8, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>};
 
+template <int kPlanes, bool kSub16, bool kMins, bool kLut = false>
+constexpr GeneralTileFn kSuperTiles[kPackedTileRows] = {
+    PackedTileSuper<1, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<2, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<3, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<4, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<5, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<6, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<7, kPlanes, kSub16, kMins, kLut>,
+    PackedTileSuper<8, kPlanes, kSub16, kMins, kLut>};
+
 // The tiles for a packed layout, or nullptr for the layouts PackedTile handles.
 const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
   switch (LayoutOf(w)) {
@@ -429,17 +499,17 @@ const GeneralTileFn* GeneralTilesFor(const PackedInt8Weights& w) {
     case PackedLayout::kQ5_1:
       return kGeneralTiles<true, 1, false, true, kScalesF16>;
     case PackedLayout::kQ4_K:
-      return kGeneralTiles<true, 0, false, true, kScalesK>;
+      return kSuperTiles<0, false, true>;
     case PackedLayout::kQ5_K:
-      return kGeneralTiles<true, 1, false, true, kScalesK>;
+      return kSuperTiles<1, false, true>;
     case PackedLayout::kQ6_K:
-      return kGeneralTiles<true, 2, true, false, kScalesK>;
+      return kSuperTiles<2, true, false>;
     case PackedLayout::kQ3_K:
       return kGeneralTiles<true, 0, true, false, kScalesF32>;
     case PackedLayout::kQ2_K:
       return kGeneralTiles<true, 0, true, true, kScalesF32>;
     case PackedLayout::kIq4XS:
-      return kGeneralTiles<true, 0, false, false, kScalesK, /*kLut=*/true>;
+      return kSuperTiles<0, false, false, /*kLut=*/true>;
     default:
       return nullptr;
   }
@@ -656,24 +726,32 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
                                           MatmulScratch* scratch) {
   const int64_t k = w.cols;
   const int64_t nb = k / 32;
+  const int64_t span = ActivationSpan(w);
   const BlockActivationsBuffer out = AllocateBlockActivations(m, nb, scratch);
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + i * k + b * 32;
-      const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      // Clamped as the int8 store saturates, so the sums below are of the values the kernel
-      // multiplies (they differ only for non-finite activations, which would overflow them).
-      const __m512i i0 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
-      const __m512i i1 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
-      int8_t* q = out.q + (b * m + i) * 32;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
-      out.terms[b * m + i] =
-          MakeRowBlockTerms(d, _mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1), w);
+    for (int64_t s0 = 0; s0 < k; s0 += span) {
+      const float* xs = x + i * k + s0;
+      __m512 amax = _mm512_setzero_ps();
+      for (int64_t j = 0; j < span; j += 16) {
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xs + j)));
+      }
+      const float d = _mm512_reduce_max_ps(amax) / 127.0f;
+      const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      for (int64_t b = s0 / 32; b < (s0 + span) / 32; ++b) {
+        const float* xb = x + i * k + b * 32;
+        // Clamped as the int8 store saturates, so the sums below are of the values the kernel
+        // multiplies (they differ only for non-finite activations, which would overflow them).
+        const __m512i i0 = ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), id)));
+        const __m512i i1 =
+            ClampToInt8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), id)));
+        int8_t* q = out.q + (b * m + i) * 32;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+        out.terms[b * m + i] =
+            MakeRowBlockTerms(d, _mm512_reduce_add_epi32(i0), _mm512_reduce_add_epi32(i1), w);
+      }
     }
+    PairBlockSums(w, out.terms + i, nb, m);
   }
   return BlockActivations{out.q, out.terms, nb, m};
 }

@@ -426,6 +426,8 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
   return true;
 }
 
+int64_t Int8ActivationSpan(DType type) { return FormatFor(type).k_scales ? 256 : 32; }
+
 PackedLayout LayoutOf(const PackedInt8Weights& w) {
   const bool sub16 = w.sub_blocks == 2;
   if (w.level_lut) {

@@ -58,9 +58,8 @@ inline void LoadLanes(const uint8_t* values, int g0, __m512i w[4]) {
 // Header kinds: f16 or f32 scales (and mins), or K-quant byte scales with a trailer.
 enum ScaleKind { kScalesF16, kScalesF32, kScalesK };
 
-// K-quant byte scales: the 16 rows' super-block d and -dmin, read from the row group's trailer
-// once per 8 blocks. (-dmin) * m is -(dmin * m) to the bit (rounding is symmetric), the AVX2
-// kernel's form.
+// K-quant scales: the 16 rows' super-block d and -dmin, read from the row group's trailer once
+// per 8 blocks. (-dmin) * da is -(dmin * da) to the bit (rounding is symmetric).
 struct SuperScales {
   __m512 d = _mm512_setzero_ps();
   __m512 neg_dmin = _mm512_setzero_ps();
@@ -77,32 +76,63 @@ inline void LoadSuperScales(const uint8_t* trailer_bytes, SuperScales* super) {
   }
 }
 
-// The 16 rows' scales (and mins) of block `blk` per sub-block: from the header's f16 / f32
-// floats, or K-quant bytes times the super-block's d (exact in f32: f16 times an 8-bit integer;
-// sc signed for iq4_xs and q6_K).
+// The 16 rows' scales (and mins) of block `blk` per sub-block, from the header's f16 / f32 floats
+// (the K-quant layouts take their scales per super-block: AddSuperBlock).
 template <int kSub, bool kMins, int kScales>
-inline void BlockScales(const uint8_t* blk, const SuperScales& super, __m512 (&scale)[kSub],
-                        __m512 (&min)[kSub]) {
-  if constexpr (kScales == kScalesK) {
-    auto bytes16 = [&](int at) {
-      return _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
-    };
-    for (int s = 0; s < kSub; ++s) scale[s] = _mm512_mul_ps(super.d, bytes16(16 * s));
-    if constexpr (kMins) min[0] = _mm512_mul_ps(super.neg_dmin, bytes16(16 * kSub));
-  } else {
-    auto load16 = [&](int index) {  // the header's 16 floats number `index`
-      if constexpr (kScales == kScalesF32) {
-        return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
-      } else {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
-      }
-    };
-    for (int s = 0; s < kSub; ++s) {
-      scale[s] = load16(s);
-      if constexpr (kMins) min[s] = load16(kSub + s);
+inline void BlockScales(const uint8_t* blk, __m512 (&scale)[kSub], __m512 (&min)[kSub]) {
+  static_assert(kScales != kScalesK);
+  auto load16 = [&](int index) {  // the header's 16 floats number `index`
+    if constexpr (kScales == kScalesF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * index);
+    } else {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + index));
     }
+  };
+  for (int s = 0; s < kSub; ++s) {
+    scale[s] = load16(s);
+    if constexpr (kMins) min[s] = load16(kSub + s);
   }
+}
+
+// K-quant byte scales of block blk's 16 rows per sub-block as int32, for vpmulld (signed: q6_K's
+// scales and iq4_xs's ls - 32; q4_K's and q5_K's are 0..63).
+template <int kSub>
+inline void BlockScaleInts(const uint8_t* blk, __m512i (&sc)[kSub]) {
+  for (int s = 0; s < kSub; ++s) {
+    sc[s] = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * s)));
+  }
+}
+
+// The byte mins (header bytes 16..31) of a super-block's 8 blocks, the first at `first` and the
+// next block_bytes apart, as int16 pairs per row: pairs[j] lane r = (m[2j][r], m[2j + 1][r]).
+inline void LoadMinPairs(const uint8_t* first, int64_t block_bytes, __m512i (&pairs)[4]) {
+  for (int j = 0; j < 4; ++j) {
+    const auto* even = reinterpret_cast<const __m128i*>(first + 2 * j * block_bytes + 16);
+    const auto* odd = reinterpret_cast<const __m128i*>(first + (2 * j + 1) * block_bytes + 16);
+    const __m128i e = _mm_loadu_si128(even), o = _mm_loadu_si128(odd);
+    pairs[j] =
+        _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o)));
+  }
+}
+
+// One activation row's super-block of a K-quant layout, for the 16 rows: S = the exact sum over
+// its blocks and sub-blocks of sc * isum; terms: the row's terms of the super-block's first
+// block, the next blocks' `stride` apart. acc + float(S) * (d * da), then with mins
+// + float(M) * (-dmin * da), M = the sum of mins times the activations' block sums (exact).
+template <bool kMins>
+inline __m512 AddSuperBlock(__m512i super_sum, const RowBlockTerms* terms, int64_t stride,
+                            const SuperScales& super, const __m512i (&min_pairs)[4], __m512 acc) {
+  const __m512 da = _mm512_set1_ps(terms->d);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(super_sum), _mm512_mul_ps(super.d, da), acc);
+  if constexpr (kMins) {
+    __m512i min_sum = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      min_sum = _mm512_dpwssd_epi32(min_sum, min_pairs[j],
+                                    _mm512_set1_epi32(terms[2 * j * stride].sum_pair));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min_sum), _mm512_mul_ps(super.neg_dmin, da), acc);
+  }
+  return acc;
 }
 
 // One row's value of a block: its chained integer sums per sub-block, scaled, plus the mins

@@ -33,17 +33,19 @@ void AddLowRankProduct(const float* t, int64_t m, int64_t rank, DType b_type, co
   }
 }
 
-std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor) {
+std::vector<double> Int8Activations(const float* x, int64_t m, int64_t k, float divisor,
+                                    int64_t span) {
+  SPECD_CHECK(span > 0 && k % span == 0, "Int8Activations: ", k, " values in spans of ", span);
   std::vector<double> out(m * k);
-  for (int64_t b = 0; b < m * k / 32; ++b) {
-    const float* xb = x + b * 32;
+  for (int64_t s = 0; s < m * k / span; ++s) {
+    const float* xs = x + s * span;
     float amax = 0.0f;
-    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    for (int64_t e = 0; e < span; ++e) amax = std::max(amax, std::fabs(xs[e]));
     const float d = amax / divisor;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int e = 0; e < 32; ++e) {
-      const float q = std::clamp(std::nearbyint(xb[e] * id), -128.0f, 127.0f);
-      out[b * 32 + e] = static_cast<double>(d) * q;
+    for (int64_t e = 0; e < span; ++e) {
+      const float q = std::clamp(std::nearbyint(xs[e] * id), -128.0f, 127.0f);
+      out[s * span + e] = static_cast<double>(d) * q;
     }
   }
   return out;

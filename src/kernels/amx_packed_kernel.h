@@ -209,6 +209,11 @@ void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
       for (int s = 0; s < L::kSub; ++s) tiles.Store(j * L::kSub + s, sums[s][0]);
       const uint8_t* blk = task.group + b * w.BlockBytes();
       if constexpr (kSuper) {
+        if (b % 8 == 0) {  // the trailer lies past the blocks: asked for before it is read
+          _mm_prefetch(reinterpret_cast<const char*>(task.group + w.TrailerOffset() +
+                                                     b / 8 * w.TrailerBytesPerSuper()),
+                       _MM_HINT_T0);
+        }
         AddScaledBlock<L>(sums, task, blk, b, super_sums);
         if (b % 8 == 7) AddSuper<L>(task, b - 7, super_sums, acc);
       } else {

@@ -567,55 +567,58 @@ void WithRows(int64_t mt, Fn&& fn) {
   }
 }
 
+// ForEachTile over w's row groups: tile.template operator()<MT>(group, m0, n0, valid) with the
+// group's packed bytes, its first output row and how many of its 16 rows are real.
+template <typename TileFn>
+void ForEachGroupTile(const PackedInt8Weights& w, int64_t m, int64_t g0, int64_t g1,
+                      TileFn&& tile) {
+  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
+    const int64_t n0 = g * 16;
+    WithRows(mt, [&]<int MT>() {
+      tile.template operator()<MT>(w.data.data() + g * w.GroupBytes(), m0, n0,
+                                   std::min<int64_t>(16, w.rows - n0));
+    });
+  });
+}
+
 template <bool kNibbles, int kPlanes, bool kSigned, bool kLut>
 void PackedRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
                  float* y) {
-  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
-    const int64_t n0 = g * 16;
-    WithRows(mt, [&]<int MT>() {
-      PackedTile<MT, kNibbles, kPlanes, kSigned, kLut>(
-          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), a, m0, y, w.rows, n0,
-          std::min<int64_t>(16, w.rows - n0));
-    });
-  });
+  ForEachGroupTile(w, a.m, g0, g1,
+                   [&]<int MT>(const uint8_t* group, int64_t m0, int64_t n0, int64_t valid) {
+                     PackedTile<MT, kNibbles, kPlanes, kSigned, kLut>(
+                         group, w.GroupBytes(), w.BlockBytes(), a, m0, y, w.rows, n0, valid);
+                   });
 }
 
 template <bool kNibbles, int kPlanes, bool kSub16, bool kMins, int kScales, bool kLut>
 void GeneralRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
                   float* y) {
-  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
-    const int64_t n0 = g * 16;
-    WithRows(mt, [&]<int MT>() {
-      PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(
-          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(), a,
-          m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
-    });
-  });
+  ForEachGroupTile(
+      w, a.m, g0, g1, [&]<int MT>(const uint8_t* group, int64_t m0, int64_t n0, int64_t valid) {
+        PackedTileGeneral<MT, kNibbles, kPlanes, kSub16, kMins, kScales, kLut>(
+            group, w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(), a, m0, y, w.rows, n0, valid);
+      });
 }
 
 template <int kPlanes, bool kSub16, bool kMins, bool kLut>
 void SuperRange(const PackedInt8Weights& w, const BlockActivations& a, int64_t g0, int64_t g1,
                 float* y) {
-  ForEachTile(g0, g1, a.m, [&](int64_t g, int64_t m0, int64_t mt) {
-    const int64_t n0 = g * 16;
-    WithRows(mt, [&]<int MT>() {
-      PackedTileSuper<MT, kPlanes, kSub16, kMins, kLut>(
-          w.data.data() + g * w.GroupBytes(), w.GroupBytes(), w.BlockBytes(), w.HeaderBytes(),
-          w.offset, a, m0, y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
-    });
-  });
+  ForEachGroupTile(
+      w, a.m, g0, g1, [&]<int MT>(const uint8_t* group, int64_t m0, int64_t n0, int64_t valid) {
+        PackedTileSuper<MT, kPlanes, kSub16, kMins, kLut>(group, w.GroupBytes(), w.BlockBytes(),
+                                                          w.HeaderBytes(), w.offset, a, m0, y,
+                                                          w.rows, n0, valid);
+      });
 }
 
 void I8Range(const PackedInt8Weights& w, const int8_t* aq, const float* da, int64_t m, int64_t g0,
              int64_t g1, float* y) {
   const int64_t nb = w.cols / 32;
-  ForEachTile(g0, g1, m, [&](int64_t g, int64_t m0, int64_t mt) {
-    const int64_t n0 = g * 16;
-    WithRows(mt, [&]<int MT>() {
-      PackedTileI8<MT>(w.data.data() + g * w.GroupBytes(), w.GroupBytes(), nb, aq, da, w.cols, m0,
-                       y, w.rows, n0, std::min<int64_t>(16, w.rows - n0));
-    });
-  });
+  ForEachGroupTile(
+      w, m, g0, g1, [&]<int MT>(const uint8_t* group, int64_t m0, int64_t n0, int64_t valid) {
+        PackedTileI8<MT>(group, w.GroupBytes(), nb, aq, da, w.cols, m0, y, w.rows, n0, valid);
+      });
 }
 
 // The packed formats (see GeneralTilesFor in matmul_avx512.cc), as one range function each.

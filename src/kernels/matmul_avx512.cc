@@ -354,6 +354,27 @@ constexpr PackedTileFn kPackedTiles[kPackedTileRows] = {
     PackedTile<5, kNibbles, kPlanes, kLut>, PackedTile<6, kNibbles, kPlanes, kLut>,
     PackedTile<7, kNibbles, kPlanes, kLut>, PackedTile<8, kNibbles, kPlanes, kLut>};
 
+// One block's exact integer sums for MT rows, per sub-block and split over kChains: seeded with
+// the offset's -offset * sum(a) (terms of the block, one per row) where the layout has no mins,
+// plus the products of the block's values (the header skipped) with rows' 32 bytes each.
+template <int MT, int kSub, int kChains, bool kNibbles, int kPlanes, bool kLut, bool kMins>
+inline void SeededBlockSums(const uint8_t* values, const RowBlockTerms* terms, const int8_t* rows,
+                            __m512i (&isum)[MT][kSub][kChains]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < MT; ++r) {
+    for (int s = 0; s < kSub; ++s) {
+      for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
+      if constexpr (!kMins) isum[r][s][0] = _mm512_set1_epi32(terms[r].seeds[s]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    __m512i w[4];
+    LoadLanes<kNibbles, kPlanes, kLut>(values, 2 * half, w);
+    DotLanes<MT, kSub, kChains>(w, 2 * half, rows, 32, isum);
+  }
+}
+
 // Packed tile for the formats with mins, f32 scales or 16-value sub-blocks (q4_1, q5_1, q2_K,
 // q3_K): per sub-block s, t = scale_s * (isum_s) [+ min_s * sum_s(a)], then acc += t * da.
 // isum_s starts from the seed -offset * sum_s(a) as in PackedTile (the layouts with mins have
@@ -376,19 +397,8 @@ void PackedTileGeneral(const uint8_t* group, int64_t block_bytes, int64_t header
     const RowBlockTerms* terms = &a.Terms(m0, b);
     PrefetchAhead(blk, block_bytes);
     __m512i isum[MT][kSub][kChains];
-#pragma GCC unroll 16
-    for (int r = 0; r < MT; ++r) {
-      for (int s = 0; s < kSub; ++s) {
-        for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
-        if constexpr (!kMins) isum[r][s][0] = _mm512_set1_epi32(terms[r].seeds[s]);
-      }
-    }
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-      __m512i w[4];
-      LoadLanes<kNibbles, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
-      DotLanes<MT, kSub, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
-    }
+    SeededBlockSums<MT, kSub, kChains, kNibbles, kPlanes, kLut, kMins>(blk + header_bytes, terms,
+                                                                       a.Rows(m0, b), isum);
     __m512 scale[kSub], min[kSub];
     BlockScales<kSub, kMins, kScales>(blk, scale, min);
 #pragma GCC unroll 16
@@ -430,19 +440,8 @@ void PackedTileSuper(const uint8_t* group, int64_t block_bytes, int64_t header_b
       const RowBlockTerms* terms = &a.Terms(m0, b);
       PrefetchAhead(blk, block_bytes);
       __m512i isum[MT][kSub][kChains];
-#pragma GCC unroll 16
-      for (int r = 0; r < MT; ++r) {
-        for (int s = 0; s < kSub; ++s) {
-          for (int c = 0; c < kChains; ++c) isum[r][s][c] = _mm512_setzero_si512();
-          if constexpr (!kMins) isum[r][s][0] = _mm512_set1_epi32(terms[r].seeds[s]);
-        }
-      }
-#pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
-        __m512i w[4];
-        LoadLanes<true, kPlanes, kLut>(blk + header_bytes, 2 * half, w);
-        DotLanes<MT, kSub, kChains>(w, 2 * half, a.Rows(m0, b), 32, isum);
-      }
+      SeededBlockSums<MT, kSub, kChains, true, kPlanes, kLut, kMins>(blk + header_bytes, terms,
+                                                                     a.Rows(m0, b), isum);
       __m512i sc[kSub];
       BlockScaleInts<kSub>(blk, sc);
 #pragma GCC unroll 16

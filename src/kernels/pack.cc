@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/block_activations.h"
 #include "kernels/kernels.h"
 #include "tensor/dequantize_blocks.h"
 
@@ -426,7 +427,7 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
   return true;
 }
 
-int64_t Int8ActivationSpan(DType type) { return FormatFor(type).k_scales ? 256 : 32; }
+int64_t Int8ActivationSpan(DType type) { return ActivationSpan(FormatFor(type)); }
 
 PackedLayout LayoutOf(const PackedInt8Weights& w) {
   const bool sub16 = w.sub_blocks == 2;

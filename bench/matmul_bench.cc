@@ -88,7 +88,7 @@ void I8AndOneDnnRows(const MatmulBenchOptions& o, ThreadPool* pool_ptr, const Cp
   std::vector<WeightView> i8_views(o.copies, i8_view);
   if (cpu.packed_kernels()) {
     for (int c = 0; c < o.copies; ++c) {
-      i8_packed[c] = PackInt8(i8_view, &pool);
+      i8_packed[c] = PackInt8(i8_view, &pool, HighBitsFor(cpu));
       i8_views[c].packed = &i8_packed[c];
     }
     // oneDNN's int8 product is exact only with VNNI (see --int8-kernel).
@@ -181,7 +181,7 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
     for (int c = 0; c < o.copies; ++c) {
       views.push_back(WeightView{type, copies[c].data(), n, k});
       if (cpu.packed_kernels() && type != DType::kBF16) {
-        packed[c] = PackInt8(views[c], &pool);
+        packed[c] = PackInt8(views[c], &pool, HighBitsFor(cpu));
         views[c].packed = &packed[c];
       }
     }

@@ -137,7 +137,7 @@ TEST_P(Int8Paths, EveryPathEqualsTheReferenceBitForBitForEveryRowCount) {
       PackedInt8Weights packed;
       WeightView fast = w.view;
       if (cpu.avx512) {
-        packed = PackInt8(w.view, &pool);
+        packed = PackInt8(w.view, &pool, HighBits::kPlanes);  // i8: no high bits
         packed.onednn = MakeOneDnnInt8Weights({&w.view});
         fast.packed = &packed;
       }
@@ -178,7 +178,7 @@ TEST_P(Int8Paths, StackedI8EqualsSeparateMatmulsBitForBit) {
   ThreadPool pool(2);
   I8Weights a = MakeI8(32, 96, 5), b = MakeI8(16, 96, 6), c = MakeI8(21, 96, 7);
   PackedInt8Weights stacked;
-  ASSERT_TRUE(StackPackedInt8({&a.view, &b.view, &c.view}, &pool, &stacked));
+  ASSERT_TRUE(StackPackedInt8({&a.view, &b.view, &c.view}, &pool, HighBits::kPlanes, &stacked));
   stacked.onednn = MakeOneDnnInt8Weights({&a.view, &b.view, &c.view});
   const WeightView stacked_view{DType::kI8, nullptr, stacked.rows, 96, &stacked};
   const int64_t m = 9;

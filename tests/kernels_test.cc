@@ -153,10 +153,11 @@ std::vector<int64_t> MatmulWidths(DType type) {
 struct MatmulCase {
   static constexpr int64_t kRows = 37;
   static constexpr int64_t kMaxM = 17;  // two full 8-row tiles and a remainder
-  MatmulCase(DType type, int64_t cols, bool packed, ThreadPool* pool)
+  MatmulCase(DType type, int64_t cols, MatmulPath path, ThreadPool* pool)
       : w(MakeWeights(type, kRows, cols, 11 + cols)), x(RandomVector(kMaxM * cols, 3 + cols)) {
-    if (packed) {
-      packed_weights = PackInt8(w.view, pool);
+    if (path == MatmulPath::kAvx512Packed || path == MatmulPath::kAvx2Packed) {
+      const bool avx2 = path == MatmulPath::kAvx2Packed;
+      packed_weights = PackInt8(w.view, pool, avx2 ? HighBits::kFields : HighBits::kPlanes);
       w.view.packed = &packed_weights;
     }
   }
@@ -179,9 +180,8 @@ TEST_P(MatmulTest, FastEqualsReferenceAndIsBatchInvariant) {
   ThreadPool pool(threads);
   KernelContext ctx;
   if (const std::string why = ContextFor(path, &pool, &ctx); !why.empty()) GTEST_SKIP() << why;
-  const bool packed = path == MatmulPath::kAvx512Packed || path == MatmulPath::kAvx2Packed;
   for (int64_t cols : MatmulWidths(type)) {
-    MatmulCase c(type, cols, packed, &pool);
+    MatmulCase c(type, cols, path, &pool);
     std::vector<float> expected(MatmulCase::kMaxM * MatmulCase::kRows);
     reference::Matmul(c.x.data(), MatmulCase::kMaxM, c.w.view, expected.data());
     const std::vector<float> all = c.Run(ctx, MatmulCase::kMaxM);
@@ -232,9 +232,10 @@ TEST_P(PackedKernelsTest, Avx2AndAvx512AgreeBitForBit) {
        {std::pair{MatmulPath::kAvx512Packed, &avx512}, std::pair{MatmulPath::kAvx2Packed, &avx2}}) {
     if (const std::string why = ContextFor(path, &pool, ctx); !why.empty()) GTEST_SKIP() << why;
   }
-  for (int64_t cols : MatmulWidths(type)) {
-    MatmulCase c(type, cols, /*packed=*/true, &pool);
-    EXPECT_EQ(c.Run(avx512, MatmulCase::kMaxM), c.Run(avx2, MatmulCase::kMaxM))
+  for (int64_t cols : MatmulWidths(type)) {  // each packed in the form its kernel reads
+    MatmulCase on_avx512(type, cols, MatmulPath::kAvx512Packed, &pool);
+    MatmulCase on_avx2(type, cols, MatmulPath::kAvx2Packed, &pool);
+    EXPECT_EQ(on_avx512.Run(avx512, MatmulCase::kMaxM), on_avx2.Run(avx2, MatmulCase::kMaxM))
         << DTypeName(type) << " cols=" << cols;
   }
 }
@@ -287,7 +288,7 @@ TEST_P(AmxPackedTest, EqualsTheVnniKernelBitForBit) {
   ThreadPool pool(2);
   constexpr int64_t kM = 33;
   for (int64_t cols : MatmulWidths(type)) {
-    MatmulCase c(type, cols, /*packed=*/true, &pool);
+    MatmulCase c(type, cols, MatmulPath::kAvx512Packed, &pool);  // planes, as AMX reads
     const std::vector<float> x = RandomVector(kM * cols, 7 + cols);
     std::vector<float> vnni(kM * MatmulCase::kRows);
     avx512::MatmulPacked(&pool, x.data(), kM, c.packed_weights, vnni.data(), &c.scratch);
@@ -362,13 +363,36 @@ TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaults
 // Packing reads every type's levels and scales exactly: the packed values, scale * (u - offset)
 // + min, equal ggml's dequantization to float rounding (the two round the same real number in
 // different orders).
+// Every packable type with each form of high bits.
+std::vector<std::pair<DType, HighBits>> PackableTypesAndForms() {
+  std::vector<std::pair<DType, HighBits>> out;
+  for (DType type : PackableTypes()) {
+    for (HighBits form : {HighBits::kPlanes, HighBits::kFields}) out.emplace_back(type, form);
+  }
+  return out;
+}
+
+// The high bits of element 4g+t of row j (at = 4j + t) of a block's values, in p's form.
+int PackedHighBits(const PackedInt8Weights& p, const uint8_t* values, int g, int at) {
+  const int k = p.high_planes;
+  if (p.high_bits == HighBits::kFields) {
+    const int h = at / 32, i = at % 32;
+    const uint8_t byte = values[256 + (h * k + g * k / 8) * 32 + i];
+    return (byte >> (g * k % 8)) & ((1 << k) - 1);
+  }
+  int bits = 0;
+  for (int plane = 0; plane < k; ++plane) {
+    bits |= ((values[256 + plane * 64 + g * 8 + at / 8] >> (at % 8)) & 1) << plane;
+  }
+  return bits;
+}
+
 TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
   ThreadPool pool(1);
-  for (DType type : kAllDTypes) {
-    if (!IsPackable(type)) continue;
+  for (const auto& [type, high_bits] : PackableTypesAndForms()) {
     const int64_t rows = 19, cols = 512;
     Weights w = MakeWeights(type, rows, cols, 5);
-    const PackedInt8Weights p = PackInt8(w.view, &pool);
+    const PackedInt8Weights p = PackInt8(w.view, &pool, high_bits);
     std::vector<float> want(cols);
     const int64_t nb = cols / 32;
     for (int64_t n = 0; n < rows; ++n) {
@@ -397,11 +421,7 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
             u = values[g * 64 + at];
           } else {
             const uint8_t byte = values[(g % 4) * 64 + at];
-            u = g < 4 ? (byte & 15) : (byte >> 4);
-            for (int plane = 0; plane < p.high_planes; ++plane) {
-              const uint8_t bits = values[256 + plane * 64 + g * 8 + at / 8];
-              u |= ((bits >> (at % 8)) & 1) << (4 + plane);
-            }
+            u = (g < 4 ? (byte & 15) : (byte >> 4)) | PackedHighBits(p, values, g, at) << 4;
             if (p.level_lut) u = kIq4LevelBytes[u];
           }
           const int s = p.sub_blocks == 2 ? e / 16 : 0;
@@ -411,7 +431,8 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
           const float got = scale * static_cast<float>(u - p.offset) + min;
           const float expected = want[b * 32 + e];
           ASSERT_NEAR(got, expected, 1e-6f * std::max(1.0f, std::fabs(expected)))
-              << DTypeName(type) << " row " << n << " element " << b * 32 + e;
+              << DTypeName(type) << " row " << n << " element " << b * 32 + e
+              << (high_bits == HighBits::kFields ? " (fields)" : " (planes)");
         }
       }
     }
@@ -420,15 +441,15 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
 
 TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
   const CpuFeatures cpu = CpuFeatures::Detect();
-  if (!cpu.avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu.packed_kernels()) GTEST_SKIP() << "no packed kernels (AVX-512 or AVX2) on this CPU";
   ThreadPool pool(2);
   const KernelContext ctx{&pool, cpu};
-  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
-    const int64_t cols = 96;
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ6_K}) {
+    const int64_t cols = type == DType::kQ6_K ? 256 : 96;
     Weights a = MakeWeights(type, 32, cols, 1), b = MakeWeights(type, 16, cols, 2),
             c = MakeWeights(type, 21, cols, 3);  // the last part may have a partial group
     PackedInt8Weights stacked;
-    ASSERT_TRUE(StackPackedInt8({&a.view, &b.view, &c.view}, &pool, &stacked));
+    ASSERT_TRUE(StackPackedInt8({&a.view, &b.view, &c.view}, &pool, HighBitsFor(cpu), &stacked));
     const WeightView stacked_view{type, nullptr, stacked.rows, cols, &stacked};
     const int64_t m = 5, width = 32 + 16 + 21;
     const auto x = RandomVector(m * cols, 7);
@@ -437,7 +458,7 @@ TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
     Matmul(ctx, x.data(), m, stacked_view, together.data(), &scratch);
     int64_t offset = 0;
     for (Weights* w : {&a, &b, &c}) {
-      const PackedInt8Weights own = PackInt8(w->view, &pool);
+      const PackedInt8Weights own = PackInt8(w->view, &pool, HighBitsFor(cpu));
       w->view.packed = &own;
       std::vector<float> alone(m * w->view.rows);
       Matmul(ctx, x.data(), m, w->view, alone.data(), &scratch);
@@ -455,8 +476,8 @@ TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {
   Weights odd = MakeWeights(DType::kQ8_0, 20, 64, 4), even = MakeWeights(DType::kQ8_0, 16, 64, 5),
           q4 = MakeWeights(DType::kQ4_0, 16, 64, 6);
   PackedInt8Weights out;
-  EXPECT_FALSE(StackPackedInt8({&odd.view, &even.view}, &pool, &out));
-  EXPECT_FALSE(StackPackedInt8({&even.view, &q4.view}, &pool, &out));
+  EXPECT_FALSE(StackPackedInt8({&odd.view, &even.view}, &pool, HighBits::kPlanes, &out));
+  EXPECT_FALSE(StackPackedInt8({&even.view, &q4.view}, &pool, HighBits::kPlanes, &out));
 }
 
 // A LoRA's second product: the fast loop against the double-precision reference, for f32 and f16

@@ -31,11 +31,25 @@ namespace specd {
 //           bytes sc with d in a trailer (k_scales below: q4_K, q5_K, q6_K, iq4_xs).
 //   values: bytes u, 8 x 64 (lanes g = elements 4g..4g+3), or nibbles, 4 x 64 (low nibbles
 //           elements 0..15, high 16..31, as in q4_0), followed for 5- and 6-bit levels by
-//           high_planes bit planes of 8 x 64 bits (plane p, lane g: bit j*4+t is bit 4+p of
-//           element 4g+t of row j).
+//           their high_planes bits above the nibble in one of two forms (HighBits).
 // Built once at model load; the size of the source for q4_0, q4_1, the 5- and 6-bit types and
 // the IQ4 types, a little more for q2_K / q3_K (their scales as f32); q8_0 is kept as bytes.
 struct OneDnnInt8Weights;  // kernels/onednn_int8.h
+
+// How packed weights hold the bits above the nibbles of 5- and 6-bit levels (k = high_planes
+// bits per level), 64 * k bytes per block in either form.
+enum class HighBits {
+  // k bit planes of 8 x 64 bits (plane p, lane g: bit j*4+t is bit 4+p of element 4g+t of row
+  // j): AVX-512 adds a plane to a lane's 64 bytes under a mask register, and AMX unpacks them.
+  kPlanes,
+  // Fields: per half h of 8 rows, k vectors of 32 bytes; byte i = 4 * (j - 8h) + t of vector
+  // (l * k) / 8 holds lane l's k bits of element 4l+t of row j at bit (l * k) % 8. Without
+  // masked adds (AVX2), one shift and one and place a lane's bits for all 32 of its bytes,
+  // where planes took a broadcast, a shuffle and a compare per plane.
+  kFields,
+};
+// The form the packed kernels on `cpu` read: planes with AVX-512, fields with AVX2 alone.
+HighBits HighBitsFor(const CpuFeatures& cpu);
 
 struct PackedInt8Weights {
   DType source_type = DType::kQ8_0;
@@ -43,7 +57,7 @@ struct PackedInt8Weights {
   int64_t cols = 0;
   int64_t row_groups = 0;   // ceil(rows / 16)
   bool nibbles = false;     // values as 4-bit pairs
-  int high_planes = 0;      // bit planes above the nibbles (5-bit: 1, 6-bit: 2)
+  int high_planes = 0;      // bits above the nibbles (5-bit: 1, 6-bit: 2)
   int sub_blocks = 1;       // scales per 32 values: 1, or 2 (one per 16)
   bool has_mins = false;    // an additive min per sub-block
   bool f32_scales = false;  // header floats as f32 (else f16)
@@ -52,6 +66,8 @@ struct PackedInt8Weights {
   // of the rows' f16 super-block d (and dmin) per 256 values; the kernel forms d * sc (and
   // dmin * m) in f32, which is exact (f16 times an 8-bit integer).
   bool k_scales = false;
+  // The form of the bits above the nibbles (with high_planes > 0).
+  HighBits high_bits = HighBits::kPlanes;
   // iq4_nl / iq4_xs: a nibble is an index into the non-linear grid (kIq4Levels); the kernels
   // look the byte level + 128 up in registers (vpshufb), so the weights stream as 4 bits each.
   bool level_lut = false;
@@ -188,15 +204,16 @@ struct MatmulScratch {
   AlignedBuffer<float> smoothed;  // [m, cols] i8 activations after the SmoothQuant scales
 };
 
-// Builds the packed layout of quantized weights (cols a multiple of 32).
-PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool);
+// Builds the packed layout of quantized weights (cols a multiple of 32), 5- and 6-bit levels'
+// high bits in the given form (HighBitsFor the CPU that runs them).
+PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool, HighBits high_bits);
 
 // Stacks matrices of one type and width into one packed matrix (rows of parts[0], then
 // parts[1], ...), so that projections of the same input (Q/K/V, gate/up) run as one matmul:
 // one activation quantization and one parallel region instead of several. Every part but the
 // last must have a multiple of 16 rows; returns false (and leaves *out alone) otherwise.
 bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
-                     PackedInt8Weights* out);
+                     HighBits high_bits, PackedInt8Weights* out);
 
 // y[m, n] = sum_k x[m, k] * W[n, k].  x: [m, cols] f32, y: [m, rows] f32.
 void Matmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
@@ -304,7 +321,8 @@ void StoreKvRow(const float* x, int64_t n, DType type, void* dst);
 }  // namespace reference
 
 // AVX2 kernels (matmul_avx2.cc), for CPUs without AVX-512: the packed int8 matmul (the AVX-512
-// kernels' results bit for bit) and attention. Callers go through Matmul and Attention.
+// kernels' results bit for bit; high bits as HighBits::kFields) and attention. Callers go
+// through Matmul and Attention.
 namespace avx2 {
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch);

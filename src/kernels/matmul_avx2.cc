@@ -59,19 +59,25 @@ class GroupPrefetcher {
 
 typedef int32_t UnalignedInt32 __attribute__((may_alias, aligned(1)));
 
-// 0xFF in byte i where bit i of `bits` is set.
-inline __m256i ExpandBits(uint32_t bits) {
-  const __m256i shuffle =
-      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), shuffle);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+// Lane `lane`'s kBits high bits of rows 8h..8h+7 placed at bit 4 of its 32 bytes, from the
+// block's HighBits::kFields for half h (`fields`, kBits vectors of 32 bytes): the lane's field
+// starts at bit (lane * kBits) % 8 of its vector, so one 16-bit shift (bits it carries in from
+// the neighbouring byte land below bit 4 or above the field) and an and.
+template <int kBits>
+inline __m256i LaneHighBits(const uint8_t* fields, int lane) {
+  const int at = lane * kBits;
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(fields + at / 8 * 32));
+  const int shift = 4 - at % 8;
+  const __m256i placed = shift > 0   ? _mm256_slli_epi16(v, shift)
+                         : shift < 0 ? _mm256_srli_epi16(v, -shift)
+                                     : v;
+  return _mm256_and_si256(placed, _mm256_set1_epi8(static_cast<char>(((1 << kBits) - 1) << 4)));
 }
 
 // Lanes g and g + 4 (elements 4g..4g+3 and 16+4g..16+4g+3) of rows 8h..8h+7 of a packed block's
 // values, as unsigned bytes: two loads, or one load of nibbles (low: lane g, high: lane g + 4)
-// plus kPlanes high bit planes (plane p, lane g: bit j*4+t of its 64 is bit 4+p of element
-// 4g+t of row j), or with kLut the nibbles' IQ4 grid levels + 128 (looked up with vpshufb).
+// with kPlanes high bits per level (HighBits::kFields), or with kLut the nibbles' IQ4 grid
+// levels + 128 (looked up with vpshufb).
 template <bool kNibbles, int kPlanes, bool kLut = false>
 inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m256i* hi) {
   if constexpr (!kNibbles) {
@@ -89,15 +95,10 @@ inline void LoadLanePair(const uint8_t* values, int g, int h, __m256i* lo, __m25
     *lo = _mm256_shuffle_epi8(levels, *lo);
     *hi = _mm256_shuffle_epi8(levels, *hi);
   }
-  for (int plane = 0; plane < kPlanes; ++plane) {
-    const __m256i bit = _mm256_set1_epi8(static_cast<char>(16 << plane));
-    for (int j = 0; j < 2; ++j) {
-      const int lane = g + 4 * j;
-      uint32_t bits;
-      std::memcpy(&bits, values + 256 + plane * 64 + lane * 8 + 4 * h, 4);
-      __m256i* w = j == 0 ? lo : hi;
-      *w = _mm256_add_epi8(*w, _mm256_and_si256(ExpandBits(bits), bit));
-    }
+  if constexpr (kPlanes > 0) {
+    const uint8_t* fields = values + 256 + 32 * kPlanes * h;
+    *lo = _mm256_or_si256(*lo, LaneHighBits<kPlanes>(fields, g));
+    *hi = _mm256_or_si256(*hi, LaneHighBits<kPlanes>(fields, g + 4));
   }
 }
 
@@ -736,6 +737,9 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
+  SPECD_CHECK(w.high_planes == 0 || w.high_bits == HighBits::kFields,
+              "avx2 packed matmul: ", DTypeName(w.source_type),
+              " packed with its high bits as planes (for AVX-512)");
   const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
   const RangeFn range = RangeFor(w);
   pool->ParallelFor(

@@ -276,6 +276,20 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
   }
 }
 
+// The bits above the nibbles of a block's lanes [8][64] (lanes[g][4j + t]: element 4g+t of row
+// j) as HighBits::kFields: k bits per level, at `out` [2][k][32].
+void WriteHighBitFields(int k, const uint8_t (&lanes)[8][64], uint8_t* out) {
+  std::fill(out, out + 64 * k, 0);
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 32; ++i) {
+      for (int l = 0; l < 8; ++l) {
+        const int bits = (lanes[l][32 * h + i] >> 4) & ((1 << k) - 1);
+        out[(h * k + l * k / 8) * 32 + i] |= static_cast<uint8_t>(bits << (l * k % 8));
+      }
+    }
+  }
+}
+
 // Writes one (row group, block) of p from the levels of its 16 rows.
 void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t* out) {
   const int n_floats = 16 * p.sub_blocks;
@@ -316,6 +330,9 @@ void WriteBlock(const PackedInt8Weights& p, const BlockLevels rows[16], uint8_t*
       values[q * 64 + byte] =
           static_cast<uint8_t>((lanes[q][byte] & 15) | ((lanes[q + 4][byte] & 15) << 4));
     }
+  }
+  if (p.high_planes > 0 && p.high_bits == HighBits::kFields) {
+    return WriteHighBitFields(p.high_planes, lanes, values + 256);
   }
   // Bit planes of the levels' 5th and 6th bits: bit (byte % 8) of byte g * 8 + byte / 8.
   for (int plane = 0; plane < p.high_planes; ++plane) {
@@ -386,9 +403,14 @@ void PackRowGroups(const WeightView& w, const PackedInt8Weights& p, ThreadPool* 
 
 }  // namespace
 
-PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
+HighBits HighBitsFor(const CpuFeatures& cpu) {
+  return cpu.avx512 ? HighBits::kPlanes : HighBits::kFields;
+}
+
+PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool, HighBits high_bits) {
   CheckPackable(w);
   PackedInt8Weights p = FormatFor(w.type);
+  p.high_bits = high_bits;
   p.rows = w.rows;
   p.cols = w.cols;
   p.row_groups = (w.rows + 15) / 16;
@@ -399,7 +421,7 @@ PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool) {
 }
 
 bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* pool,
-                     PackedInt8Weights* out) {
+                     HighBits high_bits, PackedInt8Weights* out) {
   if (parts.empty()) return false;
   for (size_t i = 0; i < parts.size(); ++i) {
     const WeightView& w = *parts[i];
@@ -410,6 +432,7 @@ bool StackPackedInt8(const std::vector<const WeightView*>& parts, ThreadPool* po
     if (i + 1 < parts.size() && w.rows % 16 != 0) return false;
   }
   PackedInt8Weights stacked = FormatFor(parts[0]->type);
+  stacked.high_bits = high_bits;
   stacked.cols = parts[0]->cols;
   for (const WeightView* w : parts) stacked.rows += w->rows;
   stacked.row_groups = (stacked.rows + 15) / 16;

@@ -352,7 +352,8 @@ void ForwardPass::GrowHead(const KernelContext& ctx, const Batch& batch) {
   h.view.packed = nullptr;
   h.packed.reset();
   if (ctx.cpu.packed_kernels() && IsPackable(h.view.type) && h.view.cols % 32 == 0) {
-    h.packed = std::make_unique<PackedInt8Weights>(PackInt8(h.view, ctx.pool));
+    h.packed =
+        std::make_unique<PackedInt8Weights>(PackInt8(h.view, ctx.pool, HighBitsFor(ctx.cpu)));
     h.view.packed = h.packed.get();
   }
 }

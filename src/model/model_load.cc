@@ -274,14 +274,16 @@ void Model::PackWeights(const KernelContext& ctx) {
   };
   auto pack = [&](WeightView& w) {
     if (!IsPackable(w.type) || w.cols % 32 != 0) return;
-    weights_.packed.push_back(std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool)));
+    weights_.packed.push_back(
+        std::make_unique<PackedInt8Weights>(PackInt8(w, ctx.pool, HighBitsFor(ctx.cpu))));
     w.packed = weights_.packed.back().get();
     with_onednn(weights_.packed.back().get(), {&w});
   };
   // Projections of the same input are stacked into one matrix when their types allow it.
   auto stack = [&](const std::vector<WeightView*>& parts, WeightView* stacked) {
     auto packed = std::make_unique<PackedInt8Weights>();
-    if (!StackPackedInt8({parts.begin(), parts.end()}, ctx.pool, packed.get())) {
+    if (!StackPackedInt8({parts.begin(), parts.end()}, ctx.pool, HighBitsFor(ctx.cpu),
+                         packed.get())) {
       for (WeightView* w : parts) pack(*w);
       return;
     }

@@ -360,9 +360,6 @@ TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaults
   EXPECT_THROW(tiles.Configure(config), Error);
 }
 
-// Packing reads every type's levels and scales exactly: the packed values, scale * (u - offset)
-// + min, equal ggml's dequantization to float rounding (the two round the same real number in
-// different orders).
 // Every packable type with each form of high bits.
 std::vector<std::pair<DType, HighBits>> PackableTypesAndForms() {
   std::vector<std::pair<DType, HighBits>> out;
@@ -387,6 +384,9 @@ int PackedHighBits(const PackedInt8Weights& p, const uint8_t* values, int g, int
   return bits;
 }
 
+// Packing reads every type's levels and scales exactly, in either form of high bits: the packed
+// values, scale * (u - offset) + min, equal ggml's dequantization to float rounding (the two
+// round the same real number in different orders).
 TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
   ThreadPool pool(1);
   for (const auto& [type, high_bits] : PackableTypesAndForms()) {
@@ -437,6 +437,23 @@ TEST(Kernels, PackedLevelsReproduceDequantizedWeights) {
       }
     }
   }
+}
+
+// Weights packed in the other form of high bits are refused by a kernel with a message, not read
+// as wrong levels.
+TEST(Kernels, PackedKernelsRefuseTheOtherFormOfHighBits) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  if (!cpu.packed_kernels()) GTEST_SKIP() << "no packed kernels (AVX-512 or AVX2) on this CPU";
+  ThreadPool pool(1);
+  Weights w = MakeWeights(DType::kQ6_K, 16, 256, 9);
+  const HighBits other =
+      HighBitsFor(cpu) == HighBits::kPlanes ? HighBits::kFields : HighBits::kPlanes;
+  const PackedInt8Weights packed = PackInt8(w.view, &pool, other);
+  w.view.packed = &packed;
+  const std::vector<float> x = RandomVector(256, 1);
+  std::vector<float> y(16);
+  MatmulScratch scratch;
+  EXPECT_THROW(Matmul(KernelContext{&pool, cpu}, x.data(), 1, w.view, y.data(), &scratch), Error);
 }
 
 TEST(Kernels, StackedPackedMatmulEqualsSeparateMatmulsBitForBit) {

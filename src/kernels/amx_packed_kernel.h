@@ -295,9 +295,7 @@ template <class Tiles>
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   SPECD_CHECK(!w.row_scales && w.cols % 32 == 0, "AMX matmul: needs packed GGUF-type weights");
-  SPECD_CHECK(w.high_planes == 0 || w.high_bits == HighBits::kPlanes,
-              "AMX matmul: ", DTypeName(w.source_type),
-              " packed with its high bits as fields (for AVX2)");
+  CheckHighBitsForm(w, HighBits::kPlanes, "AMX matmul");
   const BlockActivations a = avx512::QuantizeBlockActivations(x, m, w, scratch);
   pool->ParallelFor(
       w.row_groups, 1,

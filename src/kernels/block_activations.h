@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 
 namespace specd {
@@ -52,6 +53,13 @@ inline RowBlockTerms MakeRowBlockTerms(float d, int32_t sum0, int32_t sum1,
     t.sum_pair = sum0 + sum1;
   }
   return t;
+}
+
+// Fails unless w's high bits (if any) are in `form`, the one `kernel` reads (HighBitsFor the CPU
+// picks it at load; weights packed for another CPU's kernel would read as wrong levels).
+inline void CheckHighBitsForm(const PackedInt8Weights& w, HighBits form, const char* kernel) {
+  SPECD_CHECK(w.high_planes == 0 || w.high_bits == form, kernel, ": ", DTypeName(w.source_type),
+              " packed with its high bits in the other form (HighBitsFor another CPU)");
 }
 
 // Values that share an activation scale: 256 for the K-quant layouts, else 32.

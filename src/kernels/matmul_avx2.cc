@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "base/error.h"
@@ -737,9 +736,7 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
-  SPECD_CHECK(w.high_planes == 0 || w.high_bits == HighBits::kFields,
-              "avx2 packed matmul: ", DTypeName(w.source_type),
-              " packed with its high bits as planes (for AVX-512)");
+  CheckHighBitsForm(w, HighBits::kFields, "avx2 packed matmul");
   const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
   const RangeFn range = RangeFor(w);
   pool->ParallelFor(

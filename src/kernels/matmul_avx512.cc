@@ -762,9 +762,7 @@ BlockActivations QuantizeBlockActivations(const float* x, int64_t m, const Packe
 void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
                   MatmulScratch* scratch) {
   if (w.row_scales) return MatmulPackedI8(pool, x, m, w, y, scratch);
-  SPECD_CHECK(w.high_planes == 0 || w.high_bits == HighBits::kPlanes,
-              "avx512 packed matmul: ", DTypeName(w.source_type),
-              " packed with its high bits as fields (for AVX2)");
+  CheckHighBitsForm(w, HighBits::kPlanes, "avx512 packed matmul");
   const BlockActivations a = QuantizeBlockActivations(x, m, w, scratch);
   const GeneralTileFn* general = GeneralTilesFor(w);
   pool->ParallelFor(

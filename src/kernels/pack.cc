@@ -277,9 +277,8 @@ void RowBlockLevels(DType t, const uint8_t* row, int64_t b, BlockLevels* out) {
 }
 
 // The bits above the nibbles of a block's lanes [8][64] (lanes[g][4j + t]: element 4g+t of row
-// j) as HighBits::kFields: k bits per level, at `out` [2][k][32].
+// j) as HighBits::kFields: k bits per level, or-ed into `out` [2][k][32] (zeroed by the caller).
 void WriteHighBitFields(int k, const uint8_t (&lanes)[8][64], uint8_t* out) {
-  std::fill(out, out + 64 * k, 0);
   for (int h = 0; h < 2; ++h) {
     for (int i = 0; i < 32; ++i) {
       for (int l = 0; l < 8; ++l) {

@@ -372,6 +372,7 @@ std::vector<std::pair<DType, HighBits>> PackableTypesAndForms() {
 // The high bits of element 4g+t of row j (at = 4j + t) of a block's values, in p's form.
 int PackedHighBits(const PackedInt8Weights& p, const uint8_t* values, int g, int at) {
   const int k = p.high_planes;
+  if (k == 0) return 0;  // no high bits: nothing is stored past the nibbles
   if (p.high_bits == HighBits::kFields) {
     const int h = at / 32, i = at % 32;
     const uint8_t byte = values[256 + (h * k + g * k / 8) * 32 + i];

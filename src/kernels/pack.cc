@@ -406,6 +406,11 @@ HighBits HighBitsFor(const CpuFeatures& cpu) {
   return cpu.avx512 ? HighBits::kPlanes : HighBits::kFields;
 }
 
+void CheckHighBitsForm(const PackedInt8Weights& w, HighBits form, const char* kernel) {
+  SPECD_CHECK(w.high_planes == 0 || w.high_bits == form, kernel, ": ", DTypeName(w.source_type),
+              " packed with its high bits in the other form (HighBitsFor another CPU)");
+}
+
 PackedInt8Weights PackInt8(const WeightView& w, ThreadPool* pool, HighBits high_bits) {
   CheckPackable(w);
   PackedInt8Weights p = FormatFor(w.type);

@@ -6,7 +6,7 @@ function or template instance they use is emitted as a weak (COMDAT) copy in the
 the linker keeps one copy of each for the whole program. If the kept copy is the AVX-512 one,
 every caller gets it, and on a CPU without AVX-512 the first call faults (SIGILL). That happened
 on 2026-12-02: a header's error check, built into the AVX2 and the AVX-512 kernels, faulted on
-an AVX2-only CPU under ASan, whose -O1 does not inline it.
+an AVX2-only CPU under ASan, which did not inline it.
 
 For every weak function that an object built for a wider ISA defines and an object built for a
 narrower one also defines, this disassembles the wider object's copy and fails if the copy uses

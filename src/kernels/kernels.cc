@@ -490,6 +490,14 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
   }
 }
 
+std::vector<int32_t> VisibleKeys(const uint8_t* mask, int32_t n_visible) {
+  std::vector<int32_t> keys;
+  for (int32_t t = 0; t < n_visible; ++t) {
+    if (mask[t] != 0) keys.push_back(t);
+  }
+  return keys;
+}
+
 void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst) {
   if (type == DType::kF16 && ctx.cpu.avx512)
     return avx512::StoreF16(x, n, static_cast<uint16_t*>(dst));

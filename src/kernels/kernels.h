@@ -291,6 +291,12 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
 // Writes n floats into a KV cache row of `type` (f32: copied; f16: rounded to nearest even).
 void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst);
 
+// The keys t < n_visible with mask[t] != 0, in order: the list the SIMD attention rows walk.
+// Built here, in a source compiled for the baseline ISA, because a std::vector grown in an
+// AVX2 / AVX-512 source emits a wide copy of its growth code that the linker may give every
+// caller (error.h; test Build.IsaObjectsLendNoWideInlineCode).
+std::vector<int32_t> VisibleKeys(const uint8_t* mask, int32_t n_visible);
+
 // Scalar references (single-threaded, double accumulation where it matters): the test oracle.
 namespace reference {
 void Matmul(const float* x, int64_t m, const WeightView& w, float* y);

@@ -315,10 +315,7 @@ void AttendRowT(const float* q, const KvT* k, const KvT* v, int64_t kv_stride, i
         scores, out);
     return;
   }
-  std::vector<int32_t> keys;  // the visible ones, in order
-  for (int32_t t = 0; t < n_visible; ++t) {
-    if (mask[t] != 0) keys.push_back(t);
-  }
+  const std::vector<int32_t> keys = VisibleKeys(mask, n_visible);
   const int32_t n = static_cast<int32_t>(keys.size());
   AttendKeys(
       q, k, v, kv_stride, head_dim, scale, n, n, [&](int32_t t) { return keys[t]; }, scores, out);

@@ -56,8 +56,8 @@ def objects(build_dir):
 def weak_functions(path):
     text = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True,
                           check=True).stdout
-    return {line.split()[2] for line in text.splitlines()
-            if len(line.split()) == 3 and line.split()[1] == "W"}
+    fields = (line.split() for line in text.splitlines())
+    return {f[2] for f in fields if len(f) == 3 and f[1] == "W"}
 
 
 def functions_using(path, prefixes, wanted):
@@ -84,17 +84,16 @@ def main():
     objs = objects(sys.argv[1])
     if not any(level != "base" for _, level in objs):
         sys.exit(f"{sys.argv[1]}: no object built with -mavx2 / -mavx512 (is it built?)")
-    defined = defaultdict(list)  # weak function -> [(object, level)]
+    weak = {path: weak_functions(path) for path, _ in objs}
+    lowest = defaultdict(lambda: LEVELS["avx512"])  # weak function -> narrowest level defining it
     for path, level in objs:
-        for name in weak_functions(path):
-            defined[name].append((path, level))
+        for name in weak[path]:
+            lowest[name] = min(lowest[name], LEVELS[level])
     problems = []
     for path, level in objs:
         if level == "base":
             continue
-        shared = {name for name, where in defined.items()
-                  if (path, level) in where and
-                  any(LEVELS[other] < LEVELS[level] for _, other in where)}
+        shared = {name for name in weak[path] if lowest[name] < LEVELS[level]}
         for name in sorted(functions_using(path, ENCODING_PREFIXES[level], shared)):
             demangled = subprocess.run(["c++filt", name], capture_output=True,
                                        text=True).stdout.strip()

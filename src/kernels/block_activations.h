@@ -56,10 +56,8 @@ inline RowBlockTerms MakeRowBlockTerms(float d, int32_t sum0, int32_t sum1,
 }
 
 // Fails unless w's high bits (if any) are in `form`, the one `kernel` reads (HighBitsFor the CPU
-// picks it at load; weights packed for another CPU's kernel would read as wrong levels). Defined
-// in pack.cc, out of line: the kernels that call it are compiled for AVX2 / AVX-512, and an inline
-// copy (or its message's Fail<...> instance) built with their flags can be the one the linker
-// keeps for every caller, which then faults on a CPU without that ISA.
+// picks it at load; weights packed for another CPU's kernel would read as wrong levels). Out of
+// line in pack.cc, so that no copy of it is built with the AVX2 / AVX-512 kernels' flags (error.h).
 void CheckHighBitsForm(const PackedInt8Weights& w, HighBits form, const char* kernel);
 
 // Values that share an activation scale: 256 for the K-quant layouts, else 32.

@@ -292,9 +292,8 @@ void Attention(const KernelContext& ctx, const AttentionRows& rows, AttentionMod
 void StoreKvRow(const KernelContext& ctx, const float* x, int64_t n, DType type, void* dst);
 
 // The keys t < n_visible with mask[t] != 0, in order: the list the SIMD attention rows walk.
-// Built here, in a source compiled for the baseline ISA, because a std::vector grown in an
-// AVX2 / AVX-512 source emits a wide copy of its growth code that the linker may give every
-// caller (error.h; test Build.IsaObjectsLendNoWideInlineCode).
+// Grown in kernels.cc (baseline flags): vector growth in an AVX2 / AVX-512 source leaves a wide
+// copy of it that the linker may give every caller (error.h).
 std::vector<int32_t> VisibleKeys(const uint8_t* mask, int32_t n_visible);
 
 // Scalar references (single-threaded, double accumulation where it matters): the test oracle.

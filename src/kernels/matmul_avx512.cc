@@ -31,13 +31,22 @@ constexpr int64_t kWeightChunk = 16;
 // from DRAM once per matmul, and with several activation rows the arithmetic should overlap the
 // stream instead of waiting on it. Measured on SmolLM2 i8 (Xeon, 2 threads): M=8 forward 9.3 ms
 // without, 7.1 ms at 4 KiB (1-16 KiB within noise of each other), decode 201 -> 218 tok/s.
+// Far ahead into L2 only (T2), near ahead into L1 (T0): an L1 prefetch holds one of the core's
+// few L1 fill buffers until its line arrives from DRAM, so prefetching the whole stream into L1
+// starved the demand loads. Measured on a Sapphire Rapids class Xeon (2026-12-03, 1.5B Q4_K_M):
+// all T0 at 4 KiB 22.8-23.3 tok/s decode, T2 at 4 KiB + T0 at 2 KiB 27.2-27.5
+// (bench/results/amx-gguf/NOTES.md).
 constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kNearPrefetchBytes = 2048;
 
-// Prefetches the `bytes` of a block kPrefetchBytes ahead of `block` (packed row groups are
-// contiguous, so near a group's end this reaches into the next group).
+// Prefetches the `bytes` of a block kPrefetchBytes ahead of `block` into L2 and
+// kNearPrefetchBytes ahead into L1 (packed row groups are contiguous, so near a group's end this
+// reaches into the next group).
 inline void PrefetchAhead(const uint8_t* block, int64_t bytes) {
+  const char* at = reinterpret_cast<const char*>(block);
   for (int64_t line = 0; line < bytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + line, _MM_HINT_T0);
+    _mm_prefetch(at + kPrefetchBytes + line, _MM_HINT_T2);
+    _mm_prefetch(at + kNearPrefetchBytes + line, _MM_HINT_T0);
   }
 }
 

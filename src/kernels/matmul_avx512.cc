@@ -35,7 +35,7 @@ constexpr int64_t kWeightChunk = 16;
 // few L1 fill buffers until its line arrives from DRAM, so prefetching the whole stream into L1
 // starved the demand loads. Measured on a Sapphire Rapids class Xeon (2026-12-03, 1.5B Q4_K_M):
 // all T0 at 4 KiB 22.8-23.3 tok/s decode, T2 at 4 KiB + T0 at 2 KiB 27.2-27.5
-// (bench/results/amx-gguf/NOTES.md).
+// (bench/results/amx-gguf/2026-12-03-xeon-prefetch-hints.md).
 constexpr int64_t kPrefetchBytes = 4096;
 constexpr int64_t kNearPrefetchBytes = 2048;
 

@@ -280,13 +280,14 @@ class AmxPackedTest : public ::testing::TestWithParam<std::tuple<DType, AmxTiles
   }
 };
 
-// Bit for bit the VNNI kernel's results, for every row count across two M-blocks of 16 (the
-// tile configuration changes at the last), two threads, a partial last row group; and the
-// reference's to float rounding.
+// Bit for bit the VNNI kernel's results, for row counts within one M-block of 16 and across
+// passes of several (a partial last M-block, one or two passes: 64 rows are one pass of the
+// one-product layouts and two of q6_K's; from 16 rows q4_K and q5_K take the folded kernel),
+// two threads, a partial last row group; and the reference's to float rounding.
 TEST_P(AmxPackedTest, EqualsTheVnniKernelBitForBit) {
   const DType type = std::get<0>(GetParam());
   ThreadPool pool(2);
-  constexpr int64_t kM = 33;
+  constexpr int64_t kM = 70;
   for (int64_t cols : MatmulWidths(type)) {
     MatmulCase c(type, cols, MatmulPath::kAvx512Packed, &pool);  // planes, as AMX reads
     const std::vector<float> x = RandomVector(kM * cols, 7 + cols);
@@ -295,7 +296,7 @@ TEST_P(AmxPackedTest, EqualsTheVnniKernelBitForBit) {
     const std::vector<float> all = RunAmx(&pool, c, x.data(), kM);
     ASSERT_EQ(vnni, all) << DTypeName(type) << " cols=" << cols;
     ExpectInt8ActivationsExact(x, kM, c.w.view, all);
-    for (int64_t m : {1, 2, 7, 8, 15, 16, 17, 32}) {
+    for (int64_t m : {1, 2, 7, 8, 15, 16, 17, 32, 33, 40, 64}) {
       const std::vector<float> part = RunAmx(&pool, c, x.data() + (kM - m) * cols, m);
       ASSERT_EQ(0, std::memcmp(part.data(), vnni.data() + (kM - m) * MatmulCase::kRows,
                                part.size() * sizeof(float)))
@@ -339,8 +340,8 @@ TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaults
   tiles.Zero(1);
   tiles.LoadA(0, a, 8);
   tiles.LoadB(0, b, 64);
-  tiles.Multiply(1, 0);
-  tiles.Multiply(1, 0);  // accumulates
+  tiles.Multiply(1, 0, 0);
+  tiles.Multiply(1, 0, 0);  // accumulates
   int32_t sums[2][16];
   tiles.Store(1, sums[0]);
   for (int m = 0; m < 2; ++m) {
@@ -352,10 +353,11 @@ TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaults
       EXPECT_EQ(sums[m][n], 2 * want) << "m=" << m << " n=" << n;
     }
   }
-  EXPECT_THROW(tiles.Multiply(0, 1), Error);  // A 5 and B 7 are not configured
-  config.rows[6] = 3;                         // B's 3 lines do not meet A's K = 8
+  EXPECT_THROW(tiles.Multiply(0, 1, 0), Error);  // A 5 is not configured
+  EXPECT_THROW(tiles.Multiply(0, 0, 1), Error);  // nor B 7
+  config.rows[6] = 3;                            // B's 3 lines do not meet A's K = 8
   tiles.Configure(config);
-  EXPECT_THROW(tiles.Multiply(0, 0), Error);
+  EXPECT_THROW(tiles.Multiply(0, 0, 0), Error);
   config.rows[16 - 1] = 1, config.bytes_per_row[16 - 1] = 4;  // palette 1 has 8 tiles
   EXPECT_THROW(tiles.Configure(config), Error);
 }

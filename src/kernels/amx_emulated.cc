@@ -1,6 +1,6 @@
 // The packed GGUF-type AMX kernel over the software tile unit: the same code as the hardware
 // path, runnable on any AVX-512 CPU, for the kernel tests.
-#include "kernels/amx_packed_kernel.h"
+#include "kernels/amx_packed_matmul.h"
 #include "kernels/amx_tiles.h"
 
 namespace specd::amx {

@@ -51,11 +51,12 @@ void EmulatedTiles::Load(int tile, const void* from, int64_t stride) {
   for (int r = 0; r < t.rows; ++r) std::memcpy(t.bytes[r], bytes + r * stride, t.bytes_per_row);
 }
 
-void EmulatedTiles::Multiply(int c, int slot) {
-  SPECD_CHECK(c >= 0 && c < 4 && (slot == 0 || slot == 1), "AMX: no product C", c, " slot ", slot);
+void EmulatedTiles::Multiply(int c, int a_slot, int b_slot) {
+  SPECD_CHECK(c >= 0 && c < 4 && (a_slot == 0 || a_slot == 1) && (b_slot == 0 || b_slot == 1),
+              "AMX: no product C", c, " A slot ", a_slot, " B slot ", b_slot);
   Tile& dst = tiles_[c];
-  const Tile& a = Configured(4 + slot, "TDPBSUD (A)");
-  const Tile& b = Configured(6 + slot, "TDPBSUD (B)");
+  const Tile& a = Configured(4 + a_slot, "TDPBSUD (A)");
+  const Tile& b = Configured(6 + b_slot, "TDPBSUD (B)");
   Configured(c, "TDPBSUD (C)");
   // The shape checks TDPBSUD faults on.
   SPECD_CHECK(a.bytes_per_row % 4 == 0 && a.bytes_per_row / 4 == b.rows, "AMX: A's ",

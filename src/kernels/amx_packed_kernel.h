@@ -26,8 +26,9 @@
 
 namespace specd::amx::packed {
 
-// C tiles 0..3 hold the products of kBlocksInFlight blocks (one per block and sub-block), so
-// the tile unit works on the next products while the float steps read the last ones.
+// C tiles 0..3 hold the products in flight: of kBlocksInFlight blocks (one per block and
+// sub-block) for one M-block of activation rows, or of one block for up to kMBlocks M-blocks,
+// which then share the block's unpacked B tile.
 inline constexpr int kAccumulatorTiles = 4;
 // How far ahead the kernel asks for a group's weights (its blocks are contiguous).
 inline constexpr int64_t kPrefetchBytes = 4096;
@@ -43,8 +44,9 @@ struct Layout {
   static constexpr bool kSub16 = kSub16V;      // a scale per 16 values
   static constexpr bool kMins = kMinsV;
   static constexpr int kScales = kScalesV;
-  static constexpr int kSub = kSub16 ? 2 : 1;  // products per block
-  static constexpr int kBlocksInFlight = kAccumulatorTiles / kSub;
+  static constexpr int kSub = kSub16 ? 2 : 1;                // products per block
+  static constexpr int kMBlocks = kAccumulatorTiles / kSub;  // M-blocks a pass can take
+  static constexpr int kPassRows = kMBlocks * kMaxTileRows;
   static constexpr int kSubBytes = 32 / kSub;  // activation bytes (K) of one product
 };
 
@@ -85,17 +87,32 @@ const uint8_t* BlockLevels(const uint8_t* values, uint8_t* buffer) {
   }
 }
 
-// One row group times an M-block of activation rows.
+// One row group times a pass of activation rows: one M-block of up to 16 rows, or up to
+// L::kMBlocks M-blocks of 16 (the last may be partial; its A tiles then read past the pass's
+// rows into padding, block_activations.h, and its extra product rows are not used).
 struct GroupTask {
   const BlockActivations* a = nullptr;
   const PackedInt8Weights* w = nullptr;
   const uint8_t* group = nullptr;  // the row group's packed bytes
   int64_t m0 = 0;                  // first activation row
-  int rows = 0;                    // activation rows (1..16)
+  int rows = 0;                    // activation rows (1..L::kPassRows; the folded kernel's: m)
+
+  int MBlocks() const { return (rows + kMaxTileRows - 1) / kMaxTileRows; }
+  // M-block i of the pass, as a task of its own.
+  GroupTask MBlock(int i) const {
+    return {a, w, group, m0 + i * kMaxTileRows, std::min(kMaxTileRows, rows - i * kMaxTileRows)};
+  }
 };
 
-// Issues C[j * kSub + s] = A(block b0 + j, sub-block s) x B(the same) for j < n.
-template <class L, class Tiles>
+// Issues the products of blocks b0 .. b0 + n - 1 for the task's M-blocks: C[ProductTile] =
+// A(M-block i, block b0 + j, sub-block s) x B(block b0 + j, sub-block s). Each block is unpacked
+// and its B tile loaded once for all the M-blocks.
+template <class L>
+int ProductTile(int j, int i, int n_mblocks, int s) {
+  return (j * n_mblocks + i) * L::kSub + s;
+}
+
+template <class L, int kPassMBlocks, class Tiles>
 void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
                     uint8_t (*buffers)[512]) {
   const BlockActivations& a = *task.a;
@@ -107,11 +124,15 @@ void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
     }
     const uint8_t* levels = BlockLevels<L>(blk + task.w->HeaderBytes(), buffers[j]);
     for (int s = 0; s < L::kSub; ++s) {
-      const int c = j * L::kSub + s, slot = c % 2;
-      tiles.Zero(c);
-      tiles.LoadA(slot, a.Rows(task.m0, b0 + j) + s * L::kSubBytes, 32);
-      tiles.LoadB(slot, levels + s * L::kSubBytes * 16, kTileLineBytes);
-      tiles.Multiply(c, slot);
+      // Alternate B and A tiles, so a load need not wait for the product reading the last.
+      const int b_slot = (j * L::kSub + s) & 1;
+      tiles.LoadB(b_slot, levels + s * L::kSubBytes * 16, kTileLineBytes);
+      for (int i = 0; i < kPassMBlocks; ++i) {
+        const int c = ProductTile<L>(j, i, kPassMBlocks, s), a_slot = c & 1;
+        tiles.Zero(c);
+        tiles.LoadA(a_slot, a.Rows(task.m0 + i * kMaxTileRows, b0 + j) + s * L::kSubBytes, 32);
+        tiles.Multiply(c, a_slot, b_slot);
+      }
     }
   }
 }
@@ -191,34 +212,53 @@ void AddSuper(const GroupTask& task, int64_t b0, int32_t (*super_sums)[16], floa
   }
 }
 
-// y [m, w.rows] for row group g and the task's activation rows.
-template <class L, class Tiles>
-void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
-  constexpr bool kSuper = L::kScales == avx512::kScalesK;
+// Block b's products (tiles from ProductTile) into the accumulators of the task's M-blocks:
+// acc [task.rows][16], and super_sums [task.rows][16] for the K-quant layouts.
+template <class L, int kPassMBlocks, class Tiles>
+[[gnu::always_inline]] inline void AddProducts(Tiles& tiles, const GroupTask& task, int j,
+                                               int64_t b, BlockSums<L>& sums,
+                                               int32_t (*super_sums)[16], float (*acc)[16]) {
+  const PackedInt8Weights& w = *task.w;
+  const uint8_t* blk = task.group + b * w.BlockBytes();
+  if constexpr (L::kScales == avx512::kScalesK) {
+    if (b % 8 == 0) {  // the trailer lies past the blocks: asked for before it is read
+      _mm_prefetch(reinterpret_cast<const char*>(task.group + w.TrailerOffset() +
+                                                 b / 8 * w.TrailerBytesPerSuper()),
+                   _MM_HINT_T0);
+    }
+  }
+  for (int i = 0; i < kPassMBlocks; ++i) {
+    const GroupTask part = task.MBlock(i);
+    const int r0 = i * kMaxTileRows;
+    for (int s = 0; s < L::kSub; ++s)
+      tiles.Store(ProductTile<L>(j, i, kPassMBlocks, s), sums[s][0]);
+    if constexpr (L::kScales == avx512::kScalesK) {
+      AddScaledBlock<L>(sums, part, blk, b, super_sums + r0);
+      if (b % 8 == 7) AddSuper<L>(part, b - 7, super_sums + r0, acc + r0);
+    } else {
+      AddBlock<L>(sums, part, blk, b, acc + r0);
+    }
+  }
+}
+
+// y [m, w.rows] for row group g and the task's kPassMBlocks M-blocks (a compile-time count, so
+// the tile numbers fold).
+template <class L, int kPassMBlocks, class Tiles>
+void MultiplyGroupOf(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
   const PackedInt8Weights& w = *task.w;
   const int64_t nb = task.a->nb;
-  alignas(64) float acc[kMaxTileRows][16] = {};
-  alignas(64) int32_t super_sums[kMaxTileRows][16] = {};  // K-quant layouts only
-  alignas(64) uint8_t buffers[L::kBlocksInFlight][512];
+  alignas(64) float acc[L::kPassRows][16];
+  alignas(64) int32_t super_sums[L::kPassRows][16];  // K-quant layouts only
+  std::fill_n(&acc[0][0], task.rows * 16, 0.0f);
+  std::fill_n(&super_sums[0][0], task.rows * 16, 0);
+  constexpr int kBlocksInFlight = L::kMBlocks / kPassMBlocks;
+  alignas(64) uint8_t buffers[kBlocksInFlight][512];
   alignas(64) BlockSums<L> sums;
-  for (int64_t b0 = 0; b0 < nb; b0 += L::kBlocksInFlight) {
-    const int n = static_cast<int>(std::min<int64_t>(L::kBlocksInFlight, nb - b0));
-    MultiplyBlocks<L>(tiles, task, b0, n, buffers);
+  for (int64_t b0 = 0; b0 < nb; b0 += kBlocksInFlight) {
+    const int n = static_cast<int>(std::min<int64_t>(kBlocksInFlight, nb - b0));
+    MultiplyBlocks<L, kPassMBlocks>(tiles, task, b0, n, buffers);
     for (int j = 0; j < n; ++j) {
-      const int64_t b = b0 + j;
-      for (int s = 0; s < L::kSub; ++s) tiles.Store(j * L::kSub + s, sums[s][0]);
-      const uint8_t* blk = task.group + b * w.BlockBytes();
-      if constexpr (kSuper) {
-        if (b % 8 == 0) {  // the trailer lies past the blocks: asked for before it is read
-          _mm_prefetch(reinterpret_cast<const char*>(task.group + w.TrailerOffset() +
-                                                     b / 8 * w.TrailerBytesPerSuper()),
-                       _MM_HINT_T0);
-        }
-        AddScaledBlock<L>(sums, task, blk, b, super_sums);
-        if (b % 8 == 7) AddSuper<L>(task, b - 7, super_sums, acc);
-      } else {
-        AddBlock<L>(sums, task, blk, b, acc);
-      }
+      AddProducts<L, kPassMBlocks>(tiles, task, j, b0 + j, sums, super_sums, acc);
     }
   }
   const int64_t n0 = g * 16;
@@ -229,81 +269,41 @@ void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
   }
 }
 
-// Row groups [g0, g1) times all m activation rows, in M-blocks of up to 16 rows. With more
-// than 16 rows the groups are taken a chunk at a time, whose weights come from memory once and
-// from L2 for the later M-blocks.
+template <class L, class Tiles>
+void MultiplyGroup(Tiles& tiles, const GroupTask& task, int64_t g, float* y) {
+  static_assert(L::kMBlocks == 2 || L::kMBlocks == 4);
+  switch (task.MBlocks()) {
+    case 1:
+      return MultiplyGroupOf<L, 1>(tiles, task, g, y);
+    case 2:
+      return MultiplyGroupOf<L, 2>(tiles, task, g, y);
+  }
+  if constexpr (L::kMBlocks == 4) {
+    if (task.MBlocks() == 3) return MultiplyGroupOf<L, 3>(tiles, task, g, y);
+    return MultiplyGroupOf<L, 4>(tiles, task, g, y);
+  }
+}
+
+// Row groups [g0, g1) times all m activation rows, in passes of up to L::kPassRows rows (tiles
+// of 16 rows once m > 16). With more than one pass the groups are taken a chunk at a time,
+// whose weights come from memory once and from L2 for the later passes.
 template <class L, class Tiles>
 void MultiplyRange(Tiles& tiles, const BlockActivations& a, const PackedInt8Weights& w, int64_t m,
                    int64_t g0, int64_t g1, float* y) {
   constexpr int64_t kGroupsPerChunk = 16;
-  const int64_t chunk = m <= kMaxTileRows ? g1 - g0 : kGroupsPerChunk;
-  int configured_rows = -1;
+  const int64_t chunk = m <= L::kPassRows ? g1 - g0 : kGroupsPerChunk;
+  tiles.Configure(ConfigFor<L>(static_cast<int>(std::min<int64_t>(kMaxTileRows, m))));
   for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
     const int64_t c1 = std::min(g1, c0 + chunk);
-    for (int64_t m0 = 0; m0 < m; m0 += kMaxTileRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kMaxTileRows, m - m0));
-      if (rows != configured_rows) {
-        const TileConfig config = ConfigFor<L>(rows);
-        tiles.Configure(config);
-        configured_rows = rows;
-      }
+    for (int64_t m0 = 0; m0 < m; m0 += L::kPassRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(L::kPassRows, m - m0));
       for (int64_t g = c0; g < c1; ++g) {
         const GroupTask task{&a, &w, w.data.data() + g * w.GroupBytes(), m0, rows};
         MultiplyGroup<L>(tiles, task, g, y);
       }
     }
   }
-  if (configured_rows > 0) tiles.Release();
-}
-
-// MultiplyRange for w's layout.
-template <class Tiles>
-void MultiplyPackedRange(Tiles& tiles, const BlockActivations& a, const PackedInt8Weights& w,
-                         int64_t m, int64_t g0, int64_t g1, float* y) {
-  using avx512::kScalesF16, avx512::kScalesF32, avx512::kScalesK;
-  auto run = [&](auto layout) { MultiplyRange<decltype(layout)>(tiles, a, w, m, g0, g1, y); };
-  switch (LayoutOf(w)) {
-    case PackedLayout::kBlockBytes:
-      return run(Layout<false, 0, false, false>{});
-    case PackedLayout::kBlockNibbles:
-      return run(Layout<true, 0, false, false>{});
-    case PackedLayout::kBlockNibbles5:
-      return run(Layout<true, 1, false, false>{});
-    case PackedLayout::kIq4NL:
-      return run(Layout<true, 0, true, false>{});
-    case PackedLayout::kQ4_1:
-      return run(Layout<true, 0, false, true, false, true, kScalesF16>{});
-    case PackedLayout::kQ5_1:
-      return run(Layout<true, 1, false, true, false, true, kScalesF16>{});
-    case PackedLayout::kQ4_K:
-      return run(Layout<true, 0, false, true, false, true, kScalesK>{});
-    case PackedLayout::kQ5_K:
-      return run(Layout<true, 1, false, true, false, true, kScalesK>{});
-    case PackedLayout::kQ6_K:
-      return run(Layout<true, 2, false, true, true, false, kScalesK>{});
-    case PackedLayout::kQ3_K:
-      return run(Layout<true, 0, false, true, true, false, kScalesF32>{});
-    case PackedLayout::kQ2_K:
-      return run(Layout<true, 0, false, true, true, true, kScalesF32>{});
-    case PackedLayout::kIq4XS:
-      return run(Layout<true, 0, true, true, false, false, kScalesK>{});
-  }
-}
-
-// y = x W^T for packed GGUF-type weights on a fresh Tiles per thread's range of row groups.
-template <class Tiles>
-void MatmulPacked(ThreadPool* pool, const float* x, int64_t m, const PackedInt8Weights& w, float* y,
-                  MatmulScratch* scratch) {
-  SPECD_CHECK(!w.row_scales && w.cols % 32 == 0, "AMX matmul: needs packed GGUF-type weights");
-  CheckHighBitsForm(w, HighBits::kPlanes, "AMX matmul");
-  const BlockActivations a = avx512::QuantizeBlockActivations(x, m, w, scratch);
-  pool->ParallelFor(
-      w.row_groups, 1,
-      [&](int64_t g0, int64_t g1) {
-        Tiles tiles;
-        MultiplyPackedRange(tiles, a, w, m, g0, g1, y);
-      },
-      MinItemsPerThread(16 * m * w.cols));
+  tiles.Release();
 }
 
 }  // namespace specd::amx::packed

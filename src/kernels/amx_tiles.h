@@ -8,7 +8,8 @@
 //   Zero(c)                 C tiles 0..3
 //   LoadA(slot, p, stride)  tile 4 + slot (0..1): the configured rows of colsb bytes from p
 //   LoadB(slot, p, stride)  tile 6 + slot
-//   Multiply(c, slot)       tdpbsud: C[c] += A[slot] (signed bytes) x B[slot] (unsigned bytes)
+//   Multiply(c, a, b)       tdpbsud: C[c] += A[a] (signed bytes) x B[b] (unsigned bytes), slots
+//                           a, b 0..1
 //   Store(c, sums)          C[c]'s rows as int32 [rows, 16], 64 bytes apart
 #pragma once
 
@@ -40,7 +41,7 @@ class EmulatedTiles {
   void Zero(int c);
   void LoadA(int slot, const void* from, int64_t stride) { Load(4 + slot, from, stride); }
   void LoadB(int slot, const void* from, int64_t stride) { Load(6 + slot, from, stride); }
-  void Multiply(int c, int slot);
+  void Multiply(int c, int a_slot, int b_slot);
   void Store(int c, int32_t* sums) const;
 
  private:

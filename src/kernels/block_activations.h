@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -95,8 +96,12 @@ struct BlockActivationsBuffer {
 
 inline BlockActivationsBuffer AllocateBlockActivations(int64_t m, int64_t nb,
                                                        MatmulScratch* scratch) {
-  const int64_t q_bytes = (m * nb * 32 + 63) / 64 * 64;
+  // 15 rows of slack past the last block: the AMX kernel's 16-row A tile of a partial last
+  // M-block reads them (and does not use their products).
+  constexpr int64_t kTileSlackRows = 15;
+  const int64_t q_bytes = ((m * nb + kTileSlackRows) * 32 + 63) / 64 * 64;
   scratch->bytes.ResizeForOverwrite(q_bytes + m * nb * static_cast<int64_t>(sizeof(RowBlockTerms)));
+  std::memset(scratch->bytes.data() + m * nb * 32, 0, q_bytes - m * nb * 32);
   return {reinterpret_cast<int8_t*>(scratch->bytes.data()),
           reinterpret_cast<RowBlockTerms*>(scratch->bytes.data() + q_bytes)};
 }

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "kernels/amx_packed_kernel.h"
+#include "kernels/amx_packed_matmul.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/kernels.h"
 
@@ -302,42 +302,31 @@ struct HardwareTiles {
       _tile_loadd(7, from, stride);
     }
   }
-  // C[c] += A[slot] x B[slot]; the packed kernel pairs accumulator c with slot c % 2.
-  void Multiply(int c, int slot) {
-    if (slot == 0) {
-      MultiplyInto<4, 6>(c);
-    } else {
-      MultiplyInto<5, 7>(c);
+  // C[c] += A[a_slot] x B[b_slot].
+  void Multiply(int c, int a_slot, int b_slot) {
+    // clang-format off
+    switch (4 * c + 2 * a_slot + b_slot) {
+      case 0: _tile_dpbsud(0, 4, 6); break;
+      case 1: _tile_dpbsud(0, 4, 7); break;
+      case 2: _tile_dpbsud(0, 5, 6); break;
+      case 3: _tile_dpbsud(0, 5, 7); break;
+      case 4: _tile_dpbsud(1, 4, 6); break;
+      case 5: _tile_dpbsud(1, 4, 7); break;
+      case 6: _tile_dpbsud(1, 5, 6); break;
+      case 7: _tile_dpbsud(1, 5, 7); break;
+      case 8: _tile_dpbsud(2, 4, 6); break;
+      case 9: _tile_dpbsud(2, 4, 7); break;
+      case 10: _tile_dpbsud(2, 5, 6); break;
+      case 11: _tile_dpbsud(2, 5, 7); break;
+      case 12: _tile_dpbsud(3, 4, 6); break;
+      case 13: _tile_dpbsud(3, 4, 7); break;
+      case 14: _tile_dpbsud(3, 5, 6); break;
+      case 15: _tile_dpbsud(3, 5, 7); break;
+      default: break;
     }
+    // clang-format on
   }
   void Store(int c, int32_t* sums) const { StoreTile(c, *reinterpret_cast<TileSums*>(sums)); }
-
- private:
-  template <int kA, int kB>
-  static void MultiplyInto(int c) {
-    static_assert((kA == 4 && kB == 6) || (kA == 5 && kB == 7));
-    if constexpr (kA == 4) {
-      if (c == 0) {
-        _tile_dpbsud(0, 4, 6);
-      } else if (c == 1) {
-        _tile_dpbsud(1, 4, 6);
-      } else if (c == 2) {
-        _tile_dpbsud(2, 4, 6);
-      } else {
-        _tile_dpbsud(3, 4, 6);
-      }
-    } else {
-      if (c == 0) {
-        _tile_dpbsud(0, 5, 7);
-      } else if (c == 1) {
-        _tile_dpbsud(1, 5, 7);
-      } else if (c == 2) {
-        _tile_dpbsud(2, 5, 7);
-      } else {
-        _tile_dpbsud(3, 5, 7);
-      }
-    }
-  }
 };
 
 }  // namespace

@@ -51,13 +51,14 @@ void EmulatedTiles::Load(int tile, const void* from, int64_t stride) {
   for (int r = 0; r < t.rows; ++r) std::memcpy(t.bytes[r], bytes + r * stride, t.bytes_per_row);
 }
 
-void EmulatedTiles::Multiply(int c, int a_slot, int b_slot) {
+void EmulatedTiles::Product(int c, int a_slot, int b_slot, bool signed_b) {
   SPECD_CHECK(c >= 0 && c < 4 && (a_slot == 0 || a_slot == 1) && (b_slot == 0 || b_slot == 1),
               "AMX: no product C", c, " A slot ", a_slot, " B slot ", b_slot);
   Tile& dst = tiles_[c];
-  const Tile& a = Configured(4 + a_slot, "TDPBSUD (A)");
-  const Tile& b = Configured(6 + b_slot, "TDPBSUD (B)");
-  Configured(c, "TDPBSUD (C)");
+  const char* op = signed_b ? "TDPBSSD" : "TDPBSUD";
+  const Tile& a = Configured(4 + a_slot, op);
+  const Tile& b = Configured(6 + b_slot, op);
+  Configured(c, op);
   // The shape checks TDPBSUD faults on.
   SPECD_CHECK(a.bytes_per_row % 4 == 0 && a.bytes_per_row / 4 == b.rows, "AMX: A's ",
               a.bytes_per_row, " bytes per row do not meet B's ", b.rows, " rows");
@@ -70,8 +71,9 @@ void EmulatedTiles::Multiply(int c, int a_slot, int b_slot) {
       std::memcpy(&sum, dst.bytes[m] + 4 * n, 4);
       for (int k = 0; k < k_groups; ++k) {
         for (int i = 0; i < 4; ++i) {
+          const uint8_t b_byte = b.bytes[k][4 * n + i];
           sum += static_cast<int32_t>(static_cast<int8_t>(a.bytes[m][4 * k + i])) *
-                 static_cast<int32_t>(b.bytes[k][4 * n + i]);
+                 (signed_b ? static_cast<int32_t>(static_cast<int8_t>(b_byte)) : b_byte);
         }
       }
       std::memcpy(dst.bytes[m] + 4 * n, &sum, 4);

@@ -1,5 +1,5 @@
 // The packed GGUF-type matmul on AMX tiles: per layout and row count, the per-block kernel
-// (amx_packed_kernel.h) or, for q4_K and q5_K from two M-blocks of rows, the folded one
+// (amx_packed_kernel.h) or, for q4_K, q5_K and q6_K from 16 rows, the folded one
 // (amx_folded_kernel.h). Written over a Tiles type: the hardware's in matmul_amx.cc, the
 // software model's in amx_emulated.cc.
 //
@@ -56,10 +56,11 @@ void MultiplyPackedRange(Tiles& tiles, const BlockActivations& a, const PairActi
   }
 }
 
-// Whether w's layout is one kFoldsScales takes (the switch above's q4_K and q5_K layouts).
+// Whether w's layout is one kFoldsScales takes (the switch above's q4_K, q5_K and q6_K layouts).
 inline bool FoldsScales(const PackedInt8Weights& w) {
   const PackedLayout layout = LayoutOf(w);
-  return layout == PackedLayout::kQ4_K || layout == PackedLayout::kQ5_K;
+  return layout == PackedLayout::kQ4_K || layout == PackedLayout::kQ5_K ||
+         layout == PackedLayout::kQ6_K;
 }
 
 // y = x W^T for packed GGUF-type weights on a fresh Tiles per thread's range of row groups.

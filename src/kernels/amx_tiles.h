@@ -10,6 +10,7 @@
 //   LoadB(slot, p, stride)  tile 6 + slot
 //   Multiply(c, a, b)       tdpbsud: C[c] += A[a] (signed bytes) x B[b] (unsigned bytes), slots
 //                           a, b 0..1
+//   MultiplySigned(c, a, b) tdpbssd: the same with B's bytes signed
 //   Store(c, sums)          C[c]'s rows as int32 [rows, 16], 64 bytes apart
 #pragma once
 
@@ -41,7 +42,8 @@ class EmulatedTiles {
   void Zero(int c);
   void LoadA(int slot, const void* from, int64_t stride) { Load(4 + slot, from, stride); }
   void LoadB(int slot, const void* from, int64_t stride) { Load(6 + slot, from, stride); }
-  void Multiply(int c, int a_slot, int b_slot);
+  void Multiply(int c, int a_slot, int b_slot) { Product(c, a_slot, b_slot, false); }
+  void MultiplySigned(int c, int a_slot, int b_slot) { Product(c, a_slot, b_slot, true); }
   void Store(int c, int32_t* sums) const;
 
  private:
@@ -51,6 +53,7 @@ class EmulatedTiles {
     alignas(64) uint8_t bytes[kMaxTileRows][kTileLineBytes] = {};
   };
   void Load(int tile, const void* from, int64_t stride);
+  void Product(int c, int a_slot, int b_slot, bool signed_b);
   const Tile& Configured(int tile, const char* op) const;
 
   std::array<Tile, kTileRegisters> tiles_;

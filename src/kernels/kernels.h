@@ -202,7 +202,7 @@ inline int64_t MinItemsPerThread(int64_t macs_per_item) {
 struct MatmulScratch {
   AlignedBuffer<uint8_t> bytes;
   AlignedBuffer<float> smoothed;      // [m, cols] i8 activations after the SmoothQuant scales
-  AlignedBuffer<uint8_t> tile_pairs;  // the AMX kernel's pair-major activations (q4_K, q5_K)
+  AlignedBuffer<uint8_t> tile_pairs;  // the AMX kernel's pair-major activations (K-quants)
 };
 
 // Builds the packed layout of quantized weights (cols a multiple of 32), 5- and 6-bit levels'

@@ -326,6 +326,30 @@ struct HardwareTiles {
     }
     // clang-format on
   }
+  // C[c] += A[a_slot] x B[b_slot], B's bytes signed.
+  void MultiplySigned(int c, int a_slot, int b_slot) {
+    // clang-format off
+    switch (4 * c + 2 * a_slot + b_slot) {
+      case 0: _tile_dpbssd(0, 4, 6); break;
+      case 1: _tile_dpbssd(0, 4, 7); break;
+      case 2: _tile_dpbssd(0, 5, 6); break;
+      case 3: _tile_dpbssd(0, 5, 7); break;
+      case 4: _tile_dpbssd(1, 4, 6); break;
+      case 5: _tile_dpbssd(1, 4, 7); break;
+      case 6: _tile_dpbssd(1, 5, 6); break;
+      case 7: _tile_dpbssd(1, 5, 7); break;
+      case 8: _tile_dpbssd(2, 4, 6); break;
+      case 9: _tile_dpbssd(2, 4, 7); break;
+      case 10: _tile_dpbssd(2, 5, 6); break;
+      case 11: _tile_dpbssd(2, 5, 7); break;
+      case 12: _tile_dpbssd(3, 4, 6); break;
+      case 13: _tile_dpbssd(3, 4, 7); break;
+      case 14: _tile_dpbssd(3, 5, 6); break;
+      case 15: _tile_dpbssd(3, 5, 7); break;
+      default: break;
+    }
+    // clang-format on
+  }
   void Store(int c, int32_t* sums) const { StoreTile(c, *reinterpret_cast<TileSums*>(sums)); }
 };
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "base/aligned_buffer.h"
 #include "kernels/amx_packed_kernel.h"
@@ -103,96 +104,85 @@ inline __m512i WordPairs(__m512i dwords) {
   return _mm512_or_si512(dwords, _mm512_slli_epi32(dwords, 16));
 }
 
-// q4_K, q5_K: blocks b0..b0 + 7 of the task's row group, unpacked and scaled into B tiles.
-template <class L>
-void MakeSuperLevelsTwoParts(const GroupTask& task, int64_t b0, SuperLevels<L>& out) {
-  const PackedInt8Weights& w = *task.w;
-  for (int j = 0; j < 8; ++j) {
-    const uint8_t* blk = task.group + (b0 + j) * w.BlockBytes();
-    for (int64_t line = 0; line < w.BlockBytes(); line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T0);
-    }
-    // w * part <= 31 * 7: vpmullw is exact.
+// q4_K, q5_K: one block's parts sh and sl as word pairs for vpmullw (w * part <= 31 * 7).
+struct TwoParts {
+  __m512i words[2];
+
+  explicit TwoParts(const uint8_t* blk) {
     const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-    const __m512i high_words = WordPairs(_mm512_srli_epi32(sc, 3));
-    const __m512i low_words = WordPairs(_mm512_and_si512(sc, _mm512_set1_epi32(7)));
-    uint8_t* b_high = out[j / 2][0] + (j % 2) * 8 * kTileLineBytes;
-    uint8_t* b_low = out[j / 2][1] + (j % 2) * 8 * kTileLineBytes;
-    for (int half = 0; half < 2; ++half) {
-      __m512i levels[4];
-      avx512::LoadLanes<true, L::kPlanes, false>(blk + w.HeaderBytes(), 2 * half, levels);
-      const int lanes[4] = {2 * half, 2 * half + 1, 2 * half + 4, 2 * half + 5};
-      for (int i = 0; i < 4; ++i) {
-        _mm512_store_si512(b_high + lanes[i] * 64, _mm512_mullo_epi16(levels[i], high_words));
-        _mm512_store_si512(b_low + lanes[i] * 64, _mm512_mullo_epi16(levels[i], low_words));
-      }
+    words[0] = WordPairs(_mm512_srli_epi32(sc, 3));
+    words[1] = WordPairs(_mm512_and_si512(sc, _mm512_set1_epi32(7)));
+  }
+  // Line i of a LoadLanes half (levels q) into each part's B tile at `offset`.
+  void Store(int /*i*/, __m512i q, uint8_t* const (&b)[2], int offset) const {
+    for (int part = 0; part < 2; ++part) {
+      _mm512_store_si512(b[part] + offset, _mm512_mullo_epi16(q, words[part]));
     }
   }
-}
+};
 
-// q6_K: one block's sub-block scale digits for B's lines (see kFoldParts): u0..u2 as word
-// pairs for vpmullw, u3 as byte masks of its values 1, -1 and -2.
+// q6_K: one sub-block's scale digits (see kFoldParts): u0..u2 as word pairs for vpmullw (q * u
+// <= 63 * 3), u3 as byte masks of its values 1, -1 and -2.
 struct Q6Digits {
   __m512i low_words[3];
   __mmask64 plus_one = 0, minus = 0, minus_two = 0;
+
+  explicit Q6Digits(const uint8_t* scales) {
+    const __m512i sc =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+    for (int i = 0; i < 3; ++i) {
+      low_words[i] =
+          WordPairs(_mm512_and_si512(_mm512_srai_epi32(sc, 2 * i), _mm512_set1_epi32(3)));
+    }
+    // u3 in each byte of its row's dword.
+    const __m512i top =
+        _mm512_mullo_epi32(_mm512_and_si512(_mm512_srai_epi32(sc, 6), _mm512_set1_epi32(0xFF)),
+                           _mm512_set1_epi32(0x01010101));
+    plus_one = _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(1));
+    minus_two = _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(-2));
+    minus = minus_two | _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(-1));
+  }
 };
 
-inline Q6Digits DigitsOf(const uint8_t* scales) {
-  const __m512i sc =
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-  Q6Digits d;
-  for (int i = 0; i < 3; ++i) {
-    d.low_words[i] =
-        WordPairs(_mm512_and_si512(_mm512_srai_epi32(sc, 2 * i), _mm512_set1_epi32(3)));
-  }
-  // u3 in each byte of its row's dword.
-  const __m512i top =
-      _mm512_mullo_epi32(_mm512_and_si512(_mm512_srai_epi32(sc, 6), _mm512_set1_epi32(0xFF)),
-                         _mm512_set1_epi32(0x01010101));
-  d.plus_one = _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(1));
-  d.minus_two = _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(-2));
-  d.minus = d.minus_two | _mm512_cmpeq_epi8_mask(top, _mm512_set1_epi8(-1));
-  return d;
-}
+// q6_K: one block's digits per sub-block; a LoadLanes half's lines 0, 1 are the first
+// sub-block's (K 0..15), lines 2, 3 the second's.
+struct FourParts {
+  Q6Digits sub[2];
 
-// q6_K: blocks b0..b0 + 7 of the task's row group, unpacked and scaled into B tiles (parts u0,
-// u1, u2, u3). Lines 0..3 of a block are its first sub-block's (K 0..15), 4..7 its second's.
+  explicit FourParts(const uint8_t* blk) : sub{Q6Digits(blk), Q6Digits(blk + 16)} {}
+  void Store(int i, __m512i q, uint8_t* const (&b)[4], int offset) const {
+    const Q6Digits& d = sub[i / 2];
+    for (int part = 0; part < 3; ++part) {
+      _mm512_store_si512(b[part] + offset, _mm512_mullo_epi16(q, d.low_words[part]));
+    }
+    const __m512i q_or_twice = _mm512_mask_add_epi8(q, d.minus_two, q, q);
+    const __m512i top = _mm512_mask_sub_epi8(_mm512_maskz_mov_epi8(d.plus_one, q), d.minus,
+                                             _mm512_setzero_si512(), q_or_twice);
+    _mm512_store_si512(b[3] + offset, top);
+  }
+};
+
+// Blocks b0..b0 + 7 of the task's row group, unpacked and scaled into B tiles.
 template <class L>
-void MakeSuperLevelsFourParts(const GroupTask& task, int64_t b0, SuperLevels<L>& out) {
+void MakeSuperLevels(const GroupTask& task, int64_t b0, SuperLevels<L>& out) {
+  using Parts = std::conditional_t<kFoldParts<L> == 2, TwoParts, FourParts>;
   const PackedInt8Weights& w = *task.w;
   for (int j = 0; j < 8; ++j) {
     const uint8_t* blk = task.group + (b0 + j) * w.BlockBytes();
     for (int64_t line = 0; line < w.BlockBytes(); line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T0);
     }
-    const Q6Digits digits[2] = {DigitsOf(blk), DigitsOf(blk + 16)};
-    uint8_t* b[4];
-    for (int part = 0; part < 4; ++part) b[part] = out[j / 2][part] + (j % 2) * 8 * kTileLineBytes;
+    const Parts parts(blk);
+    uint8_t* b[kFoldParts<L>];
+    for (int part = 0; part < kFoldParts<L>; ++part) {
+      b[part] = out[j / 2][part] + (j % 2) * 8 * kTileLineBytes;
+    }
     for (int half = 0; half < 2; ++half) {
       __m512i levels[4];
       avx512::LoadLanes<true, L::kPlanes, false>(blk + w.HeaderBytes(), 2 * half, levels);
       const int lanes[4] = {2 * half, 2 * half + 1, 2 * half + 4, 2 * half + 5};
-      for (int i = 0; i < 4; ++i) {
-        const Q6Digits& d = digits[i / 2];
-        const __m512i q = levels[i];
-        for (int part = 0; part < 3; ++part) {  // q * u <= 63 * 3: vpmullw is exact
-          _mm512_store_si512(b[part] + lanes[i] * 64, _mm512_mullo_epi16(q, d.low_words[part]));
-        }
-        const __m512i q_or_twice = _mm512_mask_add_epi8(q, d.minus_two, q, q);
-        const __m512i top = _mm512_mask_sub_epi8(_mm512_maskz_mov_epi8(d.plus_one, q), d.minus,
-                                                 _mm512_setzero_si512(), q_or_twice);
-        _mm512_store_si512(b[3] + lanes[i] * 64, top);
-      }
+      for (int i = 0; i < 4; ++i) parts.Store(i, levels[i], b, lanes[i] * kTileLineBytes);
     }
-  }
-}
-
-template <class L>
-void MakeSuperLevels(const GroupTask& task, int64_t b0, SuperLevels<L>& out) {
-  if constexpr (kFoldParts<L> == 2) {
-    MakeSuperLevelsTwoParts<L>(task, b0, out);
-  } else {
-    MakeSuperLevelsFourParts<L>(task, b0, out);
   }
 }
 

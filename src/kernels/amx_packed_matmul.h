@@ -15,52 +15,56 @@
 
 namespace specd::amx::packed {
 
+// fn(L{}) for w's layout as the kernels' compile-time shape L.
+template <class Fn>
+auto VisitLayout(const PackedInt8Weights& w, Fn&& fn) {
+  using avx512::kScalesF16, avx512::kScalesF32, avx512::kScalesK;
+  switch (LayoutOf(w)) {
+    case PackedLayout::kBlockBytes:
+      return fn(Layout<false, 0, false, false>{});
+    case PackedLayout::kBlockNibbles:
+      return fn(Layout<true, 0, false, false>{});
+    case PackedLayout::kBlockNibbles5:
+      return fn(Layout<true, 1, false, false>{});
+    case PackedLayout::kIq4NL:
+      return fn(Layout<true, 0, true, false>{});
+    case PackedLayout::kQ4_1:
+      return fn(Layout<true, 0, false, true, false, true, kScalesF16>{});
+    case PackedLayout::kQ5_1:
+      return fn(Layout<true, 1, false, true, false, true, kScalesF16>{});
+    case PackedLayout::kQ4_K:
+      return fn(Layout<true, 0, false, true, false, true, kScalesK>{});
+    case PackedLayout::kQ5_K:
+      return fn(Layout<true, 1, false, true, false, true, kScalesK>{});
+    case PackedLayout::kQ6_K:
+      return fn(Layout<true, 2, false, true, true, false, kScalesK>{});
+    case PackedLayout::kQ3_K:
+      return fn(Layout<true, 0, false, true, true, false, kScalesF32>{});
+    case PackedLayout::kQ2_K:
+      return fn(Layout<true, 0, false, true, true, true, kScalesF32>{});
+    case PackedLayout::kIq4XS:
+      break;
+  }
+  return fn(Layout<true, 0, true, true, false, false, kScalesK>{});  // iq4_xs
+}
+
 // MultiplyRange for w's layout; pairs: the pair-major activations where the folded kernel runs
 // (else null).
 template <class Tiles>
 void MultiplyPackedRange(Tiles& tiles, const BlockActivations& a, const PairActivations* pairs,
                          const PackedInt8Weights& w, int64_t m, int64_t g0, int64_t g1, float* y) {
-  using avx512::kScalesF16, avx512::kScalesF32, avx512::kScalesK;
-  auto run = [&](auto layout) {
+  VisitLayout(w, [&](auto layout) {
     using L = decltype(layout);
     if constexpr (kFoldsScales<L>) {
       if (pairs != nullptr) return MultiplyRangeFolded<L>(tiles, a, *pairs, w, g0, g1, y);
     }
     MultiplyRange<L>(tiles, a, w, m, g0, g1, y);
-  };
-  switch (LayoutOf(w)) {
-    case PackedLayout::kBlockBytes:
-      return run(Layout<false, 0, false, false>{});
-    case PackedLayout::kBlockNibbles:
-      return run(Layout<true, 0, false, false>{});
-    case PackedLayout::kBlockNibbles5:
-      return run(Layout<true, 1, false, false>{});
-    case PackedLayout::kIq4NL:
-      return run(Layout<true, 0, true, false>{});
-    case PackedLayout::kQ4_1:
-      return run(Layout<true, 0, false, true, false, true, kScalesF16>{});
-    case PackedLayout::kQ5_1:
-      return run(Layout<true, 1, false, true, false, true, kScalesF16>{});
-    case PackedLayout::kQ4_K:
-      return run(Layout<true, 0, false, true, false, true, kScalesK>{});
-    case PackedLayout::kQ5_K:
-      return run(Layout<true, 1, false, true, false, true, kScalesK>{});
-    case PackedLayout::kQ6_K:
-      return run(Layout<true, 2, false, true, true, false, kScalesK>{});
-    case PackedLayout::kQ3_K:
-      return run(Layout<true, 0, false, true, true, false, kScalesF32>{});
-    case PackedLayout::kQ2_K:
-      return run(Layout<true, 0, false, true, true, true, kScalesF32>{});
-    case PackedLayout::kIq4XS:
-      return run(Layout<true, 0, true, true, false, false, kScalesK>{});
-  }
+  });
 }
 
-// Whether w's layout is one kFoldsScales takes (the switch above's q4_K, q5_K and q6_K layouts).
+// Whether w's layout is one the folded kernel takes (q4_K, q5_K, q6_K).
 inline bool FoldsScales(const PackedInt8Weights& w) {
-  const PackedLayout layout = LayoutOf(w);
-  return layout == PackedLayout::kQ4_K || layout == PackedLayout::kQ5_K ||
-         layout == PackedLayout::kQ6_K;
+  return VisitLayout(w, [](auto layout) { return kFoldsScales<decltype(layout)>; });
 }
 
 // y = x W^T for packed GGUF-type weights on a fresh Tiles per thread's range of row groups.

@@ -302,55 +302,36 @@ struct HardwareTiles {
       _tile_loadd(7, from, stride);
     }
   }
-  // C[c] += A[a_slot] x B[b_slot].
-  void Multiply(int c, int a_slot, int b_slot) {
-    // clang-format off
-    switch (4 * c + 2 * a_slot + b_slot) {
-      case 0: _tile_dpbsud(0, 4, 6); break;
-      case 1: _tile_dpbsud(0, 4, 7); break;
-      case 2: _tile_dpbsud(0, 5, 6); break;
-      case 3: _tile_dpbsud(0, 5, 7); break;
-      case 4: _tile_dpbsud(1, 4, 6); break;
-      case 5: _tile_dpbsud(1, 4, 7); break;
-      case 6: _tile_dpbsud(1, 5, 6); break;
-      case 7: _tile_dpbsud(1, 5, 7); break;
-      case 8: _tile_dpbsud(2, 4, 6); break;
-      case 9: _tile_dpbsud(2, 4, 7); break;
-      case 10: _tile_dpbsud(2, 5, 6); break;
-      case 11: _tile_dpbsud(2, 5, 7); break;
-      case 12: _tile_dpbsud(3, 4, 6); break;
-      case 13: _tile_dpbsud(3, 4, 7); break;
-      case 14: _tile_dpbsud(3, 5, 6); break;
-      case 15: _tile_dpbsud(3, 5, 7); break;
-      default: break;
-    }
-    // clang-format on
-  }
-  // C[c] += A[a_slot] x B[b_slot], B's bytes signed.
-  void MultiplySigned(int c, int a_slot, int b_slot) {
-    // clang-format off
-    switch (4 * c + 2 * a_slot + b_slot) {
-      case 0: _tile_dpbssd(0, 4, 6); break;
-      case 1: _tile_dpbssd(0, 4, 7); break;
-      case 2: _tile_dpbssd(0, 5, 6); break;
-      case 3: _tile_dpbssd(0, 5, 7); break;
-      case 4: _tile_dpbssd(1, 4, 6); break;
-      case 5: _tile_dpbssd(1, 4, 7); break;
-      case 6: _tile_dpbssd(1, 5, 6); break;
-      case 7: _tile_dpbssd(1, 5, 7); break;
-      case 8: _tile_dpbssd(2, 4, 6); break;
-      case 9: _tile_dpbssd(2, 4, 7); break;
-      case 10: _tile_dpbssd(2, 5, 6); break;
-      case 11: _tile_dpbssd(2, 5, 7); break;
-      case 12: _tile_dpbssd(3, 4, 6); break;
-      case 13: _tile_dpbssd(3, 4, 7); break;
-      case 14: _tile_dpbssd(3, 5, 6); break;
-      case 15: _tile_dpbssd(3, 5, 7); break;
-      default: break;
-    }
-    // clang-format on
-  }
+  // C[c] += A[a_slot] x B[b_slot] (TDPBSUD), or with B's bytes signed (TDPBSSD).
+  void Multiply(int c, int a_slot, int b_slot) { Product<false>(c, a_slot, b_slot); }
+  void MultiplySigned(int c, int a_slot, int b_slot) { Product<true>(c, a_slot, b_slot); }
   void Store(int c, int32_t* sums) const { StoreTile(c, *reinterpret_cast<TileSums*>(sums)); }
+
+ private:
+  template <bool kSigned>
+  static void Product(int c, int a_slot, int b_slot) {
+    // clang-format off
+    switch (4 * c + 2 * a_slot + b_slot) {
+      case 0: if constexpr (kSigned) _tile_dpbssd(0, 4, 6); else _tile_dpbsud(0, 4, 6); break;
+      case 1: if constexpr (kSigned) _tile_dpbssd(0, 4, 7); else _tile_dpbsud(0, 4, 7); break;
+      case 2: if constexpr (kSigned) _tile_dpbssd(0, 5, 6); else _tile_dpbsud(0, 5, 6); break;
+      case 3: if constexpr (kSigned) _tile_dpbssd(0, 5, 7); else _tile_dpbsud(0, 5, 7); break;
+      case 4: if constexpr (kSigned) _tile_dpbssd(1, 4, 6); else _tile_dpbsud(1, 4, 6); break;
+      case 5: if constexpr (kSigned) _tile_dpbssd(1, 4, 7); else _tile_dpbsud(1, 4, 7); break;
+      case 6: if constexpr (kSigned) _tile_dpbssd(1, 5, 6); else _tile_dpbsud(1, 5, 6); break;
+      case 7: if constexpr (kSigned) _tile_dpbssd(1, 5, 7); else _tile_dpbsud(1, 5, 7); break;
+      case 8: if constexpr (kSigned) _tile_dpbssd(2, 4, 6); else _tile_dpbsud(2, 4, 6); break;
+      case 9: if constexpr (kSigned) _tile_dpbssd(2, 4, 7); else _tile_dpbsud(2, 4, 7); break;
+      case 10: if constexpr (kSigned) _tile_dpbssd(2, 5, 6); else _tile_dpbsud(2, 5, 6); break;
+      case 11: if constexpr (kSigned) _tile_dpbssd(2, 5, 7); else _tile_dpbsud(2, 5, 7); break;
+      case 12: if constexpr (kSigned) _tile_dpbssd(3, 4, 6); else _tile_dpbsud(3, 4, 6); break;
+      case 13: if constexpr (kSigned) _tile_dpbssd(3, 4, 7); else _tile_dpbsud(3, 4, 7); break;
+      case 14: if constexpr (kSigned) _tile_dpbssd(3, 5, 6); else _tile_dpbsud(3, 5, 6); break;
+      case 15: if constexpr (kSigned) _tile_dpbssd(3, 5, 7); else _tile_dpbsud(3, 5, 7); break;
+      default: break;
+    }
+    // clang-format on
+  }
 };
 
 }  // namespace

@@ -82,8 +82,8 @@ inline PairActivations PairUp(const BlockActivations& a, AlignedBuffer<uint8_t>*
   return {q, rows_per_pair};
 }
 
-// Tiles of the folded kernel: C [16 rows, 16 int32] x 4 (w sh and w sl for two M-blocks),
-// A [16 rows, 64 bytes] x 2, B [16 lines, 64 bytes] x 2.
+// Tiles of the folded kernel: C [16 rows, 16 int32] x 4 (the parts' sums of a pass's
+// M-blocks), A [16 rows, 64 bytes] x 2, B [16 lines, 64 bytes] x 2.
 inline TileConfig FoldedConfig() {
   TileConfig c;
   for (int t = 0; t < kTileRegisters; ++t) {
@@ -212,16 +212,18 @@ void CombineParts(const GroupTask& part, int64_t b0, const int32_t (*sums)[kMaxT
                   int32_t (*super_sums)[16]) {
   __m512i scale_pairs[8];
   if constexpr (kFoldParts<L> == 4) {
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j) {
       scale_pairs[j] = ScalePairs(part.group + (b0 + j) * part.w->BlockBytes());
+    }
   }
   for (int r = 0; r < part.rows; ++r) {
     __m512i s = _mm512_setzero_si512();
     for (int k = 0; k < kFoldParts<L>; ++k) {
       s = _mm512_add_epi32(s, _mm512_slli_epi32(_mm512_load_si512(sums[k][r]), PartShift<L>(k)));
     }
-    if constexpr (kFoldParts<L> == 4)
+    if constexpr (kFoldParts<L> == 4) {
       s = _mm512_add_epi32(s, OffsetSums<L>(part, b0, scale_pairs, r));
+    }
     _mm512_store_si512(super_sums[r], s);
   }
 }

@@ -104,14 +104,15 @@ struct GroupTask {
   }
 };
 
-// Issues the products of blocks b0 .. b0 + n - 1 for the task's M-blocks: C[ProductTile] =
-// A(M-block i, block b0 + j, sub-block s) x B(block b0 + j, sub-block s). Each block is unpacked
-// and its B tile loaded once for all the M-blocks.
+// The C tile of block j (of those in flight), M-block i and sub-block s.
 template <class L>
 int ProductTile(int j, int i, int n_mblocks, int s) {
   return (j * n_mblocks + i) * L::kSub + s;
 }
 
+// Issues the products of blocks b0 .. b0 + n - 1 for the task's M-blocks: C[ProductTile] =
+// A(M-block i, block b0 + j, sub-block s) x B(block b0 + j, sub-block s). Each block is unpacked
+// and its B tile loaded once for all the M-blocks.
 template <class L, int kPassMBlocks, class Tiles>
 void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
                     uint8_t (*buffers)[512]) {
@@ -230,8 +231,9 @@ template <class L, int kPassMBlocks, class Tiles>
   for (int i = 0; i < kPassMBlocks; ++i) {
     const GroupTask part = task.MBlock(i);
     const int r0 = i * kMaxTileRows;
-    for (int s = 0; s < L::kSub; ++s)
+    for (int s = 0; s < L::kSub; ++s) {
       tiles.Store(ProductTile<L>(j, i, kPassMBlocks, s), sums[s][0]);
+    }
     if constexpr (L::kScales == avx512::kScalesK) {
       AddScaledBlock<L>(sums, part, blk, b, super_sums + r0);
       if (b % 8 == 7) AddSuper<L>(part, b - 7, super_sums + r0, acc + r0);

@@ -169,9 +169,7 @@ void MakeSuperLevels(const GroupTask& task, int64_t b0, SuperLevels<L>& out) {
   const PackedInt8Weights& w = *task.w;
   for (int j = 0; j < 8; ++j) {
     const uint8_t* blk = task.group + (b0 + j) * w.BlockBytes();
-    for (int64_t line = 0; line < w.BlockBytes(); line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T0);
-    }
+    PrefetchAhead(blk, w.BlockBytes());
     const Parts parts(blk);
     uint8_t* b[kFoldParts<L>];
     for (int part = 0; part < kFoldParts<L>; ++part) {

@@ -33,6 +33,14 @@ inline constexpr int kAccumulatorTiles = 4;
 // How far ahead the kernel asks for a group's weights (its blocks are contiguous).
 inline constexpr int64_t kPrefetchBytes = 4096;
 
+// Asks for the block_bytes of a block kPrefetchBytes ahead of blk (a group's blocks are
+// contiguous, so near its end this reaches into the next group).
+inline void PrefetchAhead(const uint8_t* blk, int64_t block_bytes) {
+  for (int64_t line = 0; line < block_bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T0);
+  }
+}
+
 // A packed layout as the kernel's compile-time shape (the VNNI kernel's template arguments).
 template <bool kNibblesV, int kPlanesV, bool kLutV, bool kGeneralV, bool kSub16V = false,
           bool kMinsV = false, int kScalesV = avx512::kScalesF16>
@@ -120,9 +128,7 @@ void MultiplyBlocks(Tiles& tiles, const GroupTask& task, int64_t b0, int n,
   const int64_t block_bytes = task.w->BlockBytes();
   for (int j = 0; j < n; ++j) {
     const uint8_t* blk = task.group + (b0 + j) * block_bytes;
-    for (int64_t line = 0; line < block_bytes; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + line, _MM_HINT_T0);
-    }
+    PrefetchAhead(blk, block_bytes);
     const uint8_t* levels = BlockLevels<L>(blk + task.w->HeaderBytes(), buffers[j]);
     for (int s = 0; s < L::kSub; ++s) {
       // Alternate B and A tiles, so a load need not wait for the product reading the last.

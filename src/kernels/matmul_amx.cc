@@ -9,7 +9,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 
 #include "base/error.h"
 #include "kernels/amx_packed_matmul.h"
@@ -308,29 +310,26 @@ struct HardwareTiles {
   void Store(int c, int32_t* sums) const { StoreTile(c, *reinterpret_cast<TileSums*>(sums)); }
 
  private:
+  // One product on literal tiles: the tile numbers go into the instruction as constants ("i"
+  // operands printed bare by %c), one instance per C, A and B tile.
+  template <bool kSigned, int kC, int kA, int kB>
+  static void ProductAt() {
+    if constexpr (kSigned) {
+      asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
+    } else {
+      asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
+    }
+  }
+  // The 16 instances by 4 c + 2 a_slot + b_slot.
+  template <bool kSigned, std::size_t... kIndex>
+  static constexpr std::array<void (*)(), 16> ProductTable(std::index_sequence<kIndex...>) {
+    return {&ProductAt<kSigned, kIndex / 4, 4 + kIndex % 4 / 2, 6 + kIndex % 2>...};
+  }
   template <bool kSigned>
   static void Product(int c, int a_slot, int b_slot) {
-    // clang-format off
-    switch (4 * c + 2 * a_slot + b_slot) {
-      case 0: if constexpr (kSigned) _tile_dpbssd(0, 4, 6); else _tile_dpbsud(0, 4, 6); break;
-      case 1: if constexpr (kSigned) _tile_dpbssd(0, 4, 7); else _tile_dpbsud(0, 4, 7); break;
-      case 2: if constexpr (kSigned) _tile_dpbssd(0, 5, 6); else _tile_dpbsud(0, 5, 6); break;
-      case 3: if constexpr (kSigned) _tile_dpbssd(0, 5, 7); else _tile_dpbsud(0, 5, 7); break;
-      case 4: if constexpr (kSigned) _tile_dpbssd(1, 4, 6); else _tile_dpbsud(1, 4, 6); break;
-      case 5: if constexpr (kSigned) _tile_dpbssd(1, 4, 7); else _tile_dpbsud(1, 4, 7); break;
-      case 6: if constexpr (kSigned) _tile_dpbssd(1, 5, 6); else _tile_dpbsud(1, 5, 6); break;
-      case 7: if constexpr (kSigned) _tile_dpbssd(1, 5, 7); else _tile_dpbsud(1, 5, 7); break;
-      case 8: if constexpr (kSigned) _tile_dpbssd(2, 4, 6); else _tile_dpbsud(2, 4, 6); break;
-      case 9: if constexpr (kSigned) _tile_dpbssd(2, 4, 7); else _tile_dpbsud(2, 4, 7); break;
-      case 10: if constexpr (kSigned) _tile_dpbssd(2, 5, 6); else _tile_dpbsud(2, 5, 6); break;
-      case 11: if constexpr (kSigned) _tile_dpbssd(2, 5, 7); else _tile_dpbsud(2, 5, 7); break;
-      case 12: if constexpr (kSigned) _tile_dpbssd(3, 4, 6); else _tile_dpbsud(3, 4, 6); break;
-      case 13: if constexpr (kSigned) _tile_dpbssd(3, 4, 7); else _tile_dpbsud(3, 4, 7); break;
-      case 14: if constexpr (kSigned) _tile_dpbssd(3, 5, 6); else _tile_dpbsud(3, 5, 6); break;
-      case 15: if constexpr (kSigned) _tile_dpbssd(3, 5, 7); else _tile_dpbsud(3, 5, 7); break;
-      default: break;
-    }
-    // clang-format on
+    static constexpr std::array<void (*)(), 16> kProducts =
+        ProductTable<kSigned>(std::make_index_sequence<16>{});
+    kProducts[4 * c + 2 * a_slot + b_slot]();
   }
 };
 

@@ -32,19 +32,20 @@ alignas(64) static int32_t c_sums[2][4][256];  // two passes' C tiles
 alignas(64) static float acc[64][16];
 
 static double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The float steps of `rows` activation rows from a pass's stored sums.
 __attribute__((noinline)) static void FloatSteps(const int32_t* sums, int rows) {
   for (int r = 0; r < rows; ++r) {
     const __m512 da = _mm512_set1_ps(acc[r][0] * 1e-9f);
-    const __m512i s = _mm512_add_epi32(_mm512_load_si512(sums + r * 16),
-                                       _mm512_slli_epi32(_mm512_load_si512(sums + 256 + r * 16), 3));
+    const __m512i s =
+        _mm512_add_epi32(_mm512_load_si512(sums + r * 16),
+                         _mm512_slli_epi32(_mm512_load_si512(sums + 256 + r * 16), 3));
     __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), da, _mm512_load_ps(acc[r]));
     __m512i mins = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) mins = _mm512_dpwssd_epi32(mins, s, _mm512_set1_epi32(sums[j * 16 + r]));
+    for (int j = 0; j < 4; ++j)
+      mins = _mm512_dpwssd_epi32(mins, s, _mm512_set1_epi32(sums[j * 16 + r]));
     a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), da, a);
     _mm512_store_ps(acc[r], a);
   }
@@ -89,8 +90,8 @@ int main(int argc, char** argv) {
   std::memset(b_bytes, 1, sizeof b_bytes);
   const long span_bytes = (argc > 1 ? atol(argv[1]) : 16) * 1024;
   const long passes = 1000000;
-  const char* names[] = {"tiles only", "float steps only", "tiles then float steps",
-                         "pipelined", "interleaved"};
+  const char* names[] = {"tiles only", "float steps only", "tiles then float steps", "pipelined",
+                         "interleaved"};
   auto nothing = [](int) {};
   for (int mode = 0; mode < 5; ++mode) {
     long a_offset = 0;

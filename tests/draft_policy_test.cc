@@ -589,12 +589,14 @@ TEST(CostAwareDraftLength, StartsDraftingAFreshBatchOnlyWhereItsSavingRepaysTheU
   EXPECT_EQ(probes(0.001), 0);
 }
 
-TEST(CompletionLengths, ExpectsTheMeanRemainderOfTheLongerFinishedCompletions) {
+TEST(CompletionLengths, ExpectsTheRemainderOfTheLongerFinishedCompletionsWeightedByOneOverLength) {
   CompletionLengths lengths;
   EXPECT_EQ(lengths.ExpectedRemaining(10, 256), 246);  // nothing known: max_tokens bounds it
   for (int n : {20, 40, 60, 80, 100, 5, 7}) lengths.Finished(n);
-  EXPECT_EQ(lengths.ExpectedRemaining(10, 256), 50);   // (10 + 30 + 50 + 70 + 90) / 5
-  EXPECT_EQ(lengths.ExpectedRemaining(30, 256), 40);   // (10 + 30 + 50 + 70) / 4
+  // (10/20 + 30/40 + 50/60 + 70/80 + 90/100) / (1/20 + 1/40 + 1/60 + 1/80 + 1/100) = 33.8
+  // (the plain mean is 50): the short ones count for more.
+  EXPECT_EQ(lengths.ExpectedRemaining(10, 256), 34);
+  EXPECT_EQ(lengths.ExpectedRemaining(30, 256), 33);   // 2.075 / 0.0642 = 32.3
   EXPECT_EQ(lengths.ExpectedRemaining(10, 40), 30);    // never beyond max_tokens
   EXPECT_EQ(lengths.ExpectedRemaining(200, 256), 56);  // longer than any seen: max_tokens again
   // Only the last kKept count.

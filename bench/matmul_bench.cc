@@ -1,8 +1,12 @@
 #include "bench/matmul_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <dnnl.hpp>
 #include <functional>
+#include <map>
+#include <memory>
+#include <string>
 
 #include "base/cpu_features.h"
 #include "base/rng.h"
@@ -23,6 +27,29 @@ double TimeMs(const std::function<void()>& fn, double min_ms) {
     ++reps;
   }
   return t.ElapsedMs() / reps;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Each call's ms of fns run in turn, one call each per round, for at least min_ms per fn and 5
+// rounds: a slow spell of a shared machine then falls on every fn alike.
+std::vector<std::vector<double>> InterleavedCallMs(const std::vector<std::function<void()>>& fns,
+                                                   double min_ms) {
+  for (const auto& fn : fns) fn();  // warm up
+  std::vector<std::vector<double>> ms(fns.size());
+  Timer total;
+  while (ms[0].size() < 5 || total.ElapsedMs() < min_ms * static_cast<double>(fns.size())) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      Timer t;
+      fns[i]();
+      ms[i].push_back(t.ElapsedMs());
+    }
+  }
+  return ms;
 }
 
 // oneDNN matmul src [m, k] x weights [k, n] (pre-reordered to its preferred layout) -> f32.
@@ -128,6 +155,65 @@ void I8AndOneDnnRows(const MatmulBenchOptions& o, ThreadPool* pool_ptr, const Cp
       0);
 }
 
+// The spelling of --int8-kernel's values.
+std::string Int8BackendName(Int8Backend backend) {
+  switch (backend) {
+    case Int8Backend::kAuto:
+      return "auto";
+    case Int8Backend::kSpecd:
+      return "specd";
+    case Int8Backend::kAmx:
+      return "amx";
+    case Int8Backend::kOneDnn:
+      return "onednn";
+  }
+  return "?";
+}
+
+// The rows of one weight type: a row per kernel in o.packed_kernels (GMAC/s, medians of calls
+// taken in turn) and, with two or more, a row per further kernel of its call time over the first
+// kernel's (medians of the ratios of calls side by side).
+void PackedTypeRows(const MatmulBenchOptions& o, const KernelContext& ctx, DType type,
+                    const std::vector<WeightView>& views, const std::vector<float>& x,
+                    std::vector<float>& y, int64_t weight_bytes, const RowPrinter& row) {
+  const size_t n_kernels = o.packed_kernels.size();
+  std::map<int, std::vector<std::vector<double>>> call_ms;  // [m][kernel][call]
+  for (int m : o.m) {
+    std::vector<std::function<void()>> fns;
+    auto scratch = std::make_shared<std::vector<MatmulScratch>>(n_kernels);
+    auto next = std::make_shared<std::vector<size_t>>(n_kernels, 0);
+    for (size_t i = 0; i < n_kernels; ++i) {
+      KernelContext kernel_ctx = ctx;
+      kernel_ctx.int8_backend = o.packed_kernels[i];
+      fns.push_back([&, kernel_ctx, scratch, next, i, m] {
+        size_t& view = (*next)[i];
+        Matmul(kernel_ctx, x.data(), m, views[view], y.data(), &(*scratch)[i]);
+        view = (view + 1) % views.size();
+      });
+    }
+    call_ms[m] = InterleavedCallMs(fns, o.min_ms);
+  }
+  for (size_t i = 0; i < n_kernels; ++i) {
+    const std::string name =
+        "specd " + std::string(DTypeName(type)) +
+        (n_kernels > 1 ? " (" + Int8BackendName(o.packed_kernels[i]) + ")" : "");
+    row(
+        name.c_str(), [&](int m) { return Median(call_ms[m][i]); }, weight_bytes);
+  }
+  for (size_t i = 1; i < n_kernels; ++i) {
+    std::printf("| time %s / %s |", Int8BackendName(o.packed_kernels[i]).c_str(),
+                Int8BackendName(o.packed_kernels[0]).c_str());
+    for (int m : o.m) {
+      const auto& first = call_ms[m][0];
+      const auto& other = call_ms[m][i];
+      std::vector<double> ratios;
+      for (size_t c = 0; c < first.size(); ++c) ratios.push_back(other[c] / first[c]);
+      std::printf(" %.3f (%zu pairs) |", Median(ratios), ratios.size());
+    }
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 void RunMatmulBench(const MatmulBenchOptions& o) {
@@ -135,11 +221,12 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
   ThreadPool pool(o.threads);
   const KernelContext ctx{&pool, cpu};
   const int n = o.rows_n, k = o.cols_k;
-  std::vector<float> w(static_cast<size_t>(n) * k), x(static_cast<size_t>(64) * k);
+  const size_t max_m = *std::max_element(o.m.begin(), o.m.end());
+  std::vector<float> w(static_cast<size_t>(n) * k), x(max_m * k);
   SplitMix64 rng(1);
   for (float& v : w) v = rng.NextSymmetric();
   for (float& v : x) v = rng.NextSymmetric();
-  std::vector<float> y(static_cast<size_t>(64) * n);
+  std::vector<float> y(max_m * n);
   std::printf("Matmul [M, %d] x [%d, %d]^T, %d threads, GMAC/s (higher is better); oneDNN %s\n", k,
               n, k, o.threads, "uses its own OpenMP threads (OMP_NUM_THREADS)");
   std::printf("specd's kernels use %d distinct cop%s of the weights in turn; oneDNN one\n\n",
@@ -185,13 +272,9 @@ void RunMatmulBench(const MatmulBenchOptions& o) {
         views[c].packed = &packed[c];
       }
     }
-    const std::string name = "specd " + std::string(DTypeName(type));
     const int64_t weight_bytes =
         packed[0].rows > 0 ? static_cast<int64_t>(packed[0].data.size()) : RowBytes(type, k) * n;
-    row(
-        name.c_str(),
-        [&](int m) { return CyclingMatmulMs(ctx, x.data(), m, views, y.data(), o.min_ms); },
-        weight_bytes);
+    PackedTypeRows(o, ctx, type, views, x, y, weight_bytes, row);
   }
   if (o.skip_int8_and_onednn) return;
   I8AndOneDnnRows(o, &pool, cpu, w, x, y, row);

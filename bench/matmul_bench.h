@@ -1,10 +1,11 @@
 // `specd bench matmul`: specd's matmul kernels side by side with oneDNN's on one weight shape,
-// for M = 1..64 rows, so the choice of kernel per type rests on a measurement on this machine.
+// for M rows (1..2048), so the choice of kernel per type rests on a measurement on this machine.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
 namespace specd::bench {
@@ -21,6 +22,10 @@ struct MatmulBenchOptions {
   // specd's packed kernels are run for each of these weight types (bf16 on its own kernel).
   std::vector<DType> types = {DType::kBF16, DType::kQ8_0, DType::kQ4_0};
   bool skip_int8_and_onednn = false;  // only the `types` rows
+  // The kernels the `types` rows run on (auto: the engine's choice by row count). Two or more
+  // are timed call by call in turn, each reported as the median of its calls, with the median
+  // ratio of each one's call time to the first kernel's call just before it.
+  std::vector<Int8Backend> packed_kernels = {Int8Backend::kAuto};
 };
 
 void RunMatmulBench(const MatmulBenchOptions& options);

@@ -321,6 +321,70 @@ INSTANTIATE_TEST_SUITE_P(Packable, AmxPackedTest, ::testing::ValuesIn(AmxPackedC
                                                                                   : "_hardware");
                          });
 
+// The measured choice between the AMX and VNNI kernels: VNNI and AMX calls in turn, the first
+// (cold) pair left out, the lower median ratio of paired times wins, per key.
+TEST(PackedKernelChooser, AlternatesThenKeepsTheFasterByTheMedianOfPairedRatios) {
+  EXPECT_EQ(0, PackedKernelChooser::RowBucket(16));
+  EXPECT_EQ(0, PackedKernelChooser::RowBucket(31));
+  EXPECT_EQ(1, PackedKernelChooser::RowBucket(32));
+  EXPECT_EQ(3, PackedKernelChooser::RowBucket(255));
+  EXPECT_EQ(4, PackedKernelChooser::RowBucket(256));
+  EXPECT_EQ(4, PackedKernelChooser::RowBucket(4096));
+
+  PackedKernelChooser chooser;
+  const PackedKernelChooser::Key slow_amx{static_cast<int>(DType::kQ6_K), 1536, 8960, 0};
+  const PackedKernelChooser::Key fast_amx{static_cast<int>(DType::kQ4_K), 1536, 8960, 0};
+  // Pair i: VNNI 10 ms; AMX 13 ms (q6_K) or 8 ms (q4_K), except a cold first pair that says the
+  // opposite and one slow spell per key that a mean would follow.
+  for (int pair = 0; pair <= PackedKernelChooser::kTrialPairs; ++pair) {
+    for (const auto& key : {slow_amx, fast_amx}) {
+      const bool q6 = key.type == slow_amx.type;
+      ASSERT_FALSE(chooser.UseAmx(key)) << "pair " << pair;
+      chooser.Record(key, false, 10.0);
+      ASSERT_TRUE(chooser.UseAmx(key)) << "pair " << pair;
+      const double amx_ms = pair == 0   ? (q6 ? 5.0 : 30.0)
+                            : pair == 3 ? (q6 ? 1.0 : 90.0)
+                            : q6        ? 13.0
+                                        : 8.0;
+      chooser.Record(key, true, amx_ms);
+    }
+    EXPECT_EQ(pair == PackedKernelChooser::kTrialPairs ? 2u : 0u, chooser.Decisions().size());
+  }
+  EXPECT_EQ((std::map<PackedKernelChooser::Key, bool>{{slow_amx, false}, {fast_amx, true}}),
+            chooser.Decisions());
+  for (int call = 0; call < 3; ++call) {  // decided: no more alternation, records ignored
+    EXPECT_FALSE(chooser.UseAmx(slow_amx));
+    EXPECT_TRUE(chooser.UseAmx(fast_amx));
+    chooser.Record(slow_amx, false, 1000.0);
+  }
+  EXPECT_FALSE(chooser.UseAmx(slow_amx));
+  // Another bucket of the same weights is measured on its own.
+  PackedKernelChooser::Key next_bucket = fast_amx;
+  next_bucket.bucket = 1;
+  EXPECT_FALSE(chooser.UseAmx(next_bucket));
+}
+
+// Through Matmul, the chooser's alternating calls and its decided ones give the VNNI kernel's
+// bits at every call.
+TEST(PackedKernelChooser, EveryCallThroughMatmulGivesTheVnniKernelsBits) {
+  const CpuFeatures cpu = CpuFeatures::Detect();
+  if (!cpu.amx_int8 || !cpu.avx512) GTEST_SKIP() << "this CPU has no AMX-INT8: nothing to choose";
+  ThreadPool pool(2);
+  for (DType type : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+    const int64_t cols = 512;
+    MatmulCase c(type, cols, MatmulPath::kAvx512Packed, &pool);
+    constexpr int64_t kM = 17;  // MatmulCase's rows: over the tile kernels' 16
+    std::vector<float> vnni(kM * MatmulCase::kRows);
+    avx512::MatmulPacked(&pool, c.x.data(), kM, c.packed_weights, vnni.data(), &c.scratch);
+    KernelContext ctx{&pool, cpu};
+    ctx.packed_chooser = std::make_shared<PackedKernelChooser>();
+    for (int call = 0; call < 2 * PackedKernelChooser::kTrialPairs + 6; ++call) {
+      ASSERT_EQ(vnni, c.Run(ctx, kM)) << DTypeName(type) << " call " << call;
+    }
+    EXPECT_EQ(1u, ctx.packed_chooser->Decisions().size()) << DTypeName(type);
+  }
+}
+
 // The software tile unit itself: TDPBSUD's signed A times unsigned B, the configured shapes,
 // and the faults the hardware raises.
 TEST(AmxEmulator, MultipliesSignedByUnsignedBytesAndRefusesWhatTheHardwareFaultsOn) {

@@ -15,6 +15,7 @@ LoadedModels::LoadedModels(const EngineConfig& config) : pool(config.threads) {
   ctx.pool = &pool;
   ctx.cpu = CpuFeatures::Detect();
   ctx.int8_backend = Int8BackendFor(config.weights, ctx.cpu);
+  ctx.packed_chooser = std::make_shared<PackedKernelChooser>();
 }
 
 GrammarCompiler& LoadedModels::grammar() {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "base/vector_clones.h"
 #include "kernels/onednn_int8.h"
 #include "tensor/quantize.h"
@@ -106,10 +107,13 @@ std::string Int8KernelName(const KernelContext& ctx) {
     case Int8Backend::kOneDnn:
       return ctx.cpu.amx_int8 ? "oneDNN (AMX)" : "oneDNN (VNNI)";
     case Int8Backend::kAuto:
-      return ctx.cpu.amx_int8 ? "specd AMX from " + std::to_string(ctx.amx_min_rows) +
-                                    " rows (i8) / " + std::to_string(ctx.amx_packed_min_rows) +
-                                    " rows (GGUF types), " + own + " below"
-                              : own + " (no AMX here)";
+      return ctx.cpu.amx_int8
+                 ? "specd AMX from " + std::to_string(ctx.amx_min_rows) + " rows (i8) / " +
+                       std::to_string(ctx.amx_packed_min_rows) + " rows (GGUF types" +
+                       (ctx.packed_chooser != nullptr ? ", where measured faster than " + own + ")"
+                                                      : ")") +
+                       ", " + own + " below"
+                 : own + " (no AMX here)";
   }
   return own;
 }
@@ -203,6 +207,23 @@ void AttendRowGeneric(const float* q, const KvT* k, const KvT* v, int64_t kv_str
 
 namespace {
 
+// Packed GGUF-type weights on the kernel ctx.packed_chooser picks for their shape and m, AMX or
+// VNNI (each call timed for it while it measures).
+bool ChosenPackedMatmul(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w,
+                        float* y, MatmulScratch* scratch) {
+  const PackedKernelChooser::Key key{static_cast<int>(w.type), w.rows, w.cols,
+                                     PackedKernelChooser::RowBucket(m)};
+  const bool amx = ctx.packed_chooser->UseAmx(key);
+  Timer timer;
+  if (amx) {
+    amx::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
+  } else {
+    avx512::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
+  }
+  ctx.packed_chooser->Record(key, amx, timer.ElapsedMs());
+  return true;
+}
+
 // The AMX tile kernels, where they run for these weights and rows; false: another path does.
 bool MatmulOnAmx(const KernelContext& ctx, const float* x, int64_t m, const WeightView& w, float* y,
                  MatmulScratch* scratch) {
@@ -212,6 +233,9 @@ bool MatmulOnAmx(const KernelContext& ctx, const float* x, int64_t m, const Weig
     amx::MatmulPackedI8(ctx.pool, x, m, *w.packed, w.col_scales, y, scratch);
   } else {
     if (!PackedRunsOnAmx(ctx, m)) return false;
+    if (ctx.packed_chooser != nullptr && ctx.int8_backend == Int8Backend::kAuto) {
+      return ChosenPackedMatmul(ctx, x, m, w, y, scratch);
+    }
     amx::MatmulPacked(ctx.pool, x, m, *w.packed, y, scratch);
   }
   return true;

@@ -15,6 +15,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/cpu_features.h"
+#include "kernels/packed_kernel_choice.h"
 #include "tensor/dtype.h"
 #include "threading/thread_pool.h"
 
@@ -165,7 +166,8 @@ std::string Int8KernelName(const KernelContext& ctx);
 // Whether an m-row matmul of packed i8 weights runs on specd's AMX kernel under ctx.
 bool RunsOnAmx(const KernelContext& ctx, int64_t m);
 // Whether an m-row matmul of packed GGUF-type weights (q8_0, q4_K, ...) runs on the AMX kernel:
-// on a CPU with AMX-INT8, from amx_packed_min_rows rows under kAuto, always under kAmx, never
+// on a CPU with AMX-INT8, from amx_packed_min_rows rows under kAuto (where the context's
+// packed_chooser, if any, then picks AMX or VNNI by measured speed), always under kAmx, never
 // under kSpecd or kOneDnn (oneDNN has no GGUF types).
 bool PackedRunsOnAmx(const KernelContext& ctx, int64_t m);
 
@@ -179,13 +181,14 @@ struct KernelContext {
   // (whose weights come from L3). At 8 rows AMX is 10% faster on SmolLM2 and 7% slower on the
   // 16.5M target; at 16 rows 25% faster on both. Measured 2026-11-25, Xeon, 2 threads.
   int amx_min_rows = 8;
-  // kAuto: rows from which packed GGUF-type weights run on the AMX kernel. Not measured yet (no
-  // AMX CPU in the sessions since the kernel was written): its vector steps after the tile
-  // products are the VNNI kernel's (per 32-block, or for the K-quants an integer multiply per
-  // block and the floats per 256), so it can only win where the tile unit takes enough
-  // multiply-accumulates off them; 16 rows is one full A tile. Tune with `bench forward
-  // --int8-kernel amx|specd`.
+  // kAuto: rows from which packed GGUF-type weights may run on the AMX kernel. Below 16 rows (one
+  // A tile) its tiles run part empty: q4_K at 1 / 4 / 8 rows took 2.5x / 1.6x / 1.5x the VNNI
+  // kernel's time (Xeon, 2026-12-06, `bench matmul --int8-kernels specd,amx`, paired calls).
   int amx_packed_min_rows = 16;
+  // kAuto, from amx_packed_min_rows rows: measures which of the AMX and VNNI kernels is faster
+  // per weight shape and row count on this machine, and runs that one (null: AMX). Shared by
+  // the copies of a context (a run's models and engine).
+  std::shared_ptr<PackedKernelChooser> packed_chooser;
 };
 
 // A kernel splits its work over threads only while each thread gets at least this many

@@ -135,18 +135,20 @@ Bench MatmulBench(CLI::App& app) {
                    "weight types of specd's rows (default bf16,q8_0,q4_0); given, only those rows")
       ->delimiter(',')
       ->check(CLI::IsMember({"bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q6_K"}));
+  auto mm_kernels = std::make_shared<std::vector<std::string>>();
   bench_matmul
-      ->add_option("--int8-kernels", mm->packed_kernels,
+      ->add_option("--int8-kernels", *mm_kernels,
                    "kernels of the --types rows, timed call by call in turn with their time "
                    "ratios to the first: auto (AMX from 16 rows, VNNI below), specd (VNNI) or "
                    "amx (its tile kernels at every row count)")
       ->delimiter(',')
-      ->transform(
-          CLI::CheckedTransformer(std::map<std::string, Int8Backend>{{"auto", Int8Backend::kAuto},
-                                                                     {"specd", Int8Backend::kSpecd},
-                                                                     {"amx", Int8Backend::kAmx}}));
-  return {bench_matmul, [mm, mm_types] {
+      ->check(CLI::IsMember({"auto", "specd", "amx"}));
+  return {bench_matmul, [mm, mm_types, mm_kernels] {
             SPECD_CHECK(mm->cols_k % 32 == 0, "--cols must be a multiple of 32");
+            if (!mm_kernels->empty()) mm->packed_kernels.clear();
+            for (const std::string& name : *mm_kernels) {
+              mm->packed_kernels.push_back({name, flags::Int8KernelsByName().at(name)});
+            }
             if (!(*mm_types).empty()) {
               mm->types.clear();
               for (const std::string& t : (*mm_types)) mm->types.push_back(*DTypeFromName(t));

@@ -155,21 +155,6 @@ void I8AndOneDnnRows(const MatmulBenchOptions& o, ThreadPool* pool_ptr, const Cp
       0);
 }
 
-// The spelling of --int8-kernel's values.
-std::string Int8BackendName(Int8Backend backend) {
-  switch (backend) {
-    case Int8Backend::kAuto:
-      return "auto";
-    case Int8Backend::kSpecd:
-      return "specd";
-    case Int8Backend::kAmx:
-      return "amx";
-    case Int8Backend::kOneDnn:
-      return "onednn";
-  }
-  return "?";
-}
-
 // The rows of one weight type: a row per kernel in o.packed_kernels (GMAC/s, medians of calls
 // taken in turn) and, with two or more, a row per further kernel of its call time over the first
 // kernel's (medians of the ratios of calls side by side).
@@ -184,7 +169,7 @@ void PackedTypeRows(const MatmulBenchOptions& o, const KernelContext& ctx, DType
     auto next = std::make_shared<std::vector<size_t>>(n_kernels, 0);
     for (size_t i = 0; i < n_kernels; ++i) {
       KernelContext kernel_ctx = ctx;
-      kernel_ctx.int8_backend = o.packed_kernels[i];
+      kernel_ctx.int8_backend = o.packed_kernels[i].backend;
       fns.push_back([&, kernel_ctx, scratch, next, i, m] {
         size_t& view = (*next)[i];
         Matmul(kernel_ctx, x.data(), m, views[view], y.data(), &(*scratch)[i]);
@@ -194,15 +179,14 @@ void PackedTypeRows(const MatmulBenchOptions& o, const KernelContext& ctx, DType
     call_ms[m] = InterleavedCallMs(fns, o.min_ms);
   }
   for (size_t i = 0; i < n_kernels; ++i) {
-    const std::string name =
-        "specd " + std::string(DTypeName(type)) +
-        (n_kernels > 1 ? " (" + Int8BackendName(o.packed_kernels[i]) + ")" : "");
+    const std::string name = "specd " + std::string(DTypeName(type)) +
+                             (n_kernels > 1 ? " (" + o.packed_kernels[i].name + ")" : "");
     row(
         name.c_str(), [&](int m) { return Median(call_ms[m][i]); }, weight_bytes);
   }
   for (size_t i = 1; i < n_kernels; ++i) {
-    std::printf("| time %s / %s |", Int8BackendName(o.packed_kernels[i]).c_str(),
-                Int8BackendName(o.packed_kernels[0]).c_str());
+    std::printf("| time %s / %s |", o.packed_kernels[i].name.c_str(),
+                o.packed_kernels[0].name.c_str());
     for (int m : o.m) {
       const auto& first = call_ms[m][0];
       const auto& other = call_ms[m][i];

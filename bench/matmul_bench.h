@@ -25,7 +25,11 @@ struct MatmulBenchOptions {
   // The kernels the `types` rows run on (auto: the engine's choice by row count). Two or more
   // are timed call by call in turn, each reported as the median of its calls, with the median
   // ratio of each one's call time to the first kernel's call just before it.
-  std::vector<Int8Backend> packed_kernels = {Int8Backend::kAuto};
+  struct NamedKernel {
+    std::string name;  // as --int8-kernel spells it
+    Int8Backend backend = Int8Backend::kAuto;
+  };
+  std::vector<NamedKernel> packed_kernels = {{"auto", Int8Backend::kAuto}};
 };
 
 void RunMatmulBench(const MatmulBenchOptions& options);

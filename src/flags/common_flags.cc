@@ -40,6 +40,8 @@ const std::map<std::string, Int8Backend> kInt8Kernels = {{"auto", Int8Backend::k
 
 }  // namespace
 
+const std::map<std::string, Int8Backend>& Int8KernelsByName() { return kInt8Kernels; }
+
 void AddInt8KernelFlag(CLI::App* app, WeightOptions* options) {
   app->add_option("--int8-kernel", options->int8_kernel,
                   "int8 matmul kernel: auto (specd's AMX tile kernels where the CPU has AMX, from "

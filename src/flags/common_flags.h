@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ namespace specd::flags {
 void AddWeightFlags(CLI::App* app, WeightOptions* options);
 // --int8-kernel alone (bench forward converts to i8 itself).
 void AddInt8KernelFlag(CLI::App* app, WeightOptions* options);
+// --int8-kernel's values by their spelling (auto, specd, amx, onednn).
+const std::map<std::string, Int8Backend>& Int8KernelsByName();
 // --lora FILE (repeatable), --lora-scaled FILE SCALE, --lora-merge (llama.cpp's spellings).
 void AddLoraFlags(CLI::App* app, WeightOptions* options);
 // -t / --threads N (1..256).

@@ -45,7 +45,8 @@ const std::map<std::string, Int8Backend>& Int8KernelsByName() { return kInt8Kern
 void AddInt8KernelFlag(CLI::App* app, WeightOptions* options) {
   app->add_option("--int8-kernel", options->int8_kernel,
                   "int8 matmul kernel: auto (specd's AMX tile kernels where the CPU has AMX, from "
-                  "8 rows for i8 weights and 16 for GGUF types, else its VNNI kernel), specd "
+                  "8 rows for i8 weights, and for GGUF types from 16 rows wherever its first "
+                  "calls measure them faster than VNNI; else its VNNI kernel), specd "
                   "(VNNI), amx (every row count; i8 and GGUF types) or onednn (i8 only); all give "
                   "the same bits")
       ->transform(CLI::CheckedTransformer(kInt8Kernels))

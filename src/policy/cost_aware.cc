@@ -16,15 +16,15 @@ constexpr double kProbeWithin = 0.9;  // plain steps win: probe drafting if it i
 // Drafting must beat plain steps by this to resume. 5% (with step times as the least of four)
 // kept whole requests on plain steps at 2-4% predicted gains in simulation.
 constexpr double kSwitchMargin = 1.02;
-constexpr int kRefreshEvery = 16;   // drafting steps between re-measuring a neighbour (at most)
-constexpr int kTrusted = 2;         // measurements of a K near the best before it is trusted
-constexpr int kColdSteps = 2;       // a process's first steps: their times are not kept
+constexpr int kRefreshEvery = 16;  // drafting steps between re-measuring a neighbour (at most)
+constexpr int kTrusted = 2;        // measurements of a K near the best before it is trusted
+constexpr int kColdSteps = 2;      // a process's first steps: their times are not kept
 // Drafting starts where its predicted saving exceeds the start cost by this factor: the first
 // drafting steps run below the measured rate (the draft catches up, K climbs), and where the
 // two are close (HumanEval at b = 4) starting at once lost to waiting by 0.08-0.10 of BASS's
 // per-token latency on the Xeon of 2026-12-06.
 constexpr double kStartMargin = 1.5;
-constexpr int kMaxSecondLooks = 2;  // re-measurements of a drafting K that lost once
+constexpr int kMaxSecondLooks = 2;         // re-measurements of a drafting K that lost once
 constexpr double kPlainWithinReach = 0.8;  // plain steps refreshed only if this close to the best
 // Until this many drafts (decayed) were verified, drafting that would win at an acceptance
 // kOptimism standard errors above the estimate goes on: a few sampled drafts say little.

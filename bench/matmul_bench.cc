@@ -5,7 +5,6 @@
 #include <dnnl.hpp>
 #include <functional>
 #include <map>
-#include <memory>
 #include <string>
 
 #include "base/cpu_features.h"
@@ -165,14 +164,14 @@ void PackedTypeRows(const MatmulBenchOptions& o, const KernelContext& ctx, DType
   std::map<int, std::vector<std::vector<double>>> call_ms;  // [m][kernel][call]
   for (int m : o.m) {
     std::vector<std::function<void()>> fns;
-    auto scratch = std::make_shared<std::vector<MatmulScratch>>(n_kernels);
-    auto next = std::make_shared<std::vector<size_t>>(n_kernels, 0);
+    std::vector<MatmulScratch> scratch(n_kernels);
+    std::vector<size_t> next_view(n_kernels, 0);  // each kernel cycles through the copies
     for (size_t i = 0; i < n_kernels; ++i) {
       KernelContext kernel_ctx = ctx;
       kernel_ctx.int8_backend = o.packed_kernels[i].backend;
-      fns.push_back([&, kernel_ctx, scratch, next, i, m] {
-        size_t& view = (*next)[i];
-        Matmul(kernel_ctx, x.data(), m, views[view], y.data(), &(*scratch)[i]);
+      fns.push_back([&, kernel_ctx, i, m] {
+        size_t& view = next_view[i];
+        Matmul(kernel_ctx, x.data(), m, views[view], y.data(), &scratch[i]);
         view = (view + 1) % views.size();
       });
     }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -52,26 +53,47 @@ double DecodeTokensPerSecond(Model& model, const KernelContext& ctx, int n_decod
   return n_decode / (t.ElapsedMs() / 1000.0);
 }
 
-// Median ms of one forward over m rows of one sequence (a verification chunk: logits for all)
-// after `context` positions already in the cache. `profile`, when given, times the ops of the
+// Forwards over m rows of one sequence (a verification chunk: logits for all) after `context`
+// positions already in its cache, each timed and its rows then taken back out of the cache.
+class ChunkForwards {
+ public:
+  ChunkForwards(Model& model, const KernelContext& ctx, int m, int context, DType cache_type)
+      : model_(model),
+        kv_(model.NewKvCache({1, context + m, cache_type})),
+        m_(m),
+        context_(context) {
+    seq_ = kv_->Acquire();
+    Batch batch;
+    for (int i = 0; i < context; ++i) batch.Add(1 + i % 100, i, seq_, false);
+    model.Forward(ctx, batch, *kv_, AttentionMode::kSplit, &logits_);
+  }
+  double Ms(const KernelContext& ctx) {
+    Batch batch;
+    for (int i = 0; i < m_; ++i) batch.Add(7 + i, context_ + i, seq_, true);
+    Timer t;
+    model_.Forward(ctx, batch, *kv_, AttentionMode::kSplit, &logits_);
+    const double ms = t.ElapsedMs();
+    kv_->Truncate(seq_, context_);
+    return ms;
+  }
+
+ private:
+  Model& model_;
+  std::unique_ptr<KvCache> kv_;
+  int m_, context_, seq_ = 0;
+  std::vector<float> logits_;
+};
+
+// Median ms of one of ChunkForwards' forwards. `profile`, when given, times the ops of the
 // timed forwards only (not the context's prefill or the warm-up).
 double ForwardMs(Model& model, const KernelContext& ctx, int m, int context, DType cache_type,
                  int reps, ForwardProfile* profile = nullptr) {
-  auto kv = model.NewKvCache({1, context + m, cache_type});
-  const int seq = kv->Acquire();
-  std::vector<float> logits;
-  Batch batch;
-  for (int i = 0; i < context; ++i) batch.Add(1 + i % 100, i, seq, false);
-  model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
+  ChunkForwards forwards(model, ctx, m, context, cache_type);
   std::vector<double> times;
   for (int rep = 0; rep < reps + 1; ++rep) {
-    batch.Clear();
-    for (int i = 0; i < m; ++i) batch.Add(7 + i, context + i, seq, true);
     if (rep == 1) model.SetProfile(profile);
-    Timer t;
-    model.Forward(ctx, batch, *kv, AttentionMode::kSplit, &logits);
-    if (rep > 0) times.push_back(t.ElapsedMs());  // rep 0 warms up
-    kv->Truncate(seq, context);
+    const double ms = forwards.Ms(ctx);
+    if (rep > 0) times.push_back(ms);  // rep 0 warms up
   }
   model.SetProfile(nullptr);
   return Median(times);
@@ -258,24 +280,12 @@ class ForwardBench {
     all_amx.packed_chooser = nullptr;
     r_.md_choice << "| " << DTypeName(model.MatrixType()) << " |";
     for (int m : o_.rows) {
-      auto kv = model.NewKvCache({1, o_.context + m, o_.cache_type});
-      const int seq = kv->Acquire();
-      std::vector<float> logits;
-      Batch batch;
-      for (int i = 0; i < o_.context; ++i) batch.Add(1 + i % 100, i, seq, false);
-      model.Forward(chosen, batch, *kv, AttentionMode::kSplit, &logits);
+      ChunkForwards forwards(model, chosen, m, o_.context, o_.cache_type);
       std::vector<double> ratios;
       for (int rep = 0; rep < o_.n_reps + 1; ++rep) {
-        double ms[2];
-        for (int side = 0; side < 2; ++side) {
-          batch.Clear();
-          for (int i = 0; i < m; ++i) batch.Add(7 + i, o_.context + i, seq, true);
-          Timer t;
-          model.Forward(side == 0 ? chosen : all_amx, batch, *kv, AttentionMode::kSplit, &logits);
-          ms[side] = t.ElapsedMs();
-          kv->Truncate(seq, o_.context);
-        }
-        if (rep > 0) ratios.push_back(ms[0] / ms[1]);  // round 0 warms up
+        const double chosen_ms = forwards.Ms(chosen);
+        const double amx_ms = forwards.Ms(all_amx);
+        if (rep > 0) ratios.push_back(chosen_ms / amx_ms);  // round 0 warms up
       }
       const double ratio = Median(ratios);
       (*entry)["rows"][std::to_string(m)]["chosen_over_amx"] = ratio;
